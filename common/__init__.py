@@ -1,0 +1,1 @@
+"""Small utilities shared by every layer (no torch, no model)."""

@@ -1,0 +1,54 @@
+"""Random (x, y) windows for next-token training, reproducible from a seed and resumable."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class BatchSampler:
+    """Draws `batch_size` windows of `context_length + 1` tokens at uniformly random positions.
+
+    `x` is each window's first `context_length` tokens, `y` the same shifted by one. Each (seed, rank)
+    pair gives its own stream, so DDP ranks see different batches. `state_dict()` / `load_state_dict()`
+    let a resumed run draw exactly the batches it would have drawn.
+    """
+
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        context_length: int,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        rank: int = 0,
+    ):
+        if len(tokens) < context_length + 1:
+            raise ValueError(f"need at least {context_length + 1} tokens, got {len(tokens)}")
+        self.tokens = tokens
+        self.context_length = context_length
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, rank])))
+        self._offsets = np.arange(context_length + 1)
+        self._pin = self.device.type == "cuda"
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self.rng.integers(0, len(self.tokens) - self.context_length, size=self.batch_size)
+        windows = self.tokens[starts[:, None] + self._offsets]  # (B, T+1), one gather from the memmap
+        batch = torch.from_numpy(windows.astype(np.int64))
+        if self._pin:
+            batch = batch.pin_memory()
+        batch = batch.to(self.device, non_blocking=True)
+        return batch[:, :-1], batch[:, 1:]  # x, y: (B, T) each
+
+    __next__ = next_batch
+
+    def __iter__(self):
+        return self
+
+    def state_dict(self) -> dict:
+        return {"bit_generator": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["bit_generator"]

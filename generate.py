@@ -1,0 +1,35 @@
+"""Sample Korean text from a trained model.  python generate.py ckpt=<run dir> prompt=안녕 ...
+
+(see configs/generate.yaml)"""
+
+import hydra
+from omegaconf import DictConfig
+
+from common.cli import run_cli
+
+
+def _run(cfg: DictConfig) -> None:
+    from common.errors import UserError
+    from model.sampling import check_sampling_args
+    from training.device import pick_device
+    from training.inference import load_model, stream_samples
+
+    try:
+        check_sampling_args(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if cfg.num_samples < 1:
+        raise UserError(f"num_samples must be >= 1, got {cfg.num_samples}")
+    device = pick_device(cfg.device)
+    model, tokenizer, _ = load_model(cfg.ckpt, device)
+    stream_samples(model, tokenizer, str(cfg.prompt), cfg.max_new_tokens, cfg.num_samples, cfg.temperature,
+                   cfg.top_k, cfg.top_p, cfg.seed, device, cfg.use_cache)
+
+
+@hydra.main(config_path="configs", config_name="generate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_cli(lambda: _run(cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Causal self-attention, as in the lecture (`Head`) and as one fused kernel call.
+
+Both paths own exactly the same parameters - the per-head `query`, `key` and `value` projections - so a
+state dict loads into either. The fused path concatenates those weights into one QKV projection and calls
+`scaled_dot_product_attention`, which picks flash / memory-efficient kernels where the device has them.
+
+Both accept an optional slice of a `KVCache`: keys and values of earlier positions are read from it and
+the new ones written into it, so generation feeds one token per step instead of the whole window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ATTENTION_KINDS = ("heads", "fused")
+
+
+def causal_mask(context_length: int) -> Tensor:
+    return torch.tril(torch.ones(context_length, context_length, dtype=torch.bool))
+
+
+class Head(nn.Module):
+    """One head of causal self-attention, scores scaled by 1/sqrt(head dimension)."""
+
+    def __init__(self, embedding_size: int, head_dim: int, context_length: int, dropout: float = 0.0):
+        super().__init__()
+        self.query = nn.Linear(embedding_size, head_dim, bias=False)
+        self.key = nn.Linear(embedding_size, head_dim, bias=False)
+        self.value = nn.Linear(embedding_size, head_dim, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.scale = 1.0 / math.sqrt(head_dim)
+        self.register_buffer("mask", causal_mask(context_length), persistent=False)
+
+    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0) -> Tensor:
+        """x: (B, T, E) at positions start..start+T-1 -> (B, T, head_dim).
+
+        kv: this head's cache buffers, each (B, context_length, head_dim), holding positions < start.
+        """
+        T = x.shape[1]
+        q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, D) each
+        if kv is not None:
+            kv[0][:, start : start + T] = k
+            kv[1][:, start : start + T] = v
+            k, v = kv[0][:, : start + T], kv[1][:, : start + T]  # (B, S, D) with S = start + T
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, T, S)
+        scores = scores.masked_fill(~self.mask[start : start + T, : start + T], float("-inf"))
+        weights = self.dropout(F.softmax(scores, dim=-1))
+        return weights @ v  # (B, T, D)
+
+
+class MultiHeadAttention(nn.Module):
+    """`num_heads` heads concatenated to `head_size`, projected back to `embedding_size`."""
+
+    def __init__(
+        self,
+        embedding_size: int,
+        head_size: int,
+        num_heads: int,
+        context_length: int,
+        dropout: float = 0.0,
+        attention: str = "fused",
+    ):
+        super().__init__()
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
+        if head_size % num_heads:
+            raise ValueError(f"head_size {head_size} is not divisible by num_heads {num_heads}")
+        self.num_heads, self.head_size = num_heads, head_size
+        self.head_dim = head_size // num_heads
+        self.attention = attention
+        self.dropout_p = dropout
+        self.heads = nn.ModuleList(Head(embedding_size, self.head_dim, context_length, dropout) for _ in range(num_heads))
+        self.proj = nn.Linear(head_size, embedding_size)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", causal_mask(context_length), persistent=False)
+
+    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0) -> Tensor:
+        """x: (B, T, E) -> (B, T, E). kv: this block's cache, each (B, num_heads, context_length, head_dim)."""
+        if self.attention == "heads":
+            y = torch.cat(
+                [h(x, None if kv is None else (kv[0][:, i], kv[1][:, i]), start) for i, h in enumerate(self.heads)],
+                dim=-1,
+            )  # (B, T, head_size)
+        else:
+            y = self._fused(x, kv, start)
+        return self.resid_dropout(self.proj(y))
+
+    def qkv_weight(self) -> Tensor:
+        """The heads' projections stacked as one (3 * head_size, E) matrix: all queries, keys, values."""
+        hs = self.heads
+        return torch.cat([h.query.weight for h in hs] + [h.key.weight for h in hs] + [h.value.weight for h in hs])
+
+    def _fused(self, x: Tensor, kv: tuple[Tensor, Tensor] | None, start: int) -> Tensor:
+        B, T, _ = x.shape
+        H, D = self.num_heads, self.head_dim
+        q, k, v = F.linear(x, self.qkv_weight()).split(self.head_size, dim=2)  # (B, T, head_size) each
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        mask, causal = None, True
+        if kv is not None:
+            kv[0][:, :, start : start + T] = k
+            kv[1][:, :, start : start + T] = v
+            k, v = kv[0][:, :, : start + T], kv[1][:, :, : start + T]  # (B, H, S, D)
+            if T == 1:
+                causal = False  # one new query sees every cached position
+            elif start > 0:
+                mask, causal = self.mask[start : start + T, : start + T], False
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout_p if self.training else 0.0
+        )  # (B, H, T, D)
+        return y.transpose(1, 2).reshape(B, T, self.head_size)

@@ -1,0 +1,195 @@
+"""AttentionLanguageModel: a GPT over token ids.
+
+token + position embeddings -> num_blocks pre-LN blocks -> final LayerNorm -> LM head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.attention import ATTENTION_KINDS
+from model.block import Block
+from model.kv_cache import KVCache
+from model.sampling import check_sampling_args, sample_next
+
+
+class AttentionLanguageModel(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        context_length: int = 128,
+        embedding_size: int = 128,
+        head_size: int = 128,
+        num_heads: int = 4,
+        num_blocks: int = 4,
+        dropout: float = 0.0,
+        attention: str = "fused",
+        tie_weights: bool = False,
+    ):
+        super().__init__()
+        for name, value in dict(vocab_size=vocab_size, context_length=context_length, embedding_size=embedding_size,
+                                head_size=head_size, num_heads=num_heads, num_blocks=num_blocks).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if head_size % num_heads:
+            raise ValueError(f"head_size ({head_size}) must be divisible by num_heads ({num_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
+        self.config = dict(vocab_size=vocab_size, context_length=context_length, embedding_size=embedding_size,
+                           head_size=head_size, num_heads=num_heads, num_blocks=num_blocks, dropout=dropout,
+                           attention=attention, tie_weights=tie_weights)
+        self.context_length = context_length
+        self.token_embedding = nn.Embedding(vocab_size, embedding_size)
+        self.position_embedding = nn.Embedding(context_length, embedding_size)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(embedding_size, head_size, num_heads, context_length, dropout, attention) for _ in range(num_blocks)
+        )
+        self.ln_f = nn.LayerNorm(embedding_size)
+        self.lm_head = nn.Linear(embedding_size, vocab_size, bias=False)
+        if tie_weights:
+            self.lm_head.weight = self.token_embedding.weight
+        self._init_weights(num_blocks)
+
+    def _init_weights(self, num_blocks: int) -> None:
+        # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 * num_blocks) so the
+        # residual stream's variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * num_blocks) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    @property
+    def attention(self) -> str:
+        return self.blocks[0].attn.attention
+
+    def set_attention(self, attention: str) -> None:
+        """Switch every block between the `heads` and `fused` paths (same parameters)."""
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
+        for b in self.blocks:
+            b.attn.attention = attention
+        self.config["attention"] = attention
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
+
+    def flops_per_token(self, context_length: int | None = None) -> int:
+        """Training FLOPs per token (forward + backward = 3x forward), matmuls only, as in PaLM / nanoGPT."""
+        c = self.config
+        T = context_length or c["context_length"]
+        E, HS, L, V = c["embedding_size"], c["head_size"], c["num_blocks"], c["vocab_size"]
+        per_block = 2 * (3 * E * HS + HS * E + 8 * E * E) + 2 * 2 * T * HS  # projections + QK^T and AV
+        return 3 * (L * per_block + 2 * E * V)
+
+    # -- forward ----------------------------------------------------------------------------------
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        start: int = 0,
+        last_only: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """idx: (B, T) ids at positions start..start+T-1 -> (logits (B, T, V), loss or None).
+
+        With `last_only`, logits are computed for the last position only: (B, 1, V).
+        """
+        B, T = idx.shape
+        if start + T > self.context_length:
+            raise ValueError(f"sequence of {start + T} positions exceeds context_length {self.context_length}")
+        pos = torch.arange(start, start + T, device=idx.device)
+        x = self.dropout(self.token_embedding(idx) + self.position_embedding(pos))  # (B, T, E)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if kv_cache is None else kv_cache.layer(i), start)
+        x = self.ln_f(x)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, E)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        return logits, loss
+
+    # -- generation ---------------------------------------------------------------------------------
+    def window_start(self, length: int, shift: int) -> int:
+        """First index of the window the model reads when the sequence holds `length` tokens.
+
+        Learned positions stop at context_length, so a longer sequence is read through a window that jumps
+        forward `shift` tokens at a time (holding between context_length - shift + 1 and context_length
+        tokens). Cached and uncached generation use the same windows, hence give the same logits; the
+        cache is refilled only when the window jumps. shift=1 is the classic "crop to the last
+        context_length tokens" at every step.
+        """
+        C = self.context_length
+        return 0 if length <= C else shift * math.ceil((length - C) / shift)
+
+    def _new_cache(self, batch_size: int, device: torch.device) -> KVCache:
+        attn = self.blocks[0].attn
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.lm_head.weight.dtype
+        return KVCache(len(self.blocks), batch_size, attn.num_heads, self.context_length, attn.head_dim, device, dtype)
+
+    @torch.no_grad()
+    def stream(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+        window_shift: int | None = None,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """Yield (next ids (B, 1), their logits (B, V)) for each new token. idx: (B, T) prompt, T >= 1."""
+        check_sampling_args(max_new_tokens, temperature, top_k, top_p)
+        if idx.dim() != 2 or idx.shape[1] < 1:
+            raise ValueError("idx must be (batch, length) with length >= 1")
+        shift = window_shift or max(1, self.context_length // 4)
+        was_training = self.training
+        self.eval()
+        try:
+            seq = idx
+            cache = self._new_cache(idx.shape[0], idx.device) if use_cache else None
+            for _ in range(max_new_tokens):
+                L = seq.shape[1]
+                s = self.window_start(L, shift)
+                if cache is None:
+                    logits, _ = self(seq[:, s:], last_only=True)
+                elif cache.length == 0 or s != cache.window_start:
+                    cache.window_start, cache.length = s, 0  # window jumped: refill it in one pass
+                    logits, _ = self(seq[:, s:], kv_cache=cache, start=0, last_only=True)
+                else:
+                    logits, _ = self(seq[:, s + cache.length :], kv_cache=cache, start=cache.length, last_only=True)
+                if cache is not None:
+                    cache.length = L - s
+                logits = logits[:, -1].float()  # (B, V)
+                nxt = sample_next(logits, temperature, top_k, top_p, generator)
+                seq = torch.cat([seq, nxt], dim=1)
+                yield nxt, logits
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Sample `max_new_tokens` ids after the prompt idx (B, T) -> (B, T + max_new_tokens)."""
+        new = [t for t, _ in self.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator)]
+        return torch.cat([idx, *new], dim=1)

@@ -1,0 +1,126 @@
+"""KoreanCharTokenizer: one id per Unicode character (after NFC), plus `<unk>`.
+
+Encoding is a single numpy gather over code points, so a corpus of millions of characters encodes in
+milliseconds; there is no per-character Python loop on the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import UserError
+
+UNK_TOKEN = "<unk>"
+UNK_ID = 0
+# What `<unk>` decodes to: the Unicode replacement character, so decoded text stays printable.
+UNK_DECODED = "\ufffd"
+FORMAT = "kochar-gpt/char-tokenizer"
+
+
+def code_points(text: str) -> np.ndarray:
+    """The code points of `text` as a uint32 array (no Python loop)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+
+def text_from_code_points(cps: np.ndarray) -> str:
+    return np.ascontiguousarray(cps, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+class KoreanCharTokenizer:
+    """Character vocabulary: id 0 is `<unk>`, ids 1..N are the corpus characters in code point order."""
+
+    kind = "char"
+
+    def __init__(self, chars: Iterable[str]):
+        chars = sorted(set(chars))
+        for c in chars:
+            if len(c) != 1:
+                raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
+        self.chars: list[str] = chars
+        self._cps = np.array([ord(c) for c in chars], dtype=np.uint32)
+        # Dense lookup table code point -> id; code points past the table are unknown.
+        size = int(self._cps.max()) + 1 if len(chars) else 1
+        self._table = np.zeros(size, dtype=np.int32)
+        self._table[self._cps] = np.arange(1, len(chars) + 1, dtype=np.int32)
+        self._decode_cps = np.concatenate([[ord(UNK_DECODED)], self._cps]).astype(np.uint32)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_text(cls, text: str) -> KoreanCharTokenizer:
+        """Vocabulary = the sorted set of characters of `text` after NFC normalisation."""
+        text = unicodedata.normalize("NFC", text)
+        return cls(chr(c) for c in np.unique(code_points(text)).tolist())
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars) + 1
+
+    # -- encode / decode ----------------------------------------------------------------------
+    def encode(self, text: str) -> np.ndarray:
+        """NFC-normalise `text` and return its ids (int32 array); unknown characters map to `<unk>`."""
+        cps = code_points(unicodedata.normalize("NFC", text))
+        ids = np.zeros(len(cps), dtype=np.int32)
+        inside = cps < len(self._table)
+        ids[inside] = self._table[cps[inside]]
+        return ids
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
+        return text_from_code_points(self._decode_cps[arr])
+
+    def unknown_chars(self, text: str) -> Counter[str]:
+        """Characters of `text` (after NFC) that are not in the vocabulary, with their counts."""
+        cps = code_points(unicodedata.normalize("NFC", text))
+        ids = self.encode(text)
+        missing, counts = np.unique(cps[ids == UNK_ID], return_counts=True)
+        return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts)})
+
+    # -- persistence --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KoreanCharTokenizer:
+        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list):
+            raise UserError("not a kochar-gpt character tokenizer vocabulary")
+        return cls(d["chars"])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> KoreanCharTokenizer:
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read tokenizer vocabulary {path}: {e}") from None
+        return cls.from_dict(d)
+
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary, used to key token caches."""
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]
+
+    def stream_decoder(self) -> CharStreamDecoder:
+        """Decode ids one at a time as they are generated (each id is one whole character)."""
+        return CharStreamDecoder(self)
+
+
+class CharStreamDecoder:
+    def __init__(self, tokenizer: KoreanCharTokenizer):
+        self.tokenizer = tokenizer
+
+    def feed(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def flush(self) -> str:
+        return ""

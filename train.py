@@ -1,0 +1,30 @@
+"""Train a Korean character-level GPT.  python train.py [key=value ...]  (see configs/train.yaml)"""
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from common.cli import run_cli
+from training.hydra_setup import register_resolvers
+
+register_resolvers()
+
+
+@hydra.main(config_path="configs", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from training.trainer import train
+
+    run_dir = HydraConfig.get().runtime.output_dir
+    result = run_cli(lambda: train(cfg, run_dir))
+    if result.sample:
+        print("\n--- sample ---\n" + result.sample + "\n--------------")
+    print(f"run: {result.run_dir}  step {result.step}  val loss {result.val_loss:.4f}  "
+          f"val bpc {result.val_bpc:.4f}  {result.seconds:.1f}s ({result.stopped})")
+    if result.stopped in ("SIGINT", "SIGTERM"):
+        sys.exit(130 if result.stopped == "SIGINT" else 143)
+
+
+if __name__ == "__main__":
+    main()

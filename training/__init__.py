@@ -1,0 +1,1 @@
+"""The training loop and what it needs: devices, schedules, checkpoints, logging, DDP."""

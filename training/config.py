@@ -1,0 +1,67 @@
+"""Checking a composed config before any work, with messages that name the keys."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from common.errors import UserError
+from model.attention import ATTENTION_KINDS
+from training.device import DEVICES, DTYPES
+from training.schedule import SCHEDULES
+
+
+def _positive_int(cfg: DictConfig, key: str, allow_zero: bool = False) -> None:
+    value = cfg_get(cfg, key)
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        need = "an integer >= 0" if allow_zero else "a positive integer"
+        raise UserError(f"{key}={value} is invalid: it must be {need}")
+
+
+def cfg_get(cfg: DictConfig, key: str):
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def check_model_config(cfg: DictConfig) -> None:
+    for key in ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks"):
+        _positive_int(cfg, f"model.{key}")
+    m = cfg.model
+    if m.head_size % m.num_heads:
+        raise UserError(
+            f"model.head_size={m.head_size} is not divisible by model.num_heads={m.num_heads}; "
+            f"pick a head_size that is a multiple of num_heads"
+        )
+    if not 0.0 <= float(m.dropout) < 1.0:
+        raise UserError(f"model.dropout={m.dropout} is invalid: it must be in [0, 1)")
+    if m.get("attention", "fused") not in ATTENTION_KINDS:
+        raise UserError(f"model.attention={m.attention} is invalid: use one of {', '.join(ATTENTION_KINDS)}")
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    """Everything `train.py` reads, checked up front."""
+    check_model_config(cfg)
+    if not 0.0 < float(cfg.data.val_fraction) < 1.0:
+        raise UserError(f"data.val_fraction={cfg.data.val_fraction} is invalid: it must be in (0, 1)")
+    for key in ("train.batch_size", "train.eval_interval", "train.eval_steps", "train.grad_accum_steps",
+                "train.log_interval"):
+        _positive_int(cfg, key)
+    for key in ("train.max_steps", "train.warmup_steps"):
+        _positive_int(cfg, key, allow_zero=True)
+    t = cfg.train
+    if t.max_seconds is not None and not float(t.max_seconds) > 0:
+        raise UserError(f"train.max_seconds={t.max_seconds} is invalid: it must be > 0 (or null)")
+    if not float(t.lr) > 0:
+        raise UserError(f"train.lr={t.lr} is invalid: it must be > 0")
+    if not 0 <= float(t.min_lr) <= float(t.lr):
+        raise UserError(f"train.min_lr={t.min_lr} is invalid: it must be in [0, train.lr]")
+    if float(t.weight_decay) < 0 or float(t.grad_clip) < 0:
+        raise UserError("train.weight_decay and train.grad_clip must be >= 0 (grad_clip 0 = off)")
+    if t.lr_schedule not in SCHEDULES:
+        raise UserError(f"train.lr_schedule={t.lr_schedule} is invalid: use one of {', '.join(SCHEDULES)}")
+    if t.dtype != "auto" and t.dtype not in DTYPES:
+        raise UserError(f"train.dtype={t.dtype} is invalid: use one of auto, {', '.join(DTYPES)}")
+    if str(cfg.device).split(":")[0] not in DEVICES:
+        raise UserError(f"device={cfg.device} is invalid: use one of {', '.join(DEVICES)}")

@@ -1,0 +1,37 @@
+"""OmegaConf resolvers the configs use to name run directories."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+
+def _safe_name(overrides: str) -> str:
+    """`model.num_heads=4,train.lr=0.001` -> a folder name without slashes or odd characters."""
+    return re.sub(r"[^\w.=,+-]+", "_", overrides).strip("_")[:150]
+
+
+def _suffix(overrides: str) -> str:
+    name = _safe_name(overrides)
+    return f"_{name}" if name else ""
+
+
+def _run_dir(resume, default: str) -> str:
+    """Where a run writes: the resumed run's folder, or `default`; other DDP ranks write nowhere visible."""
+    rank = int(os.environ.get("RANK", "0"))
+    if rank > 0:
+        return str(Path(tempfile.gettempdir()) / f"kochar-gpt-rank{rank}-{os.getpid()}")
+    if resume not in (None, ""):
+        p = Path(str(resume)).expanduser()
+        return str(p if p.is_dir() or p.suffix != ".pt" else p.parent)
+    return default
+
+
+def register_resolvers() -> None:
+    for name, fn in (("safe_name", _safe_name), ("override_suffix", _suffix), ("run_dir", _run_dir)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
