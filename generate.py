@@ -2,10 +2,12 @@
 
 (see configs/generate.yaml)"""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from common.cli import run_cli
+from common.cli import quote_non_ascii_overrides, run_cli
 
 
 def _run(cfg: DictConfig) -> None:
@@ -32,4 +34,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
     main()

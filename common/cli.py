@@ -6,6 +6,7 @@ Tracebacks are for our bugs; set KOCHAR_DEBUG=1 (or HYDRA_FULL_ERROR=1) to see t
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,6 +23,33 @@ def debug_enabled() -> bool:
 def fail(message: str, code: int = 2) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def _quote(value: str) -> str:
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
+    """Hydra's override grammar rejects unquoted Hangul (`prompt=안녕`); quote such values for it.
+
+    Values already quoted, and ASCII values, pass unchanged. In a multirun (`-m`) a comma separates
+    sweep values, so each one is quoted on its own.
+    """
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if (not sep or arg.startswith("-") or not value or value[0] in "'\"[(" or value.isascii()
+                or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)):
+            out.append(arg)
+            continue
+        parts = value.split(",") if multirun else [value]
+        out.append(key + "=" + ",".join(_quote(p) for p in parts))
+    return out
 
 
 def run_cli(fn: Callable[[], T]) -> T:

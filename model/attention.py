@@ -73,7 +73,9 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_size // num_heads
         self.attention = attention
         self.dropout_p = dropout
-        self.heads = nn.ModuleList(Head(embedding_size, self.head_dim, context_length, dropout) for _ in range(num_heads))
+        self.heads = nn.ModuleList(
+            Head(embedding_size, self.head_dim, context_length, dropout) for _ in range(num_heads)
+        )
         self.proj = nn.Linear(head_size, embedding_size)
         self.resid_dropout = nn.Dropout(dropout)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)

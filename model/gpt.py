@@ -135,7 +135,8 @@ class AttentionLanguageModel(nn.Module):
 
     def _new_cache(self, batch_size: int, device: torch.device) -> KVCache:
         attn = self.blocks[0].attn
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.lm_head.weight.dtype
+        autocasting = torch.is_autocast_enabled(device.type)
+        dtype = torch.get_autocast_dtype(device.type) if autocasting else self.lm_head.weight.dtype
         return KVCache(len(self.blocks), batch_size, attn.num_heads, self.context_length, attn.head_dim, device, dtype)
 
     @torch.no_grad()

@@ -81,7 +81,7 @@ class KoreanCharTokenizer:
         cps = code_points(unicodedata.normalize("NFC", text))
         ids = self.encode(text)
         missing, counts = np.unique(cps[ids == UNK_ID], return_counts=True)
-        return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts)})
+        return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts, strict=True)})
 
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:

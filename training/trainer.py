@@ -24,7 +24,14 @@ from data.sampler import BatchSampler
 from model import AttentionLanguageModel
 from tokenizer import tokenizer_from_dict
 from training import distributed
-from training.checkpoint import BEST_NAME, CKPT_NAME, load_checkpoint, resolve_checkpoint, save_checkpoint, strip_compile_prefix
+from training.checkpoint import (
+    BEST_NAME,
+    CKPT_NAME,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+    strip_compile_prefix,
+)
 from training.config import check_train_config
 from training.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from training.evaluation import bits_per_char, estimate_loss
