@@ -1,0 +1,40 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def shared_corpus() -> Path:
+    if not SHARED_CORPUS.is_file():
+        pytest.skip("../shared/corpora/koconovel_dev.txt is not present")
+    return SHARED_CORPUS
+
+
+@pytest.fixture
+def small_corpus(tmp_path) -> Path:
+    """A few KB of Korean text written for the tests (ours, not from any corpus)."""
+    text = (
+        "오늘은 비가 조금 내렸다. 우산을 챙기지 않아서 편의점에 들러 하나 샀다.\n"
+        "버스를 기다리는 동안 친구에게 문자를 보냈다. \"곧 도착해!\"\n"
+        "저녁에는 된장찌개를 끓였다. 두부 반 모와 애호박, 양파를 넣었다.\n"
+        "Wi-Fi가 자꾸 끊겨서 공유기를 다시 켰더니 괜찮아졌다. 오후 9시 30분.\n"
+    )
+    p = tmp_path / "corpus.txt"
+    p.write_text(text * 30, encoding="utf-8")
+    return p
+
+
+def run_script(*args: str, timeout: float = 300, env: dict | None = None, cwd: Path | None = None):
+    """Run one of the entry scripts with the current interpreter, as a user would."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, *args], cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)

@@ -1,0 +1,65 @@
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from common.cli import quote_non_ascii_overrides
+from common.errors import UserError
+from model import AttentionLanguageModel
+from training.config import check_train_config
+from training.hydra_setup import register_resolvers
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+register_resolvers()
+
+
+def compose_train(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("model", sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml")))
+def test_every_model_config_composes_and_builds(model):
+    cfg = compose_train(f"model={model}")
+    check_train_config(cfg)
+    m = AttentionLanguageModel(vocab_size=100, **OmegaConf.to_container(cfg.model))
+    assert m.context_length == cfg.model.context_length
+
+
+@pytest.mark.parametrize("data", sorted(p.stem for p in (CONFIGS / "data").glob("*.yaml")))
+def test_every_data_config_composes(data):
+    check_train_config(compose_train(f"data={data}"))
+
+
+def test_required_keys_exist():
+    cfg = compose_train()
+    for key in ("model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
+                "model.num_blocks", "model.dropout", "data.path", "data.val_fraction", "train.batch_size",
+                "train.max_steps", "train.lr", "train.eval_interval", "train.eval_steps", "seed", "device"):
+        assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key == "data.path", key
+    assert cfg.model.head_size % cfg.model.num_heads == 0
+
+
+def test_generate_config_composes():
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        overrides = quote_non_ascii_overrides(["prompt=안녕 '친구'", "top_k=5", "data.path=/tmp/소설.txt"])
+        cfg = compose(config_name="generate", overrides=overrides[:2])
+    assert cfg.prompt == "안녕 '친구'" and cfg.top_k == 5
+    assert overrides[2] == "data.path='/tmp/소설.txt'"
+
+
+@pytest.mark.parametrize("override,keys", [
+    ("model.head_size=30", "model.head_size=30 is not divisible by model.num_heads=4"),
+    ("model.num_heads=0", "model.num_heads=0"),
+    ("model.dropout=1.5", "model.dropout"),
+    ("data.val_fraction=0", "data.val_fraction"),
+    ("data.val_fraction=1.2", "data.val_fraction"),
+    ("device=tpu", "device=tpu"),
+    ("train.batch_size=-1", "train.batch_size"),
+    ("train.lr_schedule=linear", "train.lr_schedule"),
+])
+def test_invalid_combinations_name_the_keys(override, keys):
+    with pytest.raises(UserError) as e:
+        check_train_config(compose_train(override))
+    assert keys in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,82 @@
+import unicodedata
+
+import numpy as np
+import pytest
+import torch
+
+from common.errors import UserError
+from data.corpus import EMBEDDED_CORPUS, load_corpus
+from data.sampler import BatchSampler
+from data.text import read_text
+
+
+def test_encodings_and_normalisation_give_the_same_ids(tmp_path, small_corpus):
+    text = small_corpus.read_text(encoding="utf-8")
+    variants = {
+        "utf8.txt": text.encode("utf-8"),
+        "bom.txt": b"\xef\xbb\xbf" + text.encode("utf-8"),
+        "cp949.txt": text.replace("\n", "\r\n").encode("cp949"),
+        "nfd.txt": unicodedata.normalize("NFD", text).encode("utf-8"),
+        "utf16.txt": text.encode("utf-16"),
+    }
+    results = []
+    for name, data in variants.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        assert read_text(p) == text
+        c = load_corpus(p, cache_dir=tmp_path / "cache")
+        results.append((c.tokenizer.chars, np.asarray(c.tokens).tolist()))
+    assert all(r == results[0] for r in results)
+
+
+def test_token_cache_is_reused_and_keyed_by_content(tmp_path, small_corpus):
+    cache = tmp_path / "cache"
+    a = load_corpus(small_corpus, cache_dir=cache)
+    files = sorted(cache.iterdir())
+    b = load_corpus(small_corpus, cache_dir=cache)
+    assert sorted(cache.iterdir()) == files and isinstance(b.tokens, np.memmap)
+    assert np.array_equal(a.tokens, b.tokens)
+    small_corpus.write_text(small_corpus.read_text(encoding="utf-8") + "새 문장.\n", encoding="utf-8")
+    c = load_corpus(small_corpus, cache_dir=cache)
+    assert len(c.tokens) == len(a.tokens) + 6
+
+
+def test_split_is_the_last_fraction(small_corpus, tmp_path):
+    c = load_corpus(small_corpus, cache_dir=tmp_path)
+    train, val = c.split(0.1)
+    assert len(train) + len(val) == len(c.tokens)
+    assert abs(len(val) - 0.1 * len(c.tokens)) <= 1
+    assert np.array_equal(val, c.tokens[len(train):])
+
+
+def test_embedded_corpus_is_substantial():
+    text = read_text(EMBEDDED_CORPUS)
+    assert len(text) >= 30_000 and len(set(text)) > 800
+    lines = [line for line in text.splitlines() if len(line) > 20]
+    assert len(lines) == len(set(lines)), "no paragraph may be repeated"
+
+
+def test_sampler_windows_are_shifted_and_reproducible():
+    tokens = np.arange(1000, dtype=np.uint16)
+    s1 = BatchSampler(tokens, context_length=16, batch_size=4, seed=3)
+    s2 = BatchSampler(tokens, context_length=16, batch_size=4, seed=3)
+    x, y = s1.next_batch()
+    x2, y2 = s2.next_batch()
+    assert x.shape == (4, 16) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y, x + 1)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    other_rank = BatchSampler(tokens, 16, 4, seed=3, rank=1).next_batch()[0]
+    assert not torch.equal(other_rank, x)
+    state = s1.state_dict()
+    nxt = s1.next_batch()[0]
+    s1.load_state_dict(state)
+    assert torch.equal(s1.next_batch()[0], nxt)
+
+
+def test_missing_and_empty_corpus_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_corpus(tmp_path / "nope.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(UserError, match="empty"):
+        load_corpus(empty, cache_dir=tmp_path / "c")
