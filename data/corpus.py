@@ -18,8 +18,7 @@ import numpy as np
 
 from common.errors import UserError
 from data.text import detect_encoding, iter_text_chunks
-from tokenizer import KoreanCharTokenizer, tokenizer_from_dict
-from tokenizer.char import code_points
+from tokenizer import TOKENIZER_KINDS, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 EMBEDDED_CORPUS = Path(__file__).resolve().parent / "corpus" / "ko_default.txt"
 
@@ -27,9 +26,9 @@ EMBEDDED_CORPUS = Path(__file__).resolve().parent / "corpus" / "ko_default.txt"
 @dataclass
 class Corpus:
     path: Path
-    tokenizer: KoreanCharTokenizer
+    tokenizer: Tokenizer
     tokens: np.ndarray  # (N,) uint16/uint32, usually a read-only memmap
-    num_chars: int
+    num_chars: int  # characters of the text (a jamo tokenizer makes more tokens than characters)
     num_unknown: int
 
     def split(self, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -61,13 +60,6 @@ def default_cache_dir(corpus_path: Path) -> Path:
     return base / "kochar-gpt"
 
 
-def _build_vocabulary(path: Path) -> KoreanCharTokenizer:
-    seen: set[int] = set()
-    for chunk in iter_text_chunks(path):
-        seen.update(np.unique(code_points(chunk)).tolist())
-    return KoreanCharTokenizer(chr(c) for c in seen)
-
-
 def _atomic_write_bytes(target: Path, chunks) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
@@ -83,10 +75,13 @@ def _atomic_write_bytes(target: Path, chunks) -> None:
 
 def load_corpus(
     path: str | os.PathLike | None,
-    tokenizer: KoreanCharTokenizer | None = None,
+    tokenizer: Tokenizer | None = None,
     cache_dir: str | os.PathLike | None = None,
+    tokenizer_kind: str = "char",
 ) -> Corpus:
-    """Tokenise `path` (building the vocabulary from it unless `tokenizer` is given), using the cache."""
+    """Tokenise `path` (building a `tokenizer_kind` vocabulary from it unless `tokenizer` is given), using the cache."""
+    if tokenizer is None and tokenizer_kind not in TOKENIZER_KINDS:
+        raise UserError(f"data.tokenizer={tokenizer_kind} is invalid: use one of {', '.join(TOKENIZER_KINDS)}")
     path = resolve_corpus_path(path)
     detect_encoding(path)  # clear errors for missing, directory, binary or undecodable files
     digest = file_sha256(path)
@@ -97,11 +92,11 @@ def load_corpus(
         raise UserError(f"cannot create token cache folder {cache}: {e.strerror or e}") from None
 
     if tokenizer is None:
-        vocab_file = cache / f"{path.name}.{digest[:16]}.vocab.json"
+        vocab_file = cache / f"{path.name}.{digest[:16]}.{tokenizer_kind}.vocab.json"
         if vocab_file.exists():
             tokenizer = tokenizer_from_dict(json.loads(vocab_file.read_text(encoding="utf-8")))
         else:
-            tokenizer = _build_vocabulary(path)
+            tokenizer = build_tokenizer(tokenizer_kind, iter_text_chunks(path))
             payload = json.dumps(tokenizer.to_dict(), ensure_ascii=False).encode("utf-8")
             _atomic_write_bytes(vocab_file, [payload])
 
@@ -115,7 +110,7 @@ def load_corpus(
         def encoded():
             for chunk in iter_text_chunks(path):
                 ids = tokenizer.encode(chunk)
-                stats["num_chars"] += len(ids)
+                stats["num_chars"] += len(chunk)  # chunks are NFC already: one str item per character
                 stats["num_unknown"] += int((ids == 0).sum())
                 yield ids.astype(dtype).tobytes()
 

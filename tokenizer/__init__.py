@@ -1,10 +1,37 @@
 """Tokenizers: text <-> ids. They know nothing of models or files other than their own JSON."""
 
-from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer
+from __future__ import annotations
 
-__all__ = ["KoreanCharTokenizer", "UNK_ID", "UNK_TOKEN", "tokenizer_from_dict"]
+import unicodedata
+from collections.abc import Iterable
+
+import numpy as np
+
+from common.errors import UserError
+from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer, code_points
+from tokenizer.jamo import KoreanJamoTokenizer
+
+__all__ = ["KoreanCharTokenizer", "KoreanJamoTokenizer", "TOKENIZER_KINDS", "Tokenizer", "UNK_ID", "UNK_TOKEN",
+           "build_tokenizer", "tokenizer_from_dict"]
+
+Tokenizer = KoreanCharTokenizer | KoreanJamoTokenizer
+TOKENIZER_KINDS = ("char", "jamo")
 
 
-def tokenizer_from_dict(d: dict) -> KoreanCharTokenizer:
-    """Rebuild a tokenizer saved with `to_dict()` (as stored in checkpoints)."""
+def build_tokenizer(kind: str, chunks: Iterable[str]) -> Tokenizer:
+    """A `kind` tokenizer whose vocabulary is everything in `chunks` (a corpus read piece by piece)."""
+    if kind == "char":
+        seen: set[int] = set()
+        for chunk in chunks:
+            seen.update(np.unique(code_points(unicodedata.normalize("NFC", chunk))).tolist())
+        return KoreanCharTokenizer(chr(c) for c in seen)
+    if kind == "jamo":
+        return KoreanJamoTokenizer.from_chunks(chunks)
+    raise UserError(f"unknown tokenizer kind {kind!r}; set data.tokenizer to one of: {', '.join(TOKENIZER_KINDS)}")
+
+
+def tokenizer_from_dict(d: dict) -> Tokenizer:
+    """Rebuild a tokenizer saved with `to_dict()` (as stored in checkpoints), whatever its kind."""
+    if isinstance(d, dict) and d.get("kind") == KoreanJamoTokenizer.kind:
+        return KoreanJamoTokenizer.from_dict(d)
     return KoreanCharTokenizer.from_dict(d)

@@ -83,6 +83,10 @@ class KoreanCharTokenizer:
         missing, counts = np.unique(cps[ids == UNK_ID], return_counts=True)
         return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts, strict=True)})
 
+    def token_counts(self, text: str) -> np.ndarray:
+        """How many tokens each character of NFC `text` becomes: always one here."""
+        return np.ones(len(code_points(unicodedata.normalize("NFC", text))), dtype=np.int64)
+
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self.chars}

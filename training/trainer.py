@@ -90,7 +90,7 @@ def min_corpus_chars(context_length: int, val_fraction: float) -> int:
 
 
 def _load_data(cfg: DictConfig, tokenizer, resumed_from: Path | None) -> Corpus:
-    corpus = load_corpus(cfg.data.path, tokenizer, cfg.data.get("cache_dir"))
+    corpus = load_corpus(cfg.data.path, tokenizer, cfg.data.get("cache_dir"), cfg.data.get("tokenizer", "char"))
     if resumed_from is not None and corpus.num_unknown:
         raise UserError(
             f"the corpus {corpus.path} has {corpus.num_unknown} characters outside the vocabulary of "

@@ -1,0 +1,261 @@
+"""KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens (initial, medial, final).
+
+A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit
+"no final" token, so decoding never has to guess where a syllable ends. Every other character (Hanja,
+Latin, digits, punctuation, emoji, and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in
+the character tokenizer.
+
+Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character
+of the text, not even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul.
+Encoding and decoding are numpy gathers over code points: no per-character Python loop.
+
+A model can sample sequences that are not syllables (a medial without an initial, an initial followed by
+a comma). Decoding stays readable: an initial and a medial without a final make an open syllable, and a
+part with no syllable to belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows
+as nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import UserError
+from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
+
+FORMAT = "kochar-gpt/jamo-tokenizer"
+
+SYLLABLE_FIRST, SYLLABLE_LAST = 0xAC00, 0xD7A3
+NUM_INITIALS, NUM_MEDIALS, NUM_FINALS = 19, 21, 28  # NUM_FINALS counts "no final" as final 0
+
+# Token codes: a character's code point, or PART_BASE + k for syllable part k.
+PART_BASE = 0x110000
+INITIAL_BASE = PART_BASE
+MEDIAL_BASE = INITIAL_BASE + NUM_INITIALS
+FINAL_BASE = MEDIAL_BASE + NUM_MEDIALS
+NUM_PARTS = NUM_INITIALS + NUM_MEDIALS + NUM_FINALS
+NO_FINAL = FINAL_BASE  # final 0
+
+_CONJOINING_L, _CONJOINING_V, _CONJOINING_T = 0x1100, 0x1161, 0x11A7  # final 1 is U+11A8
+
+
+def _part_tables() -> tuple[list[str], np.ndarray]:
+    """(name of each part token, the compatibility jamo each part shows as when it stands alone)."""
+    names, shown = [], []
+    for base, count, kind, prefix in ((_CONJOINING_L, NUM_INITIALS, "L", "HANGUL CHOSEONG "),
+                                      (_CONJOINING_V, NUM_MEDIALS, "V", "HANGUL JUNGSEONG "),
+                                      (_CONJOINING_T, NUM_FINALS, "T", "HANGUL JONGSEONG ")):
+        for k in range(count):
+            if kind == "T" and k == 0:
+                names.append("<T none>")
+                shown.append(-1)  # an orphan "no final" has nothing to show
+                continue
+            jamo = chr(base + k)
+            names.append(f"<{kind} {jamo}>")
+            # ᄀ (HANGUL CHOSEONG KIYEOK) and ᆨ (HANGUL JONGSEONG KIYEOK) both show as ㄱ (HANGUL LETTER KIYEOK)
+            letter = "HANGUL LETTER " + unicodedata.name(jamo).removeprefix(prefix)
+            shown.append(ord(unicodedata.lookup(letter)))
+    return names, np.array(shown, dtype=np.int64)
+
+
+PART_NAMES, _PART_SHOWN = _part_tables()
+_PART_BY_NAME = {name: PART_BASE + k for k, name in enumerate(PART_NAMES)}
+
+
+def jamo_codes(text: str) -> np.ndarray:
+    """The token codes of NFC `text` (int64): syllables as initial, medial, final; other characters as is."""
+    cps = code_points(text).astype(np.int64)
+    syl = (cps >= SYLLABLE_FIRST) & (cps <= SYLLABLE_LAST)
+    width = np.where(syl, 3, 1)
+    start = np.cumsum(width) - width  # where each character's tokens begin
+    codes = np.empty(int(width.sum()), dtype=np.int64)
+    codes[start[~syl]] = cps[~syl]
+    s = cps[syl] - SYLLABLE_FIRST
+    at = start[syl]
+    codes[at] = INITIAL_BASE + s // (NUM_MEDIALS * NUM_FINALS)
+    codes[at + 1] = MEDIAL_BASE + (s // NUM_FINALS) % NUM_MEDIALS
+    codes[at + 2] = FINAL_BASE + s % NUM_FINALS
+    return codes
+
+
+def text_from_jamo_codes(codes: np.ndarray) -> str:
+    """Inverse of `jamo_codes`, and readable for any sequence of codes (see the module docstring)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    n = len(codes)
+    if n == 0:
+        return ""
+    is_l = (codes >= INITIAL_BASE) & (codes < MEDIAL_BASE)
+    is_v = (codes >= MEDIAL_BASE) & (codes < FINAL_BASE)
+    is_t = (codes >= FINAL_BASE) & (codes < PART_BASE + NUM_PARTS)
+    nxt_v = np.zeros(n, dtype=bool)
+    nxt_v[:-1] = is_v[1:]
+    nxt2_t = np.zeros(n, dtype=bool)
+    nxt2_t[:-2] = is_t[2:]
+    # A syllable starts at each initial followed by a medial; these never overlap (an initial is never a
+    # medial or a final), so they can all be found at once.
+    open_start = is_l & nxt_v
+    closed_start = open_start & nxt2_t
+    out = codes.copy()  # characters stay themselves
+    consumed = np.zeros(n, dtype=bool)
+    consumed[np.flatnonzero(open_start) + 1] = True
+    consumed[np.flatnonzero(closed_start) + 2] = True
+    part = (codes >= PART_BASE) & ~consumed
+    out[part] = _PART_SHOWN[codes[part] - PART_BASE]  # orphan parts (and starts, replaced below)
+    starts = np.flatnonzero(open_start)
+    final = np.zeros(len(starts), dtype=np.int64)
+    closed = closed_start[starts]
+    final[closed] = codes[starts[closed] + 2] - FINAL_BASE
+    out[starts] = (SYLLABLE_FIRST + ((codes[starts] - INITIAL_BASE) * NUM_MEDIALS
+                                     + codes[starts + 1] - MEDIAL_BASE) * NUM_FINALS + final)
+    out[consumed] = -1
+    return text_from_code_points(out[out >= 0])
+
+
+def _code_name(code: int) -> str:
+    return PART_NAMES[code - PART_BASE] if code >= PART_BASE else chr(code)
+
+
+class KoreanJamoTokenizer:
+    """Id 0 is `<unk>`; ids 1..N are the corpus tokens (characters, then syllable parts) in code order."""
+
+    kind = "jamo"
+
+    def __init__(self, tokens: Iterable[str]):
+        codes = set()
+        for name in tokens:
+            if name in _PART_BY_NAME:
+                codes.add(_PART_BY_NAME[name])
+            elif isinstance(name, str) and len(name) == 1:
+                codes.add(ord(name))
+            else:
+                raise UserError(f"jamo tokenizer vocabulary entry {name!r} is neither a character nor a jamo part")
+        self._codes = np.array(sorted(codes), dtype=np.int64)
+        self.tokens: list[str] = [_code_name(int(c)) for c in self._codes]
+        chars = self._codes[self._codes < PART_BASE]
+        self._char_table = np.zeros(int(chars.max()) + 1 if len(chars) else 1, dtype=np.int32)
+        self._char_table[chars] = np.arange(1, len(chars) + 1, dtype=np.int32)
+        self._part_table = np.zeros(NUM_PARTS, dtype=np.int32)
+        parts = self._codes[self._codes >= PART_BASE]
+        self._part_table[parts - PART_BASE] = np.arange(len(chars) + 1, len(self._codes) + 1, dtype=np.int32)
+        self._decode_codes = np.concatenate([[ord(UNK_DECODED)], self._codes]).astype(np.int64)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def _from_codes(cls, codes: Iterable[int]) -> KoreanJamoTokenizer:
+        return cls(_code_name(int(c)) for c in codes)
+
+    @classmethod
+    def from_text(cls, text: str) -> KoreanJamoTokenizer:
+        """Vocabulary = the sorted set of tokens of `text` after NFC normalisation."""
+        return cls.from_chunks([text])
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[str]) -> KoreanJamoTokenizer:
+        """The vocabulary of the union of `chunks` (a corpus read piece by piece)."""
+        seen: set[int] = set()
+        for chunk in chunks:
+            seen.update(np.unique(jamo_codes(unicodedata.normalize("NFC", chunk))).tolist())
+        return cls._from_codes(seen)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._codes) + 1
+
+    # -- encode / decode ----------------------------------------------------------------------
+    def encode(self, text: str) -> np.ndarray:
+        """NFC-normalise `text` and return its ids (int32 array); tokens not in the vocabulary are `<unk>`."""
+        return self._ids(jamo_codes(unicodedata.normalize("NFC", text)))
+
+    def _ids(self, codes: np.ndarray) -> np.ndarray:
+        ids = np.zeros(len(codes), dtype=np.int32)
+        part = codes >= PART_BASE
+        ids[part] = self._part_table[codes[part] - PART_BASE]
+        char = ~part & (codes < len(self._char_table))
+        ids[char] = self._char_table[codes[char]]
+        return ids
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
+        return text_from_jamo_codes(self._decode_codes[arr])
+
+    def token_counts(self, text: str) -> np.ndarray:
+        """How many tokens each character of NFC `text` becomes (3 for a syllable, else 1)."""
+        cps = code_points(unicodedata.normalize("NFC", text))
+        return np.where((cps >= SYLLABLE_FIRST) & (cps <= SYLLABLE_LAST), 3, 1)
+
+    def unknown_chars(self, text: str) -> Counter[str]:
+        """Characters of `text` (after NFC) with a token outside the vocabulary, with their counts."""
+        text = unicodedata.normalize("NFC", text)
+        cps = code_points(text)
+        counts = self.token_counts(text)
+        unk_tokens = (self.encode(text) == UNK_ID).astype(np.int64)
+        per_char = np.add.reduceat(unk_tokens, np.cumsum(counts) - counts) if len(cps) else unk_tokens
+        missing, n = np.unique(cps[per_char > 0], return_counts=True)
+        return Counter({chr(int(c)): int(k) for c, k in zip(missing, n, strict=True)})
+
+    # -- persistence --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KoreanJamoTokenizer:
+        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("tokens"), list):
+            raise UserError("not a kochar-gpt jamo tokenizer vocabulary")
+        return cls(d["tokens"])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> KoreanJamoTokenizer:
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read tokenizer vocabulary {path}: {e}") from None
+        return cls.from_dict(d)
+
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary, used to key token caches."""
+        return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]
+
+    def stream_decoder(self) -> JamoStreamDecoder:
+        """Decode ids one at a time as they are generated, printing each syllable once it is complete."""
+        return JamoStreamDecoder(self)
+
+
+class JamoStreamDecoder:
+    """Holds back an initial (and its medial) until the syllable is complete.
+
+    Whatever the ids, the concatenation of everything `feed` and `flush` return equals `decode(ids)`.
+    """
+
+    def __init__(self, tokenizer: KoreanJamoTokenizer):
+        self._codes = tokenizer._decode_codes
+        self._pending: list[int] = []  # [] or [initial] or [initial, medial]
+
+    def _release(self, extra: list[int]) -> str:
+        out = text_from_jamo_codes(np.array(self._pending + extra, dtype=np.int64))
+        self._pending = []
+        return out
+
+    def feed(self, token_id: int) -> str:
+        code = int(self._codes[token_id])
+        if INITIAL_BASE <= code < MEDIAL_BASE:
+            out = self._release([])
+            self._pending = [code]
+            return out
+        if MEDIAL_BASE <= code < FINAL_BASE and len(self._pending) == 1:
+            self._pending.append(code)
+            return ""
+        return self._release([code])
+
+    def flush(self) -> str:
+        return self._release([])
