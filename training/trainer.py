@@ -7,6 +7,7 @@ progress bar and writes checkpoints.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import signal
 import time
@@ -158,6 +159,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
             restore_rng(payload["rng"])
     if dist.rank:
         torch.manual_seed(cfg.seed + dist.rank)  # different dropout masks per rank
+    if dist.enabled:  # let users check that the ranks read different data
+        state = sampler.state_dict()
+        first = sampler.next_batch()[0]
+        sampler.load_state_dict(state)
+        digest = hashlib.sha1(first.cpu().numpy().tobytes()).hexdigest()[:12]
+        print(f"rank {dist.rank}/{dist.world_size}: first batch {digest}", flush=True)
 
     model = raw_model
     if t.compile:
@@ -166,7 +173,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
     eval_model = model.module if dist.enabled else model
 
-    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=step if payload else None)
+    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=step + 1 if payload else None)
     if dist.is_main:
         tokenizer.save(run_dir / "vocab.json")
     accum = t.grad_accum_steps

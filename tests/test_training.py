@@ -1,0 +1,124 @@
+"""The training loop: schedule, weight decay, clipping, accumulation, resume, time budget, DDP."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from model import AttentionLanguageModel
+from training.checkpoint import load_checkpoint
+from training.hydra_setup import register_resolvers
+from training.schedule import lr_at, param_groups
+from training.trainer import train
+
+ROOT = Path(__file__).resolve().parent.parent
+register_resolvers()
+
+
+def cfg_for(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(config_name="train", overrides=[
+            "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0", "device=cpu",
+            f"data.cache_dir={tmp_path / 'cache'}", *overrides])
+
+
+def test_schedule_values():
+    kw = dict(lr=1e-3, min_lr=1e-4, warmup_steps=10, total_steps=110)
+    assert lr_at(0, **kw) == pytest.approx(1e-3 * 1 / 11)
+    assert lr_at(9, **kw) == pytest.approx(1e-3 * 10 / 11)
+    assert lr_at(10, **kw) == pytest.approx(1e-3)
+    assert lr_at(60, **kw) == pytest.approx(1e-4 + 0.5 * 0.9e-3)  # half way: cos(pi/2) = 0
+    assert lr_at(110, **kw) == pytest.approx(1e-4)
+    assert lr_at(500, **kw) == pytest.approx(1e-4)
+    assert lr_at(60, **kw, schedule="constant") == 1e-3
+    values = [lr_at(s, **kw) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_weight_decay_only_on_matrices():
+    m = AttentionLanguageModel(vocab_size=20, context_length=8, embedding_size=16, head_size=16, num_heads=2,
+                               num_blocks=2, tie_weights=True)
+    decay, no_decay = param_groups(m, 0.1)
+    names = {id(p): n for n, p in m.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(n.endswith("weight") and "ln" not in n and "embedding" not in n for n in decayed)
+    assert {"token_embedding.weight", "position_embedding.weight", "ln_f.weight", "ln_f.bias"} <= kept
+    assert "blocks.0.attn.heads.0.query.weight" in decayed and "blocks.0.ffwd.fc.bias" in kept
+    assert len(decayed) + len(kept) == len(list(m.parameters()))  # the tied matrix counted once
+
+
+def test_grad_clipping_is_logged_and_applied(tmp_path):
+    r = train(cfg_for(tmp_path, "train.max_steps=3", "train.eval_interval=3", "train.grad_clip=0.01",
+                      "train.log_interval=1"), tmp_path / "run")
+    from tests.tb_utils import scalar_tags
+
+    norms = [v for _, v in scalar_tags(tmp_path / "run")["train/grad_norm"]]
+    assert len(norms) == 3 and all(n > 0.01 for n in norms)  # the pre-clip norm is what is logged
+    assert r.step == 3
+
+
+def _final_weights(run_dir: Path) -> dict:
+    return load_checkpoint(run_dir / "ckpt.pt")["model"]
+
+
+def _assert_same(a: dict, b: dict, atol: float) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=atol), k
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    common = ["train.max_steps=4", "train.eval_interval=4", "model.dropout=0.0", "train.lr=3e-3"]
+    train(cfg_for(tmp_path, *common, "train.batch_size=8", "train.grad_accum_steps=1"), tmp_path / "big")
+    train(cfg_for(tmp_path, *common, "train.batch_size=4", "train.grad_accum_steps=2"), tmp_path / "acc")
+    _assert_same(_final_weights(tmp_path / "big"), _final_weights(tmp_path / "acc"), atol=2e-5)
+
+
+def test_resume_continues_exactly(tmp_path):
+    common = ["model.dropout=0.1", "train.eval_interval=3", "train.lr_decay_steps=12", "train.warmup_steps=2"]
+    full = train(cfg_for(tmp_path, *common, "train.max_steps=12"), tmp_path / "full")
+    train(cfg_for(tmp_path, *common, "train.max_steps=6"), tmp_path / "half")
+    resumed = train(cfg_for(tmp_path, *common, "train.max_steps=12", f"train.resume={tmp_path / 'half'}"),
+                    tmp_path / "half")
+    assert resumed.step == full.step == 12
+    _assert_same(_final_weights(tmp_path / "full"), _final_weights(tmp_path / "half"), atol=0)
+    assert resumed.val_loss == full.val_loss
+    from tests.tb_utils import scalar_tags
+
+    steps = [s for s, _ in scalar_tags(tmp_path / "half")["val/loss"]]
+    assert steps == [3, 6, 9, 12]  # one step axis across the resume
+
+
+def test_max_seconds_stops_cleanly(tmp_path):
+    r = train(cfg_for(tmp_path, "train.max_steps=1000000", "train.max_seconds=2", "train.eval_interval=100000"),
+              tmp_path / "run")
+    assert r.stopped == "max_seconds" and 0 < r.step < 1000000
+    payload = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    assert payload["step"] == r.step and math.isfinite(payload["val_loss"])
+    assert (tmp_path / "run" / "best.pt").exists()
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_on_cpu(tmp_path):
+    run = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+           "model=tiny", "device=cpu", "train.batch_size=4", "train.max_steps=6", "train.eval_interval=3",
+           "train.eval_steps=2", "train.sample_chars=0", "train.grad_accum_steps=2", f"hydra.run.dir={run}",
+           f"data.cache_dir={tmp_path / 'cache'}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    firsts = sorted(line for line in r.stdout.splitlines() if "first batch" in line)
+    assert len(firsts) == 2 and firsts[0].split()[-1] != firsts[1].split()[-1]  # ranks saw different data
+    assert sorted(p.name for p in run.glob("*.pt")) == ["best.pt", "ckpt.pt"]
+    payload = load_checkpoint(run / "ckpt.pt")
+    assert payload["step"] == 6 and payload["world_size"] == 2
+    shutil.rmtree(run)
