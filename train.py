@@ -6,7 +6,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.cli import quote_non_ascii_overrides, run_cli
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 from training.hydra_setup import register_resolvers
 
 register_resolvers()
@@ -28,4 +28,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
-    main()
+    run_hydra(main)

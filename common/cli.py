@@ -5,9 +5,11 @@ Tracebacks are for our bugs; set KOCHAR_DEBUG=1 (or HYDRA_FULL_ERROR=1) to see t
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -52,8 +54,93 @@ def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
     return out
 
 
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as `warning: <message>` on one line, instead of Python's `file:line: UserWarning:` form."""
+    return "warning: " + " ".join(str(message).split()) + "\n"
+
+
+class _HeldStderr:
+    """Collects what is written to stderr until released, then passes everything through.
+
+    Hydra reports a bad override or a missing config in several lines before our code runs; holding
+    stderr until the job starts lets `run_hydra` fold that report into one `error:` line.
+    """
+
+    def __init__(self, real):
+        self.real, self.buffer, self.held = real, io.StringIO(), True
+
+    def write(self, text: str) -> int:
+        return (self.buffer if self.held else self.real).write(text)
+
+    def flush(self) -> None:
+        if not self.held:
+            self.real.flush()
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ... of the real stream
+        return getattr(self.real, name)
+
+    def release(self, keep: bool = True) -> None:
+        if self.held:
+            self.held = False
+            if keep and self.buffer.getvalue():
+                self.real.write(self.buffer.getvalue())
+                self.real.flush()
+        if sys.stderr is self:
+            sys.stderr = self.real
+
+
+_held_stderr: _HeldStderr | None = None
+
+
+def _fold_hydra_report(text: str) -> str:
+    """Hydra's multi-line error report as one line: the messages, with listed options joined by commas."""
+    parts: list[str] = []
+    listing = False
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("Set the environment variable HYDRA_FULL_ERROR"):
+            continue
+        if line.startswith("Config search path"):
+            break
+        if line[0].isspace():  # an option under "Available options in ...:", or a detail we drop
+            if listing:
+                parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line.strip()
+            continue
+        parts.append(line.strip().rstrip("."))
+        listing = line.rstrip().endswith(":")
+    unknown = re.search(r"Could not override '([^']+)'", text)
+    if unknown and "is not in struct" in text:  # the usual case: a misspelt key
+        key = unknown.group(1)
+        return f"unknown config key {key}; check its spelling (--cfg job prints every key; +{key}=... adds a new one)"
+    return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
+
+
+def run_hydra(main: Callable[[], object]) -> None:
+    """Call a `@hydra.main` function so that Hydra's own errors (unknown key, bad override syntax, missing
+    config group) end as one `error:` line and exit code 2, like our own user errors."""
+    global _held_stderr
+    if debug_enabled():
+        main()
+        return
+    _held_stderr = held = _HeldStderr(sys.stderr)
+    sys.stderr = held
+    try:
+        main()
+    except SystemExit as e:
+        if held.held and e.code not in (0, None):
+            report = held.buffer.getvalue()
+            held.release(keep=False)
+            fail(_fold_hydra_report(report))
+        raise
+    finally:
+        held.release()
+
+
 def run_cli(fn: Callable[[], T]) -> T:
     """Run `fn`; turn a UserError into `error: <message>` and its exit code."""
+    if _held_stderr is not None:
+        _held_stderr.release()  # the job has started: from here on stderr is live
+    if not debug_enabled():
+        warnings.formatwarning = one_line_warning
     try:
         return fn()
     except UserError as e:
