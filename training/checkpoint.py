@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -25,6 +26,7 @@ BEST_NAME = "best.pt"
 def save_checkpoint(payload: dict, path: str | Path) -> None:
     path = Path(path)
     payload = {"format": FORMAT, "version": VERSION, **payload}
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as f:
@@ -42,6 +44,20 @@ def save_checkpoint(payload: dict, path: str | Path) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Delete `.ckpt.pt.<pid>.tmp` files left by processes killed mid-write (a checkpoint's size each)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:-len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)  # still running (another writer): leave its file alone
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def strip_compile_prefix(state_dict: dict) -> dict:
@@ -75,19 +91,26 @@ def load_checkpoint(path: str | Path) -> dict:
     """Load to the CPU with weights_only=True; every failure is one clear UserError."""
     path = Path(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a file
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError(f"checkpoint not found: {path}") from None
     except IsADirectoryError:
         raise UserError(f"checkpoint path is a directory without {CKPT_NAME}: {path}") from None
+    except PermissionError:
+        raise UserError(f"cannot read checkpoint {path}: permission denied") from None
     except pickle.UnpicklingError:
         raise UserError(
             f"refusing to load {path}: it holds Python objects other than tensors and plain data "
             "(it may be malicious, or not a kochar-gpt checkpoint)"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"checkpoint {path} is truncated or corrupt ({first})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() and not isinstance(e, OSError) else ""
+        raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "
+                        "use another checkpoint (best.pt, or an earlier run) or train again") from None
+    except Exception as e:  # noqa: BLE001 - arbitrary bytes can fail the unpickler in any way
+        raise UserError(f"{path} is not a kochar-gpt checkpoint (it cannot be read: {type(e).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path} is not a kochar-gpt checkpoint")
     for key in ("model", "model_config", "tokenizer"):

@@ -18,6 +18,14 @@ def _positive_int(cfg: DictConfig, key: str, allow_zero: bool = False) -> None:
         raise UserError(f"{key}={value} is invalid: it must be {need}")
 
 
+def _number(cfg: DictConfig, key: str) -> float:
+    """The value at `key` as a float, or a UserError naming the key (not a ValueError traceback)."""
+    value = cfg_get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{key}={value} is invalid: it must be a number")
+    return float(value)
+
+
 def cfg_get(cfg: DictConfig, key: str):
     node = cfg
     for part in key.split("."):
@@ -34,7 +42,7 @@ def check_model_config(cfg: DictConfig) -> None:
             f"model.head_size={m.head_size} is not divisible by model.num_heads={m.num_heads}; "
             f"pick a head_size that is a multiple of num_heads"
         )
-    if not 0.0 <= float(m.dropout) < 1.0:
+    if not 0.0 <= _number(cfg, "model.dropout") < 1.0:
         raise UserError(f"model.dropout={m.dropout} is invalid: it must be in [0, 1)")
     if m.get("attention", "fused") not in ATTENTION_KINDS:
         raise UserError(f"model.attention={m.attention} is invalid: use one of {', '.join(ATTENTION_KINDS)}")
@@ -43,7 +51,7 @@ def check_model_config(cfg: DictConfig) -> None:
 def check_train_config(cfg: DictConfig) -> None:
     """Everything `train.py` reads, checked up front."""
     check_model_config(cfg)
-    if not 0.0 < float(cfg.data.val_fraction) < 1.0:
+    if not 0.0 < _number(cfg, "data.val_fraction") < 1.0:
         raise UserError(f"data.val_fraction={cfg.data.val_fraction} is invalid: it must be in (0, 1)")
     for key in ("train.batch_size", "train.eval_interval", "train.eval_steps", "train.grad_accum_steps",
                 "train.log_interval"):
@@ -51,14 +59,19 @@ def check_train_config(cfg: DictConfig) -> None:
     for key in ("train.max_steps", "train.warmup_steps"):
         _positive_int(cfg, key, allow_zero=True)
     t = cfg.train
-    if t.max_seconds is not None and not float(t.max_seconds) > 0:
+    if t.max_seconds is not None and not _number(cfg, "train.max_seconds") > 0:
         raise UserError(f"train.max_seconds={t.max_seconds} is invalid: it must be > 0 (or null)")
-    if not float(t.lr) > 0:
+    if not _number(cfg, "train.lr") > 0:
         raise UserError(f"train.lr={t.lr} is invalid: it must be > 0")
-    if not 0 <= float(t.min_lr) <= float(t.lr):
+    if not 0 <= _number(cfg, "train.min_lr") <= float(t.lr):
         raise UserError(f"train.min_lr={t.min_lr} is invalid: it must be in [0, train.lr]")
-    if float(t.weight_decay) < 0 or float(t.grad_clip) < 0:
+    if _number(cfg, "train.weight_decay") < 0 or _number(cfg, "train.grad_clip") < 0:
         raise UserError("train.weight_decay and train.grad_clip must be >= 0 (grad_clip 0 = off)")
+    for key in ("train.beta1", "train.beta2"):
+        if not 0 <= _number(cfg, key) < 1:
+            raise UserError(f"{key}={cfg_get(cfg, key)} is invalid: it must be in [0, 1)")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int):
+        raise UserError(f"seed={cfg.seed} is invalid: it must be an integer")
     if t.lr_schedule not in SCHEDULES:
         raise UserError(f"train.lr_schedule={t.lr_schedule} is invalid: use one of {', '.join(SCHEDULES)}")
     if t.dtype != "auto" and t.dtype not in DTYPES:
