@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ from training.tb_logger import RunLogger
 
 class TrainingDiverged(UserError):
     exit_code = 3
+
+
+def fault_nan_step() -> int:
+    """Fault injection for the crash-safety tests: KOCHAR_FAULT_NAN_AT_STEP=<n> makes the loss of step n NaN,
+    to prove a diverged run stops and keeps its last good checkpoint. Unset (the normal case) = off."""
+    value = os.environ.get("KOCHAR_FAULT_NAN_AT_STEP", "")
+    return int(value) if value.isdigit() else 0
 
 
 @dataclass
@@ -220,6 +228,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
                 with sync:
                     with amp():
                         _, loss = model(x, y)
+                        if step + 1 == fault_nan_step():
+                            loss = loss * float("nan")
                     scaler.scale(loss / accum).backward()
                 loss_sum += loss.detach()
             loss_value = (loss_sum / accum).item()
