@@ -1,0 +1,158 @@
+"""Scoring a whole text file with a trained model: loss per token and bits per original character.
+
+Every token of the file is predicted exactly once. Windows of `context_length` tokens start every
+`stride` tokens; each window scores only the targets no earlier window scored, so with stride =
+context_length the windows do not overlap, and with a smaller stride each target gets at least
+context_length - stride tokens of left context (the usual strided perplexity). The last window is moved
+back to end at the last token, so every window is full and batches stack.
+
+Bits per character divide the total loss by the number of characters of the text, not of tokens, so a
+jamo model (about 2.4 tokens per character on Korean prose) and a character model compare fairly. The
+first character only gives context. A character the vocabulary cannot represent (`<unk>`) is left out of
+the score, every one of its tokens, and counted apart.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from common.errors import UserError
+from data.text import iter_text_chunks
+from tokenizer import UNK_ID, Tokenizer
+
+
+@dataclass
+class EncodedText:
+    ids: np.ndarray  # (N,) int32 token ids
+    scored: np.ndarray  # (N,) bool: this token counts as a target
+    num_chars: int  # characters whose tokens are scored
+    num_unknown: int  # characters left out because the vocabulary cannot represent them
+    unknown: Counter[str]
+
+
+@dataclass
+class Score:
+    nats: float  # total loss over the scored tokens
+    tokens: int
+
+    @property
+    def loss(self) -> float:
+        return self.nats / self.tokens if self.tokens else float("nan")
+
+
+def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedText:
+    """Ids of the text, and which of them are scored: not the first character, not unknown characters."""
+    ids, scored, unknown = [], [], Counter()
+    num_chars = 0
+    first = True
+    for chunk in chunks:
+        chunk_ids = tokenizer.encode(chunk)
+        counts = tokenizer.token_counts(chunk)  # (chars,) tokens per character
+        if not len(counts):
+            continue
+        starts = np.cumsum(counts) - counts
+        char_unknown = np.add.reduceat((chunk_ids == UNK_ID).astype(np.int64), starts) > 0  # (chars,)
+        char_scored = ~char_unknown
+        if first:
+            char_scored[0] = False  # nothing before it to predict it from
+            first = False
+        if char_unknown.any():
+            unknown.update(tokenizer.unknown_chars(chunk))
+        num_chars += int(char_scored.sum())
+        ids.append(chunk_ids)
+        scored.append(np.repeat(char_scored, counts))  # (tokens,)
+    if not ids:
+        return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown)
+    return EncodedText(np.concatenate(ids), np.concatenate(scored), num_chars, sum(unknown.values()), unknown)
+
+
+def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start of each window, offset of its first new target): targets 1..num_tokens-1 each scored once.
+
+    A window starting at b reads tokens b..b+L-1 and predicts tokens b+1..b+L (L = its length, the
+    same for every window); targets before b+1+offset were scored by an earlier window.
+    """
+    if not 1 <= stride <= context_length:
+        raise UserError(f"stride={stride} is invalid: it must be between 1 and the context length {context_length}")
+    last = num_tokens - 1  # index of the last target
+    length = min(context_length, last)
+    starts, offsets = [], []
+    done = 0  # targets 1..done are scored
+    b = 0
+    while done < last:
+        b = min(b, last - length)  # the last window ends at the last token
+        starts.append(b)
+        offsets.append(done - b)  # window position j predicts token b+j+1; new ones are those > done
+        done = b + length
+        b += stride
+    return np.array(starts, dtype=np.int64), np.array(offsets, dtype=np.int64)
+
+
+@torch.no_grad()
+def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_length: int, stride: int,
+                 batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True) -> Score:
+    """Total loss (nats) and count of the scored targets of `ids`, predicting each one once."""
+    if len(ids) < 2:
+        return Score(0.0, 0)
+    if batch_size < 1:
+        raise UserError(f"batch_size={batch_size} is invalid: it must be a positive integer")
+    starts, offsets = window_plan(len(ids), context_length, stride)
+    length = min(context_length, len(ids) - 1)
+    positions = np.arange(length + 1)
+    tokens = torch.from_numpy(ids.astype(np.int64))
+    mask_all = torch.from_numpy(scored)
+    model.eval()
+    nats, count = 0.0, 0
+    bar = tqdm(total=len(starts), desc="evaluate", unit="window", disable=not progress or len(starts) <= batch_size,
+               file=sys.stderr, dynamic_ncols=True)
+    for i in range(0, len(starts), batch_size):
+        b = torch.from_numpy(starts[i:i + batch_size])
+        index = b[:, None] + torch.from_numpy(positions)  # (B, L+1)
+        windows = tokens[index].to(device)
+        x, y = windows[:, :-1], windows[:, 1:]  # (B, L) each
+        new = torch.arange(length)[None, :] >= torch.from_numpy(offsets[i:i + batch_size])[:, None]  # (B, L)
+        mask = (new & mask_all[index[:, 1:]]).to(device)
+        with autocast_ctx():
+            logits, _ = model(x)  # (B, L, V)
+        losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, L)
+        nats += float(losses[mask].double().sum())
+        count += int(mask.sum())
+        bar.update(len(b))
+    bar.close()
+    return Score(nats, count)
+
+
+def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stride: int | None, batch_size: int,
+                  device: torch.device, autocast_ctx: Callable, progress: bool = True) -> dict:
+    """Score the text file `path`; the numbers `evaluate.py` prints."""
+    context_length = model.context_length
+    stride = context_length if stride in (None, "") else int(stride)
+    text = encode_for_scoring(tokenizer, iter_text_chunks(path))
+    if text.num_chars == 0:
+        raise UserError(f"{path} has nothing to score: it needs at least two characters the model knows")
+    score = score_tokens(model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx,
+                         progress)
+    return {
+        "loss": score.loss,
+        "bpc": score.nats / math.log(2) / text.num_chars,
+        "chars": text.num_chars,
+        "tokens": score.tokens,
+        "tokens_per_char": score.tokens / text.num_chars,
+        "unknown_chars": text.num_unknown,
+        "unknown_examples": "".join(c for c, _ in text.unknown.most_common(20)),
+        "tokenizer": tokenizer.kind,
+        "context_length": context_length,
+        "stride": stride,
+        "data": str(path),
+    }
