@@ -21,6 +21,7 @@ UNK_ID = 0
 # What `<unk>` decodes to: the Unicode replacement character, so decoded text stays printable.
 UNK_DECODED = "\ufffd"
 FORMAT = "kochar-gpt/char-tokenizer"
+MAX_CODE_POINT = 0x10FFFF
 
 
 def code_points(text: str) -> np.ndarray:
@@ -44,9 +45,9 @@ class KoreanCharTokenizer:
                 raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
         self.chars: list[str] = chars
         self._cps = np.array([ord(c) for c in chars], dtype=np.uint32)
-        # Dense lookup table code point -> id; code points past the table are unknown.
-        size = int(self._cps.max()) + 1 if len(chars) else 1
-        self._table = np.zeros(size, dtype=np.int32)
+        # Lookup table over all of Unicode, code point -> id (0 = unknown): encoding is one gather.
+        # np.zeros pages are allocated lazily, so the 4 MiB cost only the pages the vocabulary touches.
+        self._table = np.zeros(MAX_CODE_POINT + 1, dtype=np.int32)
         self._table[self._cps] = np.arange(1, len(chars) + 1, dtype=np.int32)
         self._decode_cps = np.concatenate([[ord(UNK_DECODED)], self._cps]).astype(np.uint32)
 
@@ -64,11 +65,7 @@ class KoreanCharTokenizer:
     # -- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str) -> np.ndarray:
         """NFC-normalise `text` and return its ids (int32 array); unknown characters map to `<unk>`."""
-        cps = code_points(unicodedata.normalize("NFC", text))
-        ids = np.zeros(len(cps), dtype=np.int32)
-        inside = cps < len(self._table)
-        ids[inside] = self._table[cps[inside]]
-        return ids
+        return self._table.take(code_points(unicodedata.normalize("NFC", text)))
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)

@@ -1,0 +1,251 @@
+"""Speed benchmark: prints one JSON object (tokens/s, ratios, memory, FLOP/s).
+
+    python bench.py                      # the default config on this machine's default device
+    python bench.py --device cuda --preset shakespeare --dtype bfloat16
+    python bench.py --quick              # fewer rounds, no 100 MB memory test
+
+Timings alternate the compared sides over several rounds and report medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from data.corpus import EMBEDDED_CORPUS
+from data.text import read_text
+from model import AttentionLanguageModel
+from tokenizer import KoreanCharTokenizer
+from training.device import autocast, enable_fast_matmul, pick_device
+
+ROOT = Path(__file__).resolve().parent
+SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
+PRESETS = {
+    # the issue's stated default: the test corpus's vocabulary, fp32, CPU
+    "default": dict(context_length=128, embedding_size=128, head_size=128, num_heads=4, num_blocks=4, batch=32),
+    # nanoGPT's shakespeare-char size
+    "shakespeare": dict(context_length=256, embedding_size=384, head_size=384, num_heads=6, num_blocks=6, batch=64),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_alternating(fns: dict, rounds: int) -> dict[str, float]:
+    """Run each timing function once per round, alternating sides; median of each side's results."""
+    results: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            results[name].append(fn())
+    return {k: statistics.median(v) for k, v in results.items()}
+
+
+def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int) -> float:
+    n = 4096 if device.type == "cuda" else 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    reps = 50 if device.type == "cuda" else 10
+    for _ in range(3):
+        a @ b
+    best = []
+    for _ in range(rounds):
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        sync(device)
+        best.append(2 * n**3 * reps / (time.perf_counter() - t))
+    return statistics.median(best)
+
+
+def training_timer(model, opt, batch, context, vocab, device, dtype, steps):
+    x = torch.randint(0, vocab, (batch, context), device=device)
+    y = torch.randint(0, vocab, (batch, context), device=device)
+
+    def step():
+        with autocast(device, dtype):
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+
+    def timed() -> float:
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        return batch * context * steps / (time.perf_counter() - t)
+
+    return timed
+
+
+def bench_training(cfg: dict, vocab: int, device: torch.device, dtypes: list[str], rounds: int, steps: int) -> dict:
+    mcfg = {k: v for k, v in cfg.items() if k != "batch"}
+    timers, model = {}, None
+    for attention in ("heads", "fused"):
+        for dt in dtypes:
+            torch.manual_seed(0)
+            model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, attention=attention, **mcfg).to(device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+            timers[f"{attention}_{dt}"] = training_timer(model, opt, cfg["batch"], cfg["context_length"], vocab,
+                                                         device, getattr(torch, dt), steps)
+    tps = median_alternating(timers, rounds)
+    out = {f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()}
+    base = tps["heads_float32"] if "heads_float32" in tps else tps[f"heads_{dtypes[0]}"]
+    for dt in dtypes:
+        out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
+        out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / base, 3)
+    flops_per_token = model.flops_per_token()
+    out["model_params"] = model.num_parameters()
+    out["model_flops_per_token"] = flops_per_token
+    out["_tps"] = tps
+    return out
+
+
+def bench_generation(cfg: dict, vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
+    mcfg = {k: v for k, v in cfg.items() if k != "batch"}
+    torch.manual_seed(0)
+    model = AttentionLanguageModel(vocab_size=vocab, **mcfg).to(device).eval()
+    prompt = torch.randint(0, vocab, (1, 8), device=device)
+
+    def timer(use_cache: bool):
+        def timed() -> float:
+            g = torch.Generator(device=device).manual_seed(0)
+            sync(device)
+            t = time.perf_counter()
+            for _ in model.stream(prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g):
+                pass
+            sync(device)
+            return new_tokens / (time.perf_counter() - t)
+
+        timed()  # warm-up
+        return timed
+
+    tps = median_alternating({"cached": timer(True), "uncached": timer(False)}, rounds)
+    return {"generate_new_tokens": new_tokens, "generate_tokens_per_sec_cached": round(tps["cached"], 1),
+            "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
+            "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2)}
+
+
+def bench_encoding(text: str, rounds: int) -> dict:
+    tok = KoreanCharTokenizer.from_text(text)
+    stoi = {c: i + 1 for i, c in enumerate(tok.chars)}
+
+    def loop() -> float:
+        t = time.perf_counter()
+        torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long)
+        return time.perf_counter() - t
+
+    def vectorised() -> float:  # int32 ids: what nn.Embedding takes, no copy into the tensor
+        t = time.perf_counter()
+        torch.from_numpy(tok.encode(text))
+        return time.perf_counter() - t
+
+    def vectorised_int64() -> float:  # the same dtype as the loop's tensor
+        t = time.perf_counter()
+        torch.from_numpy(tok.encode(text)).long()
+        return time.perf_counter() - t
+
+    secs = median_alternating({"loop": loop, "numpy": vectorised, "numpy64": vectorised_int64}, rounds)
+    return {"encode_chars": len(text), "encode_seconds": round(secs["numpy"], 5),
+            "encode_chars_per_sec": round(len(text) / secs["numpy"]),
+            "encode_python_loop_chars_per_sec": round(len(text) / secs["loop"]),
+            "encode_speedup_over_python_loop": round(secs["loop"] / secs["numpy"], 1),
+            "encode_speedup_over_python_loop_int64": round(secs["loop"] / secs["numpy64"], 1)}
+
+
+def bench_big_corpus_memory(megabytes: int) -> dict:
+    """Train a few steps on a synthetic corpus of `megabytes` MB in a child process; report its peak RSS."""
+    rng = np.random.default_rng(0)
+    syllables = np.arange(0xAC00, 0xAC00 + 2350, dtype=np.uint32)  # a common-syllable-sized alphabet
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "synthetic.txt"
+        with path.open("w", encoding="utf-8") as f:
+            written = 0
+            while written < megabytes * 2**20:
+                cps = rng.choice(syllables, size=1 << 20)
+                cps[rng.random(cps.size) < 0.2] = ord(" ")
+                cps[rng.random(cps.size) < 0.01] = ord("\n")
+                chunk = cps.astype("<u4").tobytes().decode("utf-32-le")
+                f.write(chunk)
+                written += len(chunk.encode("utf-8"))
+        cmd = [sys.executable, str(ROOT / "train.py"), f"data.path={path}", f"data.cache_dir={tmp}/cache",
+               "train.max_steps=20", "train.eval_interval=20", "train.eval_steps=2", "train.sample_chars=0",
+               f"hydra.run.dir={tmp}/run", "device=cpu"]
+        t = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if r.returncode:
+            raise RuntimeError(r.stderr[-2000:])
+        return {"big_corpus_mb": round(path.stat().st_size / 2**20, 1),
+                "big_corpus_train_seconds": round(time.perf_counter() - t, 1),
+                "big_corpus_peak_rss_mb": round(max(peak_kb, before) / 1024, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                    help="model size (default: 'default' on CPU, both on CUDA)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="training steps per timed round")
+    ap.add_argument("--new-tokens", type=int, default=500)
+    ap.add_argument("--memory-mb", type=int, default=100, help="synthetic corpus size for the memory test (0 = off)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds, no memory test")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.memory_mb = 2, 0
+
+    device = pick_device(args.device)
+    enable_fast_matmul(device)
+    text = read_text(SHARED_CORPUS if SHARED_CORPUS.exists() else EMBEDDED_CORPUS)
+    vocab = KoreanCharTokenizer.from_text(text).vocab_size
+    bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported() or device.type == "cpu"
+    dtypes = ["float32"] + (["bfloat16"] if bf16_ok else [])
+    presets = [args.preset] if args.preset else (["default", "shakespeare"] if device.type == "cuda" else ["default"])
+
+    result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+              else f"cpu ({torch.get_num_threads()} threads)", "torch": torch.__version__, "vocab_size": vocab,
+              "corpus": "koconovel_dev" if SHARED_CORPUS.exists() else "embedded"}
+    peak = matmul_peak_flops(device, torch.float32, args.rounds)
+    result["matmul_peak_flops_float32"] = round(peak)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for preset in presets:
+        cfg = PRESETS[preset]
+        r = bench_training(cfg, vocab, device, dtypes, args.rounds, args.steps)
+        tps = r.pop("_tps")
+        r["achieved_flops_fused_float32"] = round(tps["fused_float32"] * r["model_flops_per_token"])
+        r["achieved_fraction_of_matmul_peak_float32"] = round(r["achieved_flops_fused_float32"] / peak, 3)
+        result[preset] = {"config": cfg, **r}
+    result.update(bench_generation(PRESETS["default"], vocab, device, args.rounds, args.new_tokens))
+    result.update(bench_encoding(text, args.rounds))
+    if args.memory_mb:
+        result.update(bench_big_corpus_memory(args.memory_mb))
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if device.type == "cuda":
+        result["peak_cuda_memory_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    print(json.dumps(result, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
