@@ -103,7 +103,7 @@ def bench_training(cfg: dict, vocab: int, device: torch.device, dtypes: list[str
         for dt in dtypes:
             torch.manual_seed(0)
             model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, attention=attention, **mcfg).to(device)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type in ("cuda", "cpu"))
             timers[f"{attention}_{dt}"] = training_timer(model, opt, cfg["batch"], cfg["context_length"], vocab,
                                                          device, getattr(torch, dt), steps)
     tps = median_alternating(timers, rounds)

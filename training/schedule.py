@@ -39,5 +39,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
                    device: torch.device) -> torch.optim.AdamW:
-    fused = device.type == "cuda"
+    # The fused kernel (CUDA, and the CPU since torch 2.4) updates every tensor in one call: on a small
+    # model the per-tensor loop of the default implementation costs several times more.
+    fused = device.type in ("cuda", "cpu")
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
