@@ -210,6 +210,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=500)
     ap.add_argument("--memory-mb", type=int, default=100, help="synthetic corpus size for the memory test (0 = off)")
     ap.add_argument("--quick", action="store_true", help="2 rounds, no memory test")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="model vocabulary (default: that of ../shared's test corpus, else the embedded one)")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.memory_mb = 2, 0
@@ -217,7 +219,7 @@ def main() -> None:
     device = pick_device(args.device)
     enable_fast_matmul(device)
     text = read_text(SHARED_CORPUS if SHARED_CORPUS.exists() else EMBEDDED_CORPUS)
-    vocab = KoreanCharTokenizer.from_text(text).vocab_size
+    vocab = args.vocab_size or KoreanCharTokenizer.from_text(text).vocab_size
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported() or device.type == "cpu"
     dtypes = ["float32"] + (["bfloat16"] if bf16_ok else [])
     presets = [args.preset] if args.preset else (["default", "shakespeare"] if device.type == "cuda" else ["default"])
