@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.kv_cache import LayerKV
+
 ATTENTION_KINDS = ("heads", "fused")
 
 
@@ -80,13 +82,11 @@ class MultiHeadAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
-    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0) -> Tensor:
-        """x: (B, T, E) -> (B, T, E). kv: this block's cache, each (B, num_heads, context_length, head_dim)."""
+    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:
+        """x: (B, T, E) -> (B, T, E). kv: this block's cache, holding positions < start."""
         if self.attention == "heads":
-            y = torch.cat(
-                [h(x, None if kv is None else (kv[0][:, i], kv[1][:, i]), start) for i, h in enumerate(self.heads)],
-                dim=-1,
-            )  # (B, T, head_size)
+            per_head = [None if kv is None else (kv.keys[:, i], kv.values[:, i]) for i in range(self.num_heads)]
+            y = torch.cat([h(x, c, start) for h, c in zip(self.heads, per_head, strict=True)], dim=-1)  # (B, T, HS)
         else:
             y = self._fused(x, kv, start)
         return self.resid_dropout(self.proj(y))
@@ -96,16 +96,17 @@ class MultiHeadAttention(nn.Module):
         hs = self.heads
         return torch.cat([h.query.weight for h in hs] + [h.key.weight for h in hs] + [h.value.weight for h in hs])
 
-    def _fused(self, x: Tensor, kv: tuple[Tensor, Tensor] | None, start: int) -> Tensor:
+    def _fused(self, x: Tensor, kv: LayerKV | None, start: int) -> Tensor:
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
-        q, k, v = F.linear(x, self.qkv_weight()).split(self.head_size, dim=2)  # (B, T, head_size) each
+        w = kv.qkv_weight if kv is not None and kv.qkv_weight is not None else self.qkv_weight()
+        q, k, v = F.linear(x, w).split(self.head_size, dim=2)  # (B, T, head_size) each
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         mask, causal = None, True
         if kv is not None:
-            kv[0][:, :, start : start + T] = k
-            kv[1][:, :, start : start + T] = v
-            k, v = kv[0][:, :, : start + T], kv[1][:, :, : start + T]  # (B, H, S, D)
+            kv.keys[:, :, start : start + T] = k
+            kv.values[:, :, start : start + T] = v
+            k, v = kv.keys[:, :, : start + T], kv.values[:, :, : start + T]  # (B, H, S, D)
             if T == 1:
                 causal = False  # one new query sees every cached position
             elif start > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from model.attention import MultiHeadAttention
+from model.kv_cache import LayerKV
 
 
 class FeedForward(nn.Module):
@@ -37,6 +38,6 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(embedding_size)
         self.ffwd = FeedForward(embedding_size, dropout)
 
-    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:
         x = x + self.attn(self.ln1(x), kv, start)
         return x + self.ffwd(self.ln2(x))

@@ -137,7 +137,10 @@ class AttentionLanguageModel(nn.Module):
         attn = self.blocks[0].attn
         autocasting = torch.is_autocast_enabled(device.type)
         dtype = torch.get_autocast_dtype(device.type) if autocasting else self.lm_head.weight.dtype
-        return KVCache(len(self.blocks), batch_size, attn.num_heads, self.context_length, attn.head_dim, device, dtype)
+        cache = KVCache(len(self.blocks), batch_size, attn.num_heads, self.context_length, attn.head_dim, device, dtype)
+        if attn.attention == "fused":  # weights are frozen while generating: concatenate them once
+            cache.qkv_weights = [b.attn.qkv_weight() for b in self.blocks]
+        return cache
 
     @torch.no_grad()
     def stream(
