@@ -78,3 +78,10 @@ def check_train_config(cfg: DictConfig) -> None:
         raise UserError(f"train.dtype={t.dtype} is invalid: use one of auto, {', '.join(DTYPES)}")
     if str(cfg.device).split(":")[0] not in DEVICES:
         raise UserError(f"device={cfg.device} is invalid: use one of {', '.join(DEVICES)}")
+    for key in ("train.sample_tokens", "train.attention_tokens"):
+        if key.split(".")[1] in t:
+            _positive_int(cfg, key, allow_zero=True)
+    prompts = t.get("sample_prompts")
+    if prompts is not None and (isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts)):
+        raise UserError(f"train.sample_prompts={prompts} is invalid: it must be a list of strings, "
+                        "e.g. 'train.sample_prompts=[\"옛날에\",\"나는\"]'")

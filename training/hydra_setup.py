@@ -20,6 +20,13 @@ def _suffix(overrides: str) -> str:
     return f"_{name}" if name else ""
 
 
+def _job_name(overrides: str, experiment: str = "") -> str:
+    """A sweep job's folder: its overrides without `+experiment=<name>`, which the sweep folder already names."""
+    if experiment:
+        overrides = re.sub(rf"(^|,)\+{{0,2}}experiment={re.escape(experiment)}(?=,|$)", "", overrides)
+    return _safe_name(overrides.strip(",")) or "run"
+
+
 def _run_dir(resume, default: str) -> str:
     """Where a run writes: the resumed run's folder, or `default`; other DDP ranks write nowhere visible."""
     rank = int(os.environ.get("RANK", "0"))
@@ -32,6 +39,7 @@ def _run_dir(resume, default: str) -> str:
 
 
 def register_resolvers() -> None:
-    for name, fn in (("safe_name", _safe_name), ("override_suffix", _suffix), ("run_dir", _run_dir)):
+    for name, fn in (("safe_name", _safe_name), ("override_suffix", _suffix), ("run_dir", _run_dir),
+                     ("job_name", _job_name)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -184,6 +184,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=step + 1 if payload else None)
     if dist.is_main:
         tokenizer.save(run_dir / "vocab.json")
+    logger.watch(raw_model, tokenizer, list(t.get("sample_prompts") or []), t.get("sample_tokens", 0),
+                 val_tokens[: min(t.get("attention_tokens", 0), raw_model.context_length)].tolist(), cfg.seed)
     accum = t.grad_accum_steps
     tokens_per_step = t.batch_size * raw_model.context_length * accum * dist.world_size
     decay_steps = t.lr_decay_steps or t.max_steps
@@ -268,6 +270,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
                 train_est, val_loss = evaluate()
                 bpc = bits_per_char(val_loss, tokens_per_char)
                 logger.scalars(step, {"val/loss": val_loss, "val/bpc": bpc, "train/eval_loss": train_est})
+                logger.snapshot(step)
                 logger.flush()
                 tqdm.write(f"step {step}: train loss {train_est:.4f}, val loss {val_loss:.4f}, val bpc {bpc:.4f}")
                 improved = val_loss < best_val
@@ -286,6 +289,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
     if dist.is_main and stopped in ("max_steps", "max_seconds") and t.sample_chars > 0:
         sample = sample_text(raw_model, tokenizer, val_tokens, t.sample_chars, device, cfg.seed)
         logger.text("samples/final", sample, step)
+    val_bpc = bits_per_char(val_loss, tokens_per_char)
+    logger.hparams({"model": raw_model.config, "data": cfg.data, "train": cfg.train, "seed": cfg.seed},
+                   {"hparam/val_loss": val_loss, "hparam/val_bpc": val_bpc, "hparam/best_val_loss": best_val,
+                    "hparam/tokens_per_sec": tok_per_sec, "hparam/params": raw_model.num_parameters()}, step)
     logger.close()
     distributed.cleanup(dist)
     return TrainResult(run_dir, step, train_loss, val_loss, bits_per_char(val_loss, tokens_per_char), best_val,

@@ -1,0 +1,63 @@
+"""Looking inside a trained model: attention weights per block and head, and where the parameters are.
+
+Read-only helpers for visualisation; they reuse the model's own modules and never change its state.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from model.gpt import AttentionLanguageModel
+
+
+@torch.no_grad()
+def attention_maps(model: AttentionLanguageModel, idx: Tensor) -> Tensor:
+    """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T).
+
+    Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
+    are recomputed from each block's `ln1` and each head's query/key projections, because the fused path
+    never materialises them; dropout is off, so they are the weights the model uses at inference.
+    """
+    if idx.dim() == 1:
+        idx = idx[None]
+    if idx.dim() != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= model.context_length:
+        raise ValueError(f"idx must be one sequence of 1..{model.context_length} ids, got shape {tuple(idx.shape)}")
+    T = idx.shape[1]
+    was_training = model.training
+    model.eval()
+    try:
+        pos = torch.arange(T, device=idx.device)
+        x = model.token_embedding(idx) + model.position_embedding(pos)  # (1, T, E)
+        causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+        maps = []
+        for block in model.blocks:
+            h = block.ln1(x)
+            per_head = []
+            for head in block.attn.heads:
+                q, k = head.query(h), head.key(h)  # (1, T, D) each
+                scores = (q @ k.transpose(-2, -1)).float() * head.scale  # (1, T, T)
+                per_head.append(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)[0])
+            maps.append(torch.stack(per_head))  # (H, T, T)
+            x = block(x)  # the next block reads this block's output
+        return torch.stack(maps)  # (L, H, T, T)
+    finally:
+        model.train(was_training)
+
+
+def parameter_counts(model: AttentionLanguageModel) -> list[tuple[str, int]]:
+    """(module name, parameter count) for the embeddings, each block's attention, feed-forward and norms, and the head.
+
+    Shared (tied) parameters are counted once, under the first module that owns them, so the counts sum to
+    `model.num_parameters()`.
+    """
+    rows: dict[str, int] = {}
+    for name, p in model.named_parameters():  # named_parameters skips tied duplicates
+        parts = name.split(".")
+        # blocks.0.attn.heads.1.query.weight -> blocks.0.attn ; token_embedding.weight -> token_embedding
+        key = ".".join(parts[:3]) if parts[0] == "blocks" else parts[0]
+        if parts[0] == "blocks" and parts[2].startswith("ln"):
+            key = ".".join(parts[:2]) + ".norms"
+        rows[key] = rows.get(key, 0) + p.numel()
+    return list(rows.items())
