@@ -111,7 +111,28 @@ def _fold_hydra_report(text: str) -> str:
     if unknown and "is not in struct" in text:  # the usual case: a misspelt key
         key = unknown.group(1)
         return f"unknown config key {key}; check its spelling (--cfg job prints every key; +{key}=... adds a new one)"
+    grammar = re.search(r"\s*See (https://hydra\.cc/\S+override_grammar\S*)", text)
+    bad = _unparsable_override(sys.argv[1:]) if grammar else None
+    if bad is not None:
+        reason = "; ".join(p for p in parts if not p.startswith("See https://"))
+        return (f"cannot parse the override {bad!r} ({reason}); quote values that hold brackets, commas, spaces "
+                f"or quotes, e.g. key='[a, b]' (see {grammar.group(1)})")
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
+
+
+def _unparsable_override(argv: list[str]) -> str | None:
+    """The first command-line override Hydra's grammar rejects (its own message does not always say which)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            parser.parse_override(arg)
+        except Exception:  # noqa: BLE001 - any parse failure marks the culprit
+            return arg
+    return None
 
 
 def run_hydra(main: Callable[[], object]) -> None:

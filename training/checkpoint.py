@@ -106,7 +106,7 @@ def load_checkpoint(path: str | Path) -> dict:
             "(it may be malicious, or not a kochar-gpt checkpoint)"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() and not isinstance(e, OSError) else ""
+        first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
         raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "
                         "use another checkpoint (best.pt, or an earlier run) or train again") from None
     except Exception as e:  # noqa: BLE001 - arbitrary bytes can fail the unpickler in any way

@@ -1,0 +1,62 @@
+"""Helpers for the robustness tests: run the entry scripts exactly as a user would, and read what they print."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A tiny model on the CPU, evaluated cheaply: every run of the robustness tests starts from these.
+TINY = ("model=tiny", "device=cpu", "train.batch_size=2", "train.eval_steps=1", "train.sample_chars=0",
+        "train.log_interval=1")
+
+# Our own sentences (written for these tests, from no corpus); about 300 characters, all of them in CP949.
+KOREAN = (
+    "봄이 오면 강가에 벚꽃이 핀다. 아이들은 자전거를 타고 둑길을 달린다.\n"
+    "할머니는 마루에 앉아 콩나물을 다듬으며 라디오를 들으셨다.\n"
+    "\"내일은 비가 온대요.\" 동생이 창밖을 보며 말했다.\n"
+    "우리는 시장에서 떡볶이와 순대를 사 먹고, 버스를 두 번 갈아타고 집으로 돌아왔다.\n"
+    "밤하늘에 별이 총총하고 멀리서 개 짖는 소리가 들렸다. 시계는 11시 45분을 가리켰다.\n"
+    "겨울 방학에는 눈사람을 만들고 썰매를 탔다. 손이 꽁꽁 얼어도 웃음이 끊이지 않았다.\n"
+    "편지 봉투에 우표를 붙이고 우체국까지 걸어갔다. 답장은 언제쯤 올까?\n"
+)
+
+
+def _env(extra: dict | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR")}
+    return {**env, "PYTHONUNBUFFERED": "1", **(extra or {})}
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 180):
+    """Run `python <script> args...` from the repository root (or `cwd`) and wait for it."""
+    script, *rest = args
+    return subprocess.run([sys.executable, str(ROOT / script), *rest], cwd=cwd or ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=_env(env))
+
+
+def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """Start `python <script> args...` without waiting (stdout and stderr piped, text mode)."""
+    script, *rest = args
+    return subprocess.Popen([sys.executable, str(ROOT / script), *rest], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(env))
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    """Non-blank stderr lines; tqdm redraws with carriage returns, so those count as line breaks too."""
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+
+
+def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
+    """Exit `code`, nothing on stdout, exactly one stderr line `error: ...` containing every needle."""
+    out = f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert r.returncode == code, out
+    assert "Traceback" not in r.stderr + r.stdout, out
+    lines = stderr_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    assert r.stdout.strip() == "", out
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
