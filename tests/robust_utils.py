@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # A tiny model on the CPU, evaluated cheaply: every run of the robustness tests starts from these.
 TINY = ("model=tiny", "device=cpu", "train.batch_size=2", "train.eval_steps=1", "train.sample_chars=0",
-        "train.log_interval=1")
+        "train.log_interval=1", "train.sample_tokens=0", "train.attention_tokens=0")
 
 # Our own sentences (written for these tests, from no corpus); about 300 characters, all of them in CP949.
 KOREAN = (
@@ -42,6 +46,61 @@ def start(*args: str, env: dict | None = None) -> subprocess.Popen:
     script, *rest = args
     return subprocess.Popen([sys.executable, str(ROOT / script), *rest], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(env))
+
+
+def cli_all(*commands: tuple[str, ...], env: dict | None = None) -> list:
+    """Run independent commands two at a time (this machine has two cores); results in order."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda c: cli(*c, env=env), commands))
+
+
+class LineReader:
+    """Reads a running process's stdout on a thread, so a test can wait for a line with a timeout; stderr is
+    drained on another thread (a full pipe would block the process) and kept in `stderr_chunks`."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.lines: list[str] = []
+        self.stderr_chunks: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True).start()
+        self._err = threading.Thread(target=lambda: self.stderr_chunks.extend(proc.stderr), daemon=True)
+        self._err.start()
+
+    def stderr(self, timeout: float = 30) -> str:
+        self._err.join(timeout)
+        return "".join(self.stderr_chunks)
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, prefix: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting with {prefix!r}; got:\n{''.join(self.lines)}")
+
+    def rest(self, timeout: float = 60) -> str:
+        """Everything printed after the lines seen so far, up to the end of the stream."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+        return "".join(self.lines)
 
 
 def stderr_lines(stderr: str) -> list[str]:

@@ -236,6 +236,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
                 loss_sum += loss.detach()
             loss_value = (loss_sum / accum).item()
             if not math.isfinite(loss_value):
+                bar.close()  # so the error starts its own line
                 raise TrainingDiverged(
                     f"the loss became {loss_value} at step {step + 1}; stopped without saving, the last good "
                     "checkpoint is kept (try a lower train.lr or train.grad_clip=1.0)"

@@ -1,0 +1,177 @@
+"""No work is lost: Ctrl-C / SIGTERM save and resume, SIGKILL mid-write leaves a loadable checkpoint, a NaN
+loss keeps the last good checkpoint, and a checkpoint crafted to run code is refused without running it.
+
+Everything goes through the real `train.py` / `generate.py` command lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from common.errors import UserError
+from tests.robust_utils import KOREAN, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
+from training.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
+
+ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    p = tmp_path / "corpus.txt"
+    p.write_text(KOREAN * 8, encoding="utf-8")
+    return p
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_a_checkpoint_that_resumes(tmp_path, corpus, sig, code):
+    run = tmp_path / "run"
+    proc = start(*ENDLESS, "train.eval_interval=5", f"data.path={corpus}", f"hydra.run.dir={run}")
+    reader = LineReader(proc)
+    try:
+        reader.wait_for("step 5:")  # training is under way and has checkpointed once
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    out, err = reader.rest(), reader.stderr()
+    assert rc in (0, code), f"exit {rc}\n{out}\n{err}"
+    assert "Traceback" not in err
+    stopped = re.search(rf"stopped by {sig.name} at step (\d+); checkpoint saved, resume with train.resume=", out)
+    assert stopped, out
+    step = int(stopped.group(1))
+    assert step >= 5
+    assert load_checkpoint(run / "ckpt.pt")["step"] == step  # saved at the step it stopped, not at step 5
+
+    # a plain second run into the folder is refused (tests/test_errors.py); resume or overwrite are not
+    if sig == signal.SIGINT:
+        r = cli("train.py", *TINY, f"train.resume={run}", f"train.max_steps={step + 3}", "train.eval_interval=100",
+                "train.lr_decay_steps=1000", f"data.path={corpus}")
+        assert r.returncode == 0, r.stderr
+        assert f"step {step + 3}: train loss" in r.stdout
+        assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
+    else:
+        r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=1", "train.eval_interval=1",
+                f"data.path={corpus}", f"hydra.run.dir={run}")
+        assert r.returncode == 0, r.stderr
+        assert load_checkpoint(run / "ckpt.pt")["step"] == 1
+
+
+def _temp_files(run: Path) -> list[Path]:
+    return sorted(run.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path, corpus):
+    """Checkpoint at every step and kill -9 the moment a temp file appears (or at a random moment)."""
+    run = tmp_path / "runs" / "run"
+    rng = random.Random(0)
+    mid_write = 0
+    for attempt in range(3):
+        resume = (f"train.resume={run}",) if attempt else (f"hydra.run.dir={run}",)
+        proc = start(*ENDLESS, "train.eval_interval=1", f"data.path={corpus}", *resume)
+        reader = LineReader(proc)
+        try:
+            reader.wait_for("step ")
+            reader.wait_for("step ")  # printed after the first checkpoint of this process was written
+            old = set(_temp_files(run))
+            deadline = time.monotonic() + rng.uniform(0.2, 1.5)
+            while time.monotonic() < deadline and not set(_temp_files(run)) - old:
+                time.sleep(0.0005)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+        reader.stderr()
+        if set(_temp_files(run)) - old:
+            mid_write += 1  # the killed process left its half-written temp file behind
+        for name in ("ckpt.pt", "best.pt"):
+            payload = load_checkpoint(run / name)  # never half a file
+            assert payload["step"] >= 1
+            assert all(torch.isfinite(v).all() for v in payload["model"].values())
+    assert mid_write >= 1, "no kill landed in the middle of a checkpoint write"
+
+    # leftover temp files (plus one planted for a process id that cannot exist) are never taken for checkpoints
+    (run / ".ckpt.pt.999999999.tmp").write_bytes(b"half a checkpoint")
+    assert resolve_checkpoint(run) == run / "ckpt.pt"
+    assert newest_checkpoint(tmp_path / "runs") == run / "ckpt.pt"
+    step = load_checkpoint(run / "ckpt.pt")["step"]
+    r = cli("train.py", *TINY, f"train.resume={run}", f"train.max_steps={step + 2}", "train.eval_interval=1",
+            "train.lr_decay_steps=1000", f"data.path={corpus}")
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(run / "ckpt.pt")["step"] == step + 2
+    assert list(run.glob(".ckpt.pt.*.tmp")) == []  # the next save removed the dead processes' temp files
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+    run = tmp_path / "run"
+    r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=1000",
+            f"data.path={corpus}", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr
+    before = {name: _sha(run / name) for name in ("ckpt.pt", "best.pt")}
+
+    r = cli("train.py", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
+            "train.lr_decay_steps=1000", f"data.path={corpus}", env={"KOCHAR_FAULT_NAN_AT_STEP": "5"})
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    errors = [line for line in stderr_lines(r.stderr) if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == stderr_lines(r.stderr)[-1], r.stderr
+    assert "the loss became nan at step 5" in errors[0] and "last good checkpoint is kept" in errors[0]
+    assert {name: _sha(run / name) for name in before} == before  # byte for byte
+    assert load_checkpoint(run / "ckpt.pt")["step"] == 4
+
+
+class _Marker:
+    """Unpickling this calls open(marker, "w"): a stand-in for any code an attacker would run."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _malicious_files(d: Path, marker: Path) -> tuple[Path, Path]:
+    as_torch = d / "evil_torch" / "ckpt.pt"  # torch's zip format, looking like one of ours
+    as_torch.parent.mkdir()
+    torch.save({"format": FORMAT, "version": 1, "model": _Marker(marker), "model_config": {}, "tokenizer": {}},
+               as_torch)
+    as_pickle = d / "evil_pickle" / "ckpt.pt"  # a bare pickle stream
+    as_pickle.parent.mkdir()
+    as_pickle.write_bytes(pickle.dumps({"format": FORMAT, "model": _Marker(marker)}, protocol=4))
+    return as_torch, as_pickle
+
+
+def test_malicious_checkpoint_is_refused_in_process(tmp_path):
+    marker = tmp_path / "PWNED"
+    for path in _malicious_files(tmp_path, marker):
+        with pytest.raises(UserError, match="refusing to load"):
+            load_checkpoint(path)
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_malicious_checkpoint_is_refused_by_generate_and_resume(tmp_path):
+    marker = tmp_path / "PWNED"
+    as_torch, as_pickle = _malicious_files(tmp_path, marker)
+    g, t = cli_all(("generate.py", "device=cpu", f"ckpt={as_torch}", "max_new_tokens=5"),
+                   ("train.py", *TINY, f"train.resume={as_pickle.parent}"))
+    assert_one_line_error(g, "refusing to load", str(as_torch))
+    assert_one_line_error(t, "refusing to load", str(as_pickle))
+    assert not marker.exists()
+    assert not os.path.exists(Path.cwd() / "PWNED")
