@@ -103,6 +103,7 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
             payload = load_checkpoint(run / name)  # never half a file
             assert payload["step"] >= 1
             assert all(torch.isfinite(v).all() for v in payload["model"].values())
+    print(f"{mid_write} of 3 kills landed in the middle of a checkpoint write")
     assert mid_write >= 1, "no kill landed in the middle of a checkpoint write"
 
     # leftover temp files (plus one planted for a process id that cannot exist) are never taken for checkpoints
