@@ -92,7 +92,7 @@ class StopSignals:
             signal.signal(sig, old)
 
 
-def min_corpus_chars(context_length: int, val_fraction: float) -> int:
+def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
     """Fewest tokens for which both splits hold one (context_length + 1)-token window."""
     need = context_length + 1
     return max(math.ceil(need / val_fraction), math.ceil(need / (1 - val_fraction))) + 1
@@ -106,10 +106,13 @@ def _load_data(cfg: DictConfig, tokenizer, resumed_from: Path | None) -> Corpus:
             f"{resumed_from}; resume with the data.path the run was trained on"
         )
     C, vf = cfg.model.context_length, cfg.data.val_fraction
-    if len(corpus.tokens) < min_corpus_chars(C, vf):
+    if len(corpus.tokens) < min_corpus_tokens(C, vf):
+        # Sizes are in tokens; users think in characters (the same for `char`, fewer for `jamo`).
+        per_char = len(corpus.tokens) / max(1, corpus.num_chars)
         raise UserError(
-            f"the corpus {corpus.path} is too short: {len(corpus.tokens)} characters, but "
-            f"model.context_length={C} with data.val_fraction={vf} needs at least {min_corpus_chars(C, vf)}"
+            f"the corpus {corpus.path} is too short: {corpus.num_chars} characters, but "
+            f"model.context_length={C} with data.val_fraction={vf} needs at least "
+            f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters"
         )
     return corpus
 
