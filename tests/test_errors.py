@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from tests.robust_utils import KOREAN, ROOT, TINY, assert_one_line_error, cli, stderr_lines
-from training.trainer import min_corpus_chars
+from training.trainer import min_corpus_tokens
 
 slow = pytest.mark.slow  # about 30 processes, ~1.5 s of CPU each (mostly importing torch)
 
 TRAIN = ("train.py", *TINY, "train.max_steps=2", "train.eval_interval=2")
 GENERATE = ("generate.py", "device=cpu", "max_new_tokens=5")
-NEEDED = min_corpus_chars(32, 0.1)  # model=tiny has context_length 32; data.val_fraction defaults to 0.1
+NEEDED = min_corpus_tokens(32, 0.1)  # model=tiny has context_length 32; data.val_fraction defaults to 0.1
 
 # name: (command, overrides, what the one error line must say). `{d}` is the test folder, `{run}` a trained
 # run; train.py cases get their own hydra.run.dir. One case per kind of mistake: the boundaries of each check
