@@ -44,15 +44,16 @@ def colorize(weights: np.ndarray) -> np.ndarray:
 def attention_image(maps: np.ndarray, cell: int | None = None, gap: int = 4) -> np.ndarray:
     """One block's maps (H, T, T) -> uint8 HWC image, heads side by side, each weight a cell x cell square.
 
-    Weights are drawn on a fixed 0..1 scale (not rescaled per image) so images from different steps and runs
-    compare directly; positions above the diagonal (the future) are light grey.
+    Colour follows the square root of the weight on a fixed scale (0 dark, 1 yellow), not rescaled per image,
+    so images from different steps and runs compare directly; the square root keeps the small weights of a
+    head that spreads its attention over many positions visible. Above the diagonal (the future) is light grey.
     """
     H, T, _ = maps.shape
     cell = cell or max(1, min(8, 192 // T))
     future = ~np.tril(np.ones((T, T), dtype=bool))
     tiles = []
     for h in range(H):
-        tile = colorize(maps[h])  # (T, T, 3)
+        tile = colorize(np.sqrt(np.clip(maps[h], 0.0, 1.0)))  # (T, T, 3)
         tile[future] = _FUTURE
         tiles.append(tile.repeat(cell, axis=0).repeat(cell, axis=1))  # (T*cell, T*cell, 3)
         if h < H - 1:
