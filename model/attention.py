@@ -11,10 +11,12 @@ the new ones written into it, so generation feeds one token per step instead of 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from model.kv_cache import LayerKV
 
@@ -111,7 +113,15 @@ class MultiHeadAttention(nn.Module):
                 causal = False  # one new query sees every cached position
             elif start > 0:
                 mask, causal = self.mask[start : start + T, : start + T], False
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout_p if self.training else 0.0
-        )  # (B, H, T, D)
+        # PyTorch's CPU flash kernel is slow in bf16 (its backward about 2x the plain math path), so reduced
+        # precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
+        # SDPA picks the kernel.
+        backend = nullcontext()
+        if q.device.type == "cpu" and q.dtype != torch.float32:
+            backend = sdpa_kernel(SDPBackend.MATH)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        with backend:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout_p if self.training else 0.0
+            )  # (B, H, T, D)
         return y.transpose(1, 2).reshape(B, T, self.head_size)
