@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from common.cli import quote_non_ascii_overrides, run_cli
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 
 
 def _run(cfg: DictConfig) -> None:
@@ -41,4 +41,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
-    main()
+    run_hydra(main)
