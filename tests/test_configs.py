@@ -37,7 +37,9 @@ def test_required_keys_exist():
     for key in ("model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
                 "model.num_blocks", "model.dropout", "data.path", "data.val_fraction", "train.batch_size",
                 "train.max_steps", "train.lr", "train.eval_interval", "train.eval_steps", "seed", "device"):
-        assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key == "data.path", key
+        nullable = ("data.path", "train.max_steps")
+        assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key in nullable, key
+    assert cfg.train.max_steps is not None or cfg.train.max_epochs > 0
     assert cfg.model.head_size % cfg.model.num_heads == 0
 
 

@@ -57,7 +57,10 @@ def check_train_config(cfg: DictConfig) -> None:
                 "train.log_interval"):
         _positive_int(cfg, key)
     for key in ("train.max_steps", "train.warmup_steps"):
-        _positive_int(cfg, key, allow_zero=True)
+        if key != "train.max_steps" or cfg_get(cfg, key) is not None:
+            _positive_int(cfg, key, allow_zero=True)
+    if cfg.train.max_steps is None and not float(cfg.train.get("max_epochs") or 0) > 0:
+        raise UserError("train.max_steps is null, so train.max_epochs must be > 0 (or set train.max_steps)")
     t = cfg.train
     if t.max_seconds is not None and not _number(cfg, "train.max_seconds") > 0:
         raise UserError(f"train.max_seconds={t.max_seconds} is invalid: it must be > 0 (or null)")

@@ -98,6 +98,11 @@ def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
     return max(math.ceil(need / val_fraction), math.ceil(need / (1 - val_fraction))) + 1
 
 
+def epochs_to_steps(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
+    """Steps for `epochs` passes over the training split (the default when train.max_steps is null)."""
+    return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
+
+
 def _load_data(cfg: DictConfig, tokenizer, resumed_from: Path | None) -> Corpus:
     corpus = load_corpus(cfg.data.path, tokenizer, cfg.data.get("cache_dir"), cfg.data.get("tokenizer", "char"))
     if resumed_from is not None and corpus.num_unknown:
@@ -191,7 +196,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
                  val_tokens[: min(t.get("attention_tokens", 0), raw_model.context_length)].tolist(), cfg.seed)
     accum = t.grad_accum_steps
     tokens_per_step = t.batch_size * raw_model.context_length * accum * dist.world_size
-    decay_steps = t.lr_decay_steps or t.max_steps
+    max_steps = t.max_steps if t.max_steps is not None else epochs_to_steps(t.max_epochs, len(train_tokens),
+                                                                          tokens_per_step)
+    decay_steps = t.lr_decay_steps or max_steps
     ctx_len = raw_model.context_length
 
     def evaluate() -> tuple[float, float]:
@@ -218,9 +225,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
     train_loss = val_loss = float("nan")
     last_log_time, last_log_step, tok_per_sec = t0, step, 0.0
     stopped = "max_steps"
-    bar = tqdm(total=t.max_steps, initial=step, disable=not dist.is_main, desc="train", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=max_steps, initial=step, disable=not dist.is_main, desc="train", unit="step", dynamic_ncols=True)
     with StopSignals() as signals:
-        while step < t.max_steps:
+        while step < max_steps:
             elapsed = elapsed_before + time.perf_counter() - t0
             progress = step if not t.max_seconds else max(step, decay_steps * elapsed / t.max_seconds)
             lr = lr_at(progress, t.lr, t.min_lr, t.warmup_steps, decay_steps, t.lr_schedule)
@@ -254,7 +261,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
             bar.update(1)
 
             now = time.perf_counter()
-            if step % t.log_interval == 0 or step == t.max_steps:
+            if step % t.log_interval == 0 or step == max_steps:
                 tok_per_sec = (step - last_log_step) * tokens_per_step / max(1e-9, now - last_log_time)
                 last_log_time, last_log_step = now, step
                 logger.scalars(step, {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": grad_norm,
@@ -270,7 +277,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
                 tqdm.write(f"stopped by {stopped} at step {step}; checkpoint saved, resume with "
                            f"train.resume={run_dir}")
                 break
-            if step % t.eval_interval == 0 or step == t.max_steps or halt:
+            if step % t.eval_interval == 0 or step == max_steps or halt:
                 train_est, val_loss = evaluate()
                 bpc = bits_per_char(val_loss, tokens_per_char)
                 logger.scalars(step, {"val/loss": val_loss, "val/bpc": bpc, "train/eval_loss": train_est})
