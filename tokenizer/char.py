@@ -6,15 +6,14 @@ milliseconds; there is no per-character Python loop on the hot path.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 
 from common.errors import UserError
+from tokenizer.base import JsonVocabulary
 
 UNK_TOKEN = "<unk>"
 UNK_ID = 0
@@ -34,7 +33,7 @@ def text_from_code_points(cps: np.ndarray) -> str:
     return np.ascontiguousarray(cps, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-class KoreanCharTokenizer:
+class KoreanCharTokenizer(JsonVocabulary):
     """Character vocabulary: id 0 is `<unk>`, ids 1..N are the corpus characters in code point order."""
 
     kind = "char"
@@ -101,23 +100,6 @@ class KoreanCharTokenizer:
         if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list):
             raise UserError("not a kochar-gpt character tokenizer vocabulary")
         return cls(d["chars"])
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | Path) -> KoreanCharTokenizer:
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read tokenizer vocabulary {path}: {e}") from None
-        return cls.from_dict(d)
-
-    def fingerprint(self) -> str:
-        """A short hash of the vocabulary, used to key token caches."""
-        import hashlib
-
-        return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]
 
     def stream_decoder(self) -> CharStreamDecoder:
         """Decode ids one at a time as they are generated (each id is one whole character)."""

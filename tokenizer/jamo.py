@@ -17,16 +17,14 @@ as nothing.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 
 from common.errors import UserError
+from tokenizer.base import JsonVocabulary
 from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
 
 FORMAT = "kochar-gpt/jamo-tokenizer"
@@ -121,7 +119,7 @@ def _code_name(code: int) -> str:
     return PART_NAMES[code - PART_BASE] if code >= PART_BASE else chr(code)
 
 
-class KoreanJamoTokenizer:
+class KoreanJamoTokenizer(JsonVocabulary):
     """Id 0 is `<unk>`; ids 1..N are the corpus tokens (characters, then syllable parts) in code order."""
 
     kind = "jamo"
@@ -210,21 +208,6 @@ class KoreanJamoTokenizer:
         if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("tokens"), list):
             raise UserError("not a kochar-gpt jamo tokenizer vocabulary")
         return cls(d["tokens"])
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | Path) -> KoreanJamoTokenizer:
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read tokenizer vocabulary {path}: {e}") from None
-        return cls.from_dict(d)
-
-    def fingerprint(self) -> str:
-        """A short hash of the vocabulary, used to key token caches."""
-        return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]
 
     def stream_decoder(self) -> JamoStreamDecoder:
         """Decode ids one at a time as they are generated, printing each syllable once it is complete."""
