@@ -123,3 +123,23 @@ def test_ddp_two_processes_on_cpu(tmp_path):
     payload = load_checkpoint(run / "ckpt.pt")
     assert payload["step"] == 6 and payload["world_size"] == 2
     shutil.rmtree(run)
+
+
+def test_overwrite_starts_the_curves_over(tmp_path):
+    common = ["train.max_steps=2", "train.eval_interval=2"]
+    train(cfg_for(tmp_path, *common), tmp_path / "run")
+    train(cfg_for(tmp_path, *common, "train.overwrite=true", "train.lr=1e-4"), tmp_path / "run")
+    from tests.tb_utils import scalar_tags
+
+    assert len(list((tmp_path / "run").glob("events.out.tfevents.*"))) == 1
+    assert [s for s, _ in scalar_tags(tmp_path / "run")["val/loss"]] == [2]
+
+
+def test_a_wrong_resume_path_creates_no_folder(tmp_path):
+    from tests.conftest import run_script
+
+    missing = tmp_path / "no_such_run"
+    r = run_script(str(ROOT / "train.py"), "model=tiny", f"train.resume={missing}",
+                   f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2 and "not found" in r.stderr
+    assert not missing.exists()

@@ -34,7 +34,8 @@ def _run_dir(resume, default: str) -> str:
         return str(Path(tempfile.gettempdir()) / f"kochar-gpt-rank{rank}-{os.getpid()}")
     if resume not in (None, ""):
         p = Path(str(resume)).expanduser()
-        return str(p if p.is_dir() or p.suffix != ".pt" else p.parent)
+        if p.exists():  # a wrong path must not become a new folder: the trainer reports it instead
+            return str(p if p.is_dir() else p.parent)
     return default
 
 

@@ -141,6 +141,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> TrainResult:
             f"{run_dir} already holds a checkpoint; pass train.resume={run_dir} to continue it, "
             "train.overwrite=true to start over, or another hydra.run.dir"
         )
+    elif dist.is_main and t.overwrite:  # starting over: the old curves must not mix with the new ones
+        for old_events in run_dir.glob("events.out.tfevents.*"):
+            old_events.unlink()
 
     seed_everything(cfg.seed)
     tokenizer = tokenizer_from_dict(payload["tokenizer"]) if payload else None
