@@ -109,7 +109,7 @@ def load_corpus(
 
         def encoded():
             for chunk in iter_text_chunks(path):
-                ids = tokenizer.encode(chunk)
+                ids = tokenizer.encode(chunk, normalized=True)  # iter_text_chunks gives NFC already
                 stats["num_chars"] += len(chunk)  # chunks are NFC already: one str item per character
                 stats["num_unknown"] += int((ids == 0).sum())
                 yield ids.astype(dtype).tobytes()

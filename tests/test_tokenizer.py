@@ -64,3 +64,10 @@ def test_encodes_the_shared_corpus(shared_corpus):
     ids = tok.encode(text)
     assert len(ids) == len(text) and not (ids == UNK_ID).any()
     assert tok.decode(ids) == text
+
+
+def test_prenormalized_encoding_matches_for_nfc_text():
+    tok = KoreanCharTokenizer.from_text(MIXED)
+    long = MIXED * 3000  # spans several encode slices
+    assert (tok.encode(long, normalized=True) == tok.encode(long)).all()
+    assert tok.decode(tok.encode(long, normalized=True)) == long

@@ -166,9 +166,12 @@ class KoreanJamoTokenizer(JsonVocabulary):
         return len(self._codes) + 1
 
     # -- encode / decode ----------------------------------------------------------------------
-    def encode(self, text: str) -> np.ndarray:
-        """NFC-normalise `text` and return its ids (int32 array); tokens not in the vocabulary are `<unk>`."""
-        return self._ids(jamo_codes(unicodedata.normalize("NFC", text)))
+    def encode(self, text: str, normalized: bool = False) -> np.ndarray:
+        """NFC-normalise `text` and return its ids (int32 array); tokens not in the vocabulary are `<unk>`.
+
+        `normalized=True` skips the NFC pass for text that is NFC already, as `data.text` delivers it.
+        """
+        return self._ids(jamo_codes(text if normalized else unicodedata.normalize("NFC", text)))
 
     def _ids(self, codes: np.ndarray) -> np.ndarray:
         ids = np.zeros(len(codes), dtype=np.int32)
