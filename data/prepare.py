@@ -15,7 +15,6 @@ re-use is checked against that record. The prepared text is UTF-8, NFC, "\\n" li
 from __future__ import annotations
 
 import argparse
-import hashlib
 import http.client
 import json
 import os
@@ -31,6 +30,7 @@ from tqdm import tqdm
 
 from common.cli import run_cli
 from common.errors import UserError
+from data.corpus import file_sha256
 from data.text import normalize
 
 BASE_URL_ENV = "KOCHAR_CORPUS_BASE_URL"
@@ -108,14 +108,6 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kochar-gpt" / "corpora"
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 # -- downloading --------------------------------------------------------------------------------------
 def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS) -> str:
     """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256.
@@ -156,7 +148,7 @@ def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: 
     if expected_size is not None and written != expected_size:
         raise UserError(f"download of {url} stopped at {written} of {expected_size} bytes; "
                         "run the same command again to resume it")
-    digest = sha256_of(part)
+    digest = file_sha256(part)
     if expected_sha256 and digest != expected_sha256:
         part.unlink()
         if resumed:  # the old partial bytes may be what is wrong: try once from the start
@@ -206,14 +198,14 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     for remote in bar:
         local = raw / remote.path
         expected = remote.sha256 or sums.get(remote.path)
-        if force or not local.exists() or (expected and sha256_of(local) != expected):
+        if force or not local.exists() or (expected and file_sha256(local) != expected):
             digest = download(base + quote(remote.path), local, expected)
             if not expected:
                 sums[remote.path] = digest
                 _write_sums(sums_file, sums)  # after each file: an interrupted run keeps what it verified
                 recorded += 1
         elif not expected:
-            sums[remote.path] = sha256_of(local)
+            sums[remote.path] = file_sha256(local)
             _write_sums(sums_file, sums)
         texts.append(source.extract(remote.path, local.read_text(encoding="utf-8-sig")))
     bar.close()
