@@ -77,31 +77,28 @@ class LineReader:
             self._queue.put(line)
         self._queue.put(None)
 
-    def wait_for(self, prefix: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
+    def _lines_until(self, deadline: float):
+        """Yield new lines (recording them) until the stream ends or the deadline passes."""
         while time.monotonic() < deadline:
             try:
                 line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                break
+                return
             if line is None:
-                break
+                return
             self.lines.append(line)
+            yield line
+
+    def wait_for(self, prefix: str, timeout: float = 120) -> str:
+        for line in self._lines_until(time.monotonic() + timeout):
             if line.startswith(prefix):
                 return line
         raise AssertionError(f"no line starting with {prefix!r}; got:\n{''.join(self.lines)}")
 
     def rest(self, timeout: float = 60) -> str:
         """Everything printed after the lines seen so far, up to the end of the stream."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.lines.append(line)
+        for _ in self._lines_until(time.monotonic() + timeout):
+            pass
         return "".join(self.lines)
 
 
