@@ -16,16 +16,15 @@ def _run(cfg: DictConfig) -> None:
 
     from common.errors import UserError
     from data.corpus import resolve_corpus_path
+    from training.config import check_int
     from training.device import autocast, pick_device, resolve_dtype
     from training.inference import load_model
     from training.scoring import evaluate_file
 
     if cfg.data.path in (None, ""):
         raise UserError("pass the text file to score: python evaluate.py ckpt=<run dir> data.path=<file.txt>")
-    if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
-        raise UserError(f"batch_size={cfg.batch_size} is invalid: it must be a positive integer")
-    if cfg.stride is not None and (not isinstance(cfg.stride, int) or cfg.stride < 1):
-        raise UserError(f"stride={cfg.stride} is invalid: it must be a positive integer (or null)")
+    check_int(cfg, "batch_size")
+    check_int(cfg, "stride", optional=True)
     device = pick_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     model, tokenizer, payload = load_model(cfg.ckpt, device)

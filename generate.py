@@ -10,27 +10,18 @@ from omegaconf import DictConfig
 from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 
 
-def _check_number(cfg: DictConfig, key: str, integer: bool, optional: bool = False) -> None:
-    from common.errors import UserError
-
-    value = cfg[key]
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        kind = "an integer" if integer else "a number"
-        raise UserError(f"{key}={value} is invalid: it must be {kind}" + (" (or null)" if optional else ""))
-
-
 def _run(cfg: DictConfig) -> None:
     from common.errors import UserError
     from model.sampling import check_sampling_args
+    from training.config import check_int, check_number
     from training.device import pick_device
     from training.inference import load_model, stream_samples
 
-    for key, integer, optional in (("max_new_tokens", True, False), ("num_samples", True, False),
-                                   ("seed", True, False), ("temperature", False, False), ("top_k", True, True),
-                                   ("top_p", False, True)):
-        _check_number(cfg, key, integer, optional)
+    for key in ("max_new_tokens", "num_samples", "seed"):
+        check_int(cfg, key, minimum=None)  # ranges: check_sampling_args and below, with their own messages
+    check_int(cfg, "top_k", minimum=None, optional=True)
+    check_number(cfg, "temperature")
+    check_number(cfg, "top_p", optional=True)
     try:
         check_sampling_args(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
     except ValueError as e:
