@@ -86,8 +86,9 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     def unknown_chars(self, text: str) -> Counter[str]:
         """Characters of `text` (after NFC) that are not in the vocabulary, with their counts."""
-        cps = code_points(unicodedata.normalize("NFC", text))
-        ids = self.encode(text)
+        text = unicodedata.normalize("NFC", text)
+        cps = code_points(text)
+        ids = self.encode(text, normalized=True)
         missing, counts = np.unique(cps[ids == UNK_ID], return_counts=True)
         return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts, strict=True)})
 
