@@ -14,6 +14,7 @@ import numpy as np
 
 from common.errors import UserError
 from tokenizer.base import JsonVocabulary
+from tokenizer.nfc import nfc_unsafe_code_points
 
 UNK_TOKEN = "<unk>"
 UNK_ID = 0
@@ -49,6 +50,7 @@ class KoreanCharTokenizer(JsonVocabulary):
         # np.zeros pages are allocated lazily, so the 4 MiB cost only the pages the vocabulary touches.
         self._table = np.zeros(MAX_CODE_POINT + 1, dtype=np.int32)
         self._table[self._cps] = np.arange(1, len(chars) + 1, dtype=np.int32)
+        self._checked_table: np.ndarray | None = None  # built on the first encode that must check for NFC
         self._decode_cps = np.concatenate([[ord(UNK_DECODED)], self._cps]).astype(np.uint32)
 
     # -- construction -------------------------------------------------------------------------
@@ -66,16 +68,34 @@ class KoreanCharTokenizer(JsonVocabulary):
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
         """NFC-normalise `text` and return its ids (int32 array); unknown characters map to `<unk>`.
 
-        `normalized=True` skips the NFC pass for text that is NFC already, as `data.text` delivers it.
+        `normalized=True` skips the NFC check for text that is NFC already, as `data.text` delivers it.
         """
-        if not normalized:
-            text = unicodedata.normalize("NFC", text)
+        if normalized:
+            return self._lookup(text, self._table)
+        # Most text is NFC already (everything but macOS file names and some pasted text), and the full
+        # NFC pass costs as much as the lookup. The checked table stores characters that might need NFC as
+        # -1 - id, so one lookup both encodes and says whether the text needs the NFC pass after all.
+        ids = self._lookup(text, self._nfc_checked_table())
+        if len(ids) and ids.min() < 0:
+            ids = self._lookup(unicodedata.normalize("NFC", text), self._table)
+        return ids
+
+    def _nfc_checked_table(self) -> np.ndarray:
+        if self._checked_table is None:
+            table = self._table.copy()
+            unsafe = nfc_unsafe_code_points()
+            table[unsafe] = -1 - table[unsafe]
+            self._checked_table = table
+        return self._checked_table
+
+    @staticmethod
+    def _lookup(text: str, table: np.ndarray) -> np.ndarray:
         ids = np.empty(len(text), dtype=np.int32)
         # Slices of 32k characters keep each temporary in the CPU cache and in reused heap memory; one
         # 2 MB temporary per call costs page faults that take longer than the lookup itself.
         for i in range(0, len(text), ENCODE_SLICE):
             cps = code_points(text[i : i + ENCODE_SLICE])
-            self._table.take(cps, out=ids[i : i + len(cps)])
+            table.take(cps, out=ids[i : i + len(cps)])
         return ids
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
