@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch
 from data.corpus import EMBEDDED_CORPUS
 from data.text import read_text
 from model import AttentionLanguageModel
+from model.decode import DecodeStep
 from tokenizer import KoreanCharTokenizer
 from training.device import autocast, enable_fast_matmul, pick_device
 
@@ -125,12 +127,13 @@ def bench_generation(cfg: dict, vocab: int, device: torch.device, rounds: int, n
     model = AttentionLanguageModel(vocab_size=vocab, **mcfg).to(device).eval()
     prompt = torch.randint(0, vocab, (1, 8), device=device)
 
-    def timer(use_cache: bool):
+    def timer(use_cache: bool, window_shift: int | None = None):
         def timed() -> float:
             g = torch.Generator(device=device).manual_seed(0)
             sync(device)
             t = time.perf_counter()
-            for _ in model.stream(prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g):
+            for _ in model.stream(prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g,
+                                  window_shift=window_shift):
                 pass
             sync(device)
             return new_tokens / (time.perf_counter() - t)
@@ -138,35 +141,70 @@ def bench_generation(cfg: dict, vocab: int, device: torch.device, rounds: int, n
         timed()  # warm-up
         return timed
 
-    tps = median_alternating({"cached": timer(True), "uncached": timer(False)}, rounds)
+    # "uncached" reads the same windows as the cached path (hence the same logits); "crop_every_step" is
+    # nanoGPT's uncached loop, which re-reads the last context_length tokens at every step (more work).
+    tps = median_alternating({"cached": timer(True), "uncached": timer(False),
+                              "crop_every_step": timer(False, window_shift=1)}, rounds)
     return {"generate_new_tokens": new_tokens, "generate_tokens_per_sec_cached": round(tps["cached"], 1),
             "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
-            "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2)}
+            "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2),
+            "generate_tokens_per_sec_uncached_crop_every_step": round(tps["crop_every_step"], 1),
+            "generate_cached_over_uncached_crop_every_step": round(tps["cached"] / tps["crop_every_step"], 2),
+            **decode_breakdown(model, vocab, device)}
+
+
+@torch.inference_mode()
+def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
+    """Where a cached token's time goes: the one-token step, and refilling the cache when the window jumps."""
+    C = model.context_length
+    shift = max(1, C // 4)
+    ids = torch.randint(0, vocab, (1, C), device=device)
+    cache = model._new_cache(1, device)
+    step = DecodeStep(model, cache.dtype)
+    steps, refills, full = [], [], []
+    for _ in range(5):
+        sync(device)
+        t = time.perf_counter()
+        model(ids[:, : C - shift], kv_cache=cache, start=0, last_only=True)
+        sync(device)
+        refills.append(time.perf_counter() - t)
+        for p in range(C - shift, C):
+            t = time.perf_counter()
+            step(ids[:, p : p + 1], cache, p)
+            sync(device)
+            steps.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        model(ids, last_only=True)
+        sync(device)
+        full.append(time.perf_counter() - t)
+    return {"generate_decode_step_us": round(statistics.median(steps) * 1e6, 1),
+            "generate_refill_us_per_token": round(statistics.median(refills) / shift * 1e6, 1),
+            "generate_uncached_full_window_us": round(statistics.median(full) * 1e6, 1)}
 
 
 def bench_encoding(text: str, rounds: int) -> dict:
     tok = KoreanCharTokenizer.from_text(text)
     stoi = {c: i + 1 for i, c in enumerate(tok.chars)}
+    t = time.perf_counter()
+    tok.encode("가")  # the first NFC-checking encode in a process builds its table once (reported apart)
+    first_call = time.perf_counter() - t
 
-    def loop() -> float:
-        t = time.perf_counter()
-        torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long)
-        return time.perf_counter() - t
+    reps = 5  # each measurement is the mean of a few calls, so no side pays alone for the one before it
 
-    def vectorised() -> float:  # int32 ids: what nn.Embedding takes, no copy into the tensor
-        t = time.perf_counter()
-        torch.from_numpy(tok.encode(text))
-        return time.perf_counter() - t
+    def timed(fn: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            t = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            return (time.perf_counter() - t) / reps
 
-    def vectorised_int64() -> float:  # the same dtype as the loop's tensor
-        t = time.perf_counter()
-        torch.from_numpy(tok.encode(text)).long()
-        return time.perf_counter() - t
+        return run
 
-    def vectorised_prenormalized() -> float:  # the corpus path: data.text has made the text NFC already
-        t = time.perf_counter()
-        torch.from_numpy(tok.encode(text, normalized=True))
-        return time.perf_counter() - t
+    loop = timed(lambda: torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long))
+    vectorised = timed(lambda: torch.from_numpy(tok.encode(text)))  # int32 ids: what nn.Embedding takes
+    vectorised_int64 = timed(lambda: torch.from_numpy(tok.encode(text)).long())  # the loop's dtype
+    # the corpus path: data.text has made the text NFC already
+    vectorised_prenormalized = timed(lambda: torch.from_numpy(tok.encode(text, normalized=True)))
 
     secs = median_alternating({"loop": loop, "numpy": vectorised, "numpy64": vectorised_int64,
                                "numpy_nfc": vectorised_prenormalized}, rounds)
@@ -175,6 +213,7 @@ def bench_encoding(text: str, rounds: int) -> dict:
             "encode_python_loop_chars_per_sec": round(len(text) / secs["loop"]),
             "encode_speedup_over_python_loop": round(secs["loop"] / secs["numpy"], 1),
             "encode_speedup_over_python_loop_int64": round(secs["loop"] / secs["numpy64"], 1),
+            "encode_table_build_seconds_once_per_process": round(first_call, 3),
             "encode_seconds_prenormalized": round(secs["numpy_nfc"], 5),
             "encode_speedup_over_python_loop_prenormalized": round(secs["loop"] / secs["numpy_nfc"], 1)}
 

@@ -11,7 +11,6 @@ the new ones written into it, so generation feeds one token per step instead of 
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +24,20 @@ ATTENTION_KINDS = ("heads", "fused")
 
 def causal_mask(context_length: int) -> Tensor:
     return torch.tril(torch.ones(context_length, context_length, dtype=torch.bool))
+
+
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> Tensor:
+    """scaled_dot_product_attention over (B, H, T, D) queries and (B, H, S, D) keys/values -> (B, H, T, D)."""
+    # PyTorch's CPU flash kernel is slow in bf16 (its backward about 2x the plain math path), so reduced
+    # precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
+    # SDPA picks the kernel.
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        with sdpa_kernel(SDPBackend.MATH):
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
 
 
 class Head(nn.Module):
@@ -113,15 +126,5 @@ class MultiHeadAttention(nn.Module):
                 causal = False  # one new query sees every cached position
             elif start > 0:
                 mask, causal = self.mask[start : start + T, : start + T], False
-        # PyTorch's CPU flash kernel is slow in bf16 (its backward about 2x the plain math path), so reduced
-        # precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
-        # SDPA picks the kernel.
-        backend = nullcontext()
-        if q.device.type == "cpu" and q.dtype != torch.float32:
-            backend = sdpa_kernel(SDPBackend.MATH)
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        with backend:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout_p if self.training else 0.0
-            )  # (B, H, T, D)
+        y = attend(q, k, v, mask, causal, self.dropout_p if self.training else 0.0)  # (B, H, T, D)
         return y.transpose(1, 2).reshape(B, T, self.head_size)

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from model.attention import ATTENTION_KINDS
 from model.block import Block
+from model.decode import DecodeStep
 from model.kv_cache import KVCache
 from model.sampling import check_sampling_args, sample_next
 
@@ -142,7 +143,7 @@ class AttentionLanguageModel(nn.Module):
             cache.qkv_weights = [b.attn.qkv_weight() for b in self.blocks]
         return cache
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def stream(
         self,
         idx: Tensor,
@@ -164,6 +165,8 @@ class AttentionLanguageModel(nn.Module):
         try:
             seq = idx
             cache = self._new_cache(idx.shape[0], idx.device) if use_cache else None
+            # The fused path decodes through DecodeStep; `heads` keeps the lecture's modules all the way.
+            step = DecodeStep(self, cache.dtype) if cache is not None and self.attention == "fused" else None
             for _ in range(max_new_tokens):
                 L = seq.shape[1]
                 s = self.window_start(L, shift)
@@ -172,18 +175,20 @@ class AttentionLanguageModel(nn.Module):
                 elif cache.length == 0 or s != cache.window_start:
                     cache.window_start, cache.length = s, 0  # window jumped: refill it in one pass
                     logits, _ = self(seq[:, s:], kv_cache=cache, start=0, last_only=True)
+                elif step is not None:  # one new token since the last step
+                    logits = step(seq[:, -1:], cache, cache.length)
                 else:
                     logits, _ = self(seq[:, s + cache.length :], kv_cache=cache, start=cache.length, last_only=True)
                 if cache is not None:
                     cache.length = L - s
-                logits = logits[:, -1].float()  # (B, V)
+                logits = (logits if logits.dim() == 2 else logits[:, -1]).float()  # (B, V)
                 nxt = sample_next(logits, temperature, top_k, top_p, generator)
                 seq = torch.cat([seq, nxt], dim=1)
                 yield nxt, logits
         finally:
             self.train(was_training)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         idx: Tensor,

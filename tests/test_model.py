@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import AttentionLanguageModel, Head, MultiHeadAttention
-from model.sampling import sample_next
+from model.sampling import sample_from, sample_next
 
 V = 50
 
@@ -197,3 +197,42 @@ def test_kv_cache_prefill_then_step_matches_full_forward():
     b, _ = m(idx[:, 8:], kv_cache=cache, start=8)  # several new tokens at once use the offset mask
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
     assert torch.allclose(F.softmax(b, -1), F.softmax(full[:, 8:], -1), atol=1e-6)
+
+
+def test_sampling_follows_the_probabilities():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(40_000, 1)
+    g = torch.Generator().manual_seed(0)
+    ids = sample_from(probs, g).flatten()
+    freq = torch.bincount(ids, minlength=5).float() / len(ids)
+    assert freq[1] == 0 and freq[4] == 0
+    assert torch.allclose(freq, probs[0], atol=0.01)
+    # unnormalised rows are fine: drawn in proportion
+    assert torch.equal(sample_from(torch.tensor([[0.0, 2.0, 0.0]]), g), torch.tensor([[1]]))
+
+
+def test_sampling_never_picks_a_zero_probability_tail_even_when_u_rounds_up(monkeypatch):
+    # u = rand * total can round to total itself; searchsorted would then point past the last real token.
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw.get("dtype")))
+    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0], [0.1, 0.2, 0.3, 0.4]])
+    assert sample_from(probs).flatten().tolist() == [1, 3]
+
+
+def test_cached_generation_under_cpu_bf16_autocast_matches_uncached():
+    m = make()
+    idx = torch.randint(0, V, (2, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = _stream_logits(m, idx, 30, True)
+        b = _stream_logits(m, idx, 30, False)
+    for x, y in zip(a, b, strict=True):
+        assert (x - y).norm() / y.norm() < 2e-2
+
+
+def test_decode_step_leaves_the_thread_count_as_it_was():
+    m = make()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        m.generate(torch.zeros(1, 1, dtype=torch.long), 5)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
