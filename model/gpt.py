@@ -163,27 +163,28 @@ class AttentionLanguageModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            seq = idx
-            cache = self._new_cache(idx.shape[0], idx.device) if use_cache else None
+            B, T0 = idx.shape
+            seq = torch.empty(B, T0 + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled as we go
+            seq[:, :T0] = idx
+            cache = self._new_cache(B, idx.device) if use_cache else None
             # The fused path decodes through DecodeStep; `heads` keeps the lecture's modules all the way.
             step = DecodeStep(self, cache.dtype) if cache is not None and self.attention == "fused" else None
-            for _ in range(max_new_tokens):
-                L = seq.shape[1]
+            for L in range(T0, T0 + max_new_tokens):  # L = tokens so far
                 s = self.window_start(L, shift)
                 if cache is None:
-                    logits, _ = self(seq[:, s:], last_only=True)
+                    logits, _ = self(seq[:, s:L], last_only=True)
                 elif cache.length == 0 or s != cache.window_start:
                     cache.window_start, cache.length = s, 0  # window jumped: refill it in one pass
-                    logits, _ = self(seq[:, s:], kv_cache=cache, start=0, last_only=True)
+                    logits, _ = self(seq[:, s:L], kv_cache=cache, start=0, last_only=True)
                 elif step is not None:  # one new token since the last step
-                    logits = step(seq[:, -1:], cache, cache.length)
+                    logits = step(seq[:, L - 1 : L], cache, cache.length)
                 else:
-                    logits, _ = self(seq[:, s + cache.length :], kv_cache=cache, start=cache.length, last_only=True)
+                    logits, _ = self(seq[:, s + cache.length : L], kv_cache=cache, start=cache.length, last_only=True)
                 if cache is not None:
                     cache.length = L - s
                 logits = (logits if logits.dim() == 2 else logits[:, -1]).float()  # (B, V)
                 nxt = sample_next(logits, temperature, top_k, top_p, generator)
-                seq = torch.cat([seq, nxt], dim=1)
+                seq[:, L : L + 1] = nxt
                 yield nxt, logits
         finally:
             self.train(was_training)
