@@ -3,12 +3,12 @@
 Prints one JSON line (see configs/evaluate.yaml); the bits per character of a char model and of a jamo
 model are directly comparable."""
 
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+
 import sys
 
 import hydra
 from omegaconf import DictConfig
-
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 
 
 def _run(cfg: DictConfig) -> None:

@@ -2,12 +2,12 @@
 
 (see configs/generate.yaml)"""
 
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+
 import sys
 
 import hydra
 from omegaconf import DictConfig
-
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 
 
 def _run(cfg: DictConfig) -> None:

@@ -1,12 +1,13 @@
 """Train a Korean character-level GPT.  python train.py [key=value ...]  (see configs/train.yaml)"""
 
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+
 import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
 from training.hydra_setup import register_resolvers
 
 register_resolvers()

@@ -18,6 +18,19 @@ from common.errors import UserError
 T = TypeVar("T")
 
 
+def _interrupt_hook(exc_type, exc, tb) -> None:
+    if issubclass(exc_type, KeyboardInterrupt) and not debug_enabled():
+        print("interrupted", file=sys.__stderr__, flush=True)
+        os._exit(130)  # sys.exit cannot be used from inside an excepthook
+    _previous_hook(exc_type, exc, tb)
+
+
+# Ctrl-C while Python is still importing torch or Hydra is composing the config would end in a
+# KeyboardInterrupt traceback; entry scripts import this module first, so from then on it ends in one line.
+_previous_hook = sys.excepthook
+sys.excepthook = _interrupt_hook
+
+
 def debug_enabled() -> bool:
     return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
 
@@ -146,6 +159,10 @@ def run_hydra(main: Callable[[], object]) -> None:
     sys.stderr = held
     try:
         main()
+    except KeyboardInterrupt:
+        held.release(keep=False)
+        print("interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
     except SystemExit as e:
         if held.held and e.code not in (0, None):
             report = held.buffer.getvalue()

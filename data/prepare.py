@@ -14,6 +14,8 @@ re-use is checked against that record. The prepared text is UTF-8, NFC, "\\n" li
 
 from __future__ import annotations
 
+from common.cli import run_cli
+
 import argparse
 import http.client
 import json
@@ -28,7 +30,6 @@ from urllib.request import Request, urlopen
 
 from tqdm import tqdm
 
-from common.cli import run_cli
 from common.errors import UserError
 from data.corpus import file_sha256
 from data.text import normalize

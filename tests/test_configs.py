@@ -1,10 +1,11 @@
+from common.cli import quote_non_ascii_overrides
+
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from common.cli import quote_non_ascii_overrides
 from common.errors import UserError
 from model import AttentionLanguageModel
 from training.config import check_train_config

@@ -176,3 +176,21 @@ def test_malicious_checkpoint_is_refused_by_generate_and_resume(tmp_path):
     assert_one_line_error(t, "refusing to load", str(as_pickle))
     assert not marker.exists()
     assert not os.path.exists(Path.cwd() / "PWNED")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train.py", "generate.py"])
+def test_ctrl_c_during_start_up_prints_one_line(tmp_path, corpus, script):
+    """Ctrl-C while Python imports torch or Hydra composes the config: `interrupted`, exit 130, no traceback."""
+    args = (*TINY, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}") if script == "train.py" else (
+        f"ckpt={tmp_path / 'missing'}",)
+    for delay in (0.05, 0.2, 0.5, 1.0):
+        proc = start(script, *args)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        if proc.returncode in (0, 2):  # finished (or failed on the missing checkpoint) before the signal
+            continue
+        assert proc.returncode == 130, (delay, proc.returncode, err)
+        assert "Traceback" not in err, (delay, err)
+        assert stderr_lines(err)[-1] == "interrupted", (delay, err)
