@@ -1,9 +1,9 @@
 """The one-token step of cached generation, on weights gathered once per generation.
 
-Once the prompt is in the KV cache, each new token costs a handful of matrix-vector products per block:
-about 3 MFLOP for the default model, tens of microseconds. Run through the module tree, the same step
-makes ~50 `nn.Module` calls (each with its hook checks, plus eval-mode dropouts) and re-lays-out weights,
-and that overhead costs several times the arithmetic. `DecodeStep` computes exactly what `Block.forward`
+Once the prompt is in the KV cache, each new token needs a few matrix-vector products per block (about
+3 MFLOP for the default model). Run through the module tree, the same step makes ~50 `nn.Module` calls
+(each with its hook checks, plus eval-mode dropouts), and on the CPU that overhead cost more than the
+arithmetic: about 0.5 ms a token against 0.23 ms for this step. `DecodeStep` computes what `Block.forward`
 with fused attention computes for one position, on weights laid out for a row vector times a matrix
 (`x @ W_t`, the fastest product for a single row on the CPU); the parameters stay the modules' own, so
 there is still one model. Tests check its logits against the uncached forward at every step.
