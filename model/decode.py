@@ -88,7 +88,7 @@ class DecodeStep:
             qkv = (h @ w.qkv_t).view(B, 3, H, 1, D)
             kv[:, :, :, position:end] = qkv[:, 1:]  # keys and values of this position, (B, 2, H, 1, D)
             y = sdpa(qkv[:, 0], kv[:, 0, :, :end], kv[:, 1, :, :end])  # (B, H, 1, D): sees every cached position
-            x = x + torch.addmm(w.proj_b, y.view(B, H * D), w.proj_t)
+            x = x + torch.addmm(w.proj_b, y.reshape(B, H * D), w.proj_t)
             h = F.gelu(torch.addmm(w.fc_b, torch.layer_norm(x, (E,), *w.ln2, w.eps), w.fc_t), approximate=w.gelu)
             x = x + torch.addmm(w.fc2_b, h, w.fc2_t)  # (B, E)
         return torch.layer_norm(x, (E,), *self.ln_f) @ self.lm_head_t  # (B, V)
