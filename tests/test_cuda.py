@@ -25,13 +25,31 @@ def test_heads_and_fused_agree_under_bf16_autocast():
     assert (la - lb).norm() / la.norm() < 2e-2
 
 
+@pytest.fixture
+def exact_fp32():
+    """TF32 (switched on by training.device for speed) would round fp32 products to 10-bit mantissas."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("attention", ["heads", "fused"])
-def test_cached_generation_matches_uncached_on_cuda(attention):
+def test_cached_generation_matches_uncached_on_cuda(attention, exact_fp32):
     m = make(attention)
     idx = torch.randint(0, 300, (2, 5), device="cuda")
     a = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=True)]
     b = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=False)]
     assert all(torch.allclose(x, y, atol=1e-4) for x, y in zip(a, b, strict=True))
+
+
+def test_cached_generation_matches_uncached_under_bf16_autocast_on_cuda():
+    m = make()
+    idx = torch.randint(0, 300, (2, 5), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=True)]
+        b = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=False)]
+    assert all((x - y).norm() / y.norm() < 2e-2 for x, y in zip(a, b, strict=True))
 
 
 def test_train_on_cuda_with_bf16_and_compile(tmp_path):
