@@ -47,9 +47,12 @@ def test_cached_generation_matches_uncached_under_bf16_autocast_on_cuda():
     m = make()
     idx = torch.randint(0, 300, (2, 5), device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        a = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=True)]
-        b = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=False)]
-    assert all((x - y).norm() / y.norm() < 2e-2 for x, y in zip(a, b, strict=True))
+        a = list(m.stream(idx, 100, temperature=0, use_cache=True))
+        b = list(m.stream(idx, 100, temperature=0, use_cache=False))
+    for (ta, x), (tb, y) in zip(a, b, strict=True):
+        assert (x - y).norm() / y.norm() < 2e-2
+        if not torch.equal(ta, tb):  # a bf16 near-tie picked another token: later steps see other inputs
+            break
 
 
 def test_train_on_cuda_with_bf16_and_compile(tmp_path):

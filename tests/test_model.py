@@ -221,10 +221,12 @@ def test_cached_generation_under_cpu_bf16_autocast_matches_uncached():
     m = make()
     idx = torch.randint(0, V, (2, 5))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        a = _stream_logits(m, idx, 30, True)
-        b = _stream_logits(m, idx, 30, False)
-    for x, y in zip(a, b, strict=True):
+        a = list(m.stream(idx, 30, temperature=0, use_cache=True))
+        b = list(m.stream(idx, 30, temperature=0, use_cache=False))
+    for (ta, x), (tb, y) in zip(a, b, strict=True):
         assert (x - y).norm() / y.norm() < 2e-2
+        if not torch.equal(ta, tb):  # a bf16 near-tie picked another token: later steps see other inputs
+            break
 
 
 def test_decode_step_leaves_the_thread_count_as_it_was():
