@@ -17,7 +17,6 @@ import unicodedata
 
 import numpy as np
 
-MAX_CODE_POINT = 0x10FFFF
 # Conjoining medial vowels and final consonants compose algorithmically with a preceding Hangul syllable or
 # initial consonant; unicodedata.decomposition() does not list Hangul syllables, so they are added by hand.
 HANGUL_COMPOSING = [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]
@@ -43,14 +42,3 @@ def nfc_unsafe_code_points() -> np.ndarray:
             unsafe.update(int(part, 16) for part in d.split()[1:])  # can follow a starter and compose with it
     return np.array(sorted(unsafe), dtype=np.uint32)
 
-
-@functools.cache
-def _unsafe_mask() -> np.ndarray:
-    mask = np.zeros(MAX_CODE_POINT + 1, dtype=bool)
-    mask[nfc_unsafe_code_points()] = True
-    return mask
-
-
-def may_need_nfc(cps: np.ndarray) -> bool:
-    """False when the text with these code points is certainly NFC already."""
-    return bool(_unsafe_mask().take(cps).any()) if len(cps) else False
