@@ -160,7 +160,7 @@ def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.de
     shift = max(1, C // 4)
     ids = torch.randint(0, vocab, (1, C), device=device)
     cache = model._new_cache(1, device)
-    step = DecodeStep(model, cache.dtype)
+    step = DecodeStep(model, cache)
     steps, refills, full = [], [], []
     for _ in range(5):
         sync(device)

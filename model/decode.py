@@ -37,34 +37,37 @@ class _BlockWeights:
     gelu: str
 
     @classmethod
-    def of(cls, block: Block, matrix_dtype: torch.dtype) -> _BlockWeights:
+    def of(cls, block: Block, qkv_weight: Tensor, matrix_dtype: torch.dtype) -> _BlockWeights:
         def t(w: Tensor) -> Tensor:
             return w.detach().t().to(matrix_dtype).contiguous()
 
         a, f = block.attn, block.ffwd
-        return cls(ln1=(block.ln1.weight, block.ln1.bias), qkv_t=t(a.qkv_weight()), proj_t=t(a.proj.weight),
+        return cls(ln1=(block.ln1.weight, block.ln1.bias), qkv_t=t(qkv_weight), proj_t=t(a.proj.weight),
                    proj_b=a.proj.bias, ln2=(block.ln2.weight, block.ln2.bias), fc_t=t(f.fc.weight), fc_b=f.fc.bias,
                    fc2_t=t(f.proj.weight), fc2_b=f.proj.bias, eps=block.ln1.eps, gelu=f.act.approximate)
 
 
 class DecodeStep:
-    """Logits for one new token per sequence, reading and extending a `KVCache`.
+    """Logits for one new token per sequence, reading and extending the `KVCache` of a fused model.
 
-    `matrix_dtype` is the autocast dtype when generating under autocast (the weights are cast once here
-    instead of at every step), else the parameters' dtype.
+    The matrices take the cache's dtype: the autocast dtype when generating under autocast (so they are cast
+    once here instead of at every step), else the parameters' dtype. The QKV matrices are the ones the cache
+    already concatenated for the prefill.
     """
 
-    def __init__(self, model, matrix_dtype: torch.dtype):
+    def __init__(self, model, cache: KVCache):
+        dtype = cache.dtype
         self.token_embedding = model.token_embedding.weight
         self.position_embedding = model.position_embedding.weight
-        self.blocks = [_BlockWeights.of(b, matrix_dtype) for b in model.blocks]
+        self.blocks = [_BlockWeights.of(b, w, dtype) for b, w in zip(model.blocks, cache.qkv_weights, strict=True)]
         self.ln_f = (model.ln_f.weight, model.ln_f.bias, model.ln_f.eps)
-        self.lm_head_t = model.lm_head.weight.detach().t().to(matrix_dtype).contiguous()  # (E, V)
+        self.lm_head_t = model.lm_head.weight.detach().t().to(dtype).contiguous()  # (E, V)
         attn = model.blocks[0].attn
         self.num_heads, self.head_dim = attn.num_heads, attn.head_dim
 
     def __call__(self, ids: Tensor, cache: KVCache, position: int) -> Tensor:
-        """ids: (B, 1), the tokens at cache position `position` (= cache.length) -> logits (B, V)."""
+        """ids: (B, 1), the tokens at cache position `position` (= cache.length) -> logits (B, 1, V), as
+        `AttentionLanguageModel.forward(..., last_only=True)` returns them."""
         if ids.device.type != "cpu":
             return self._step(ids, cache, position)
         # A single row gives intra-op threads nothing worth splitting: on the CPU every small op would pay
@@ -91,4 +94,4 @@ class DecodeStep:
             x = x + torch.addmm(w.proj_b, y.reshape(B, H * D), w.proj_t)
             h = F.gelu(torch.addmm(w.fc_b, torch.layer_norm(x, (E,), *w.ln2, w.eps), w.fc_t), approximate=w.gelu)
             x = x + torch.addmm(w.fc2_b, h, w.fc2_t)  # (B, E)
-        return torch.layer_norm(x, (E,), *self.ln_f) @ self.lm_head_t  # (B, V)
+        return (torch.layer_norm(x, (E,), *self.ln_f) @ self.lm_head_t).unsqueeze(1)  # (B, 1, V)

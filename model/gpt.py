@@ -168,7 +168,7 @@ class AttentionLanguageModel(nn.Module):
             seq[:, :T0] = idx
             cache = self._new_cache(B, idx.device) if use_cache else None
             # The fused path decodes through DecodeStep; `heads` keeps the lecture's modules all the way.
-            step = DecodeStep(self, cache.dtype) if cache is not None and self.attention == "fused" else None
+            step = DecodeStep(self, cache) if cache is not None and self.attention == "fused" else None
             for L in range(T0, T0 + max_new_tokens):  # L = tokens so far
                 s = self.window_start(L, shift)
                 if cache is None:
@@ -182,7 +182,7 @@ class AttentionLanguageModel(nn.Module):
                     logits, _ = self(seq[:, s + cache.length : L], kv_cache=cache, start=cache.length, last_only=True)
                 if cache is not None:
                     cache.length = L - s
-                logits = (logits if logits.dim() == 2 else logits[:, -1]).float()  # (B, V)
+                logits = logits[:, -1].float()  # (B, V)
                 nxt = sample_next(logits, temperature, top_k, top_p, generator)
                 seq[:, L : L + 1] = nxt
                 yield nxt, logits
