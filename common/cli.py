@@ -159,10 +159,6 @@ def run_hydra(main: Callable[[], object]) -> None:
     sys.stderr = held
     try:
         main()
-    except KeyboardInterrupt:
-        held.release(keep=False)
-        print("interrupted", file=sys.stderr, flush=True)
-        sys.exit(130)
     except SystemExit as e:
         if held.held and e.code not in (0, None):
             report = held.buffer.getvalue()
