@@ -40,6 +40,22 @@ def run_script(*args: str, timeout: float = 300, env: dict | None = None, cwd: P
                           timeout=timeout, env=full_env)
 
 
+def train_compiled(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
+    """`train.py model=tiny train.compile=true <overrides>` into tmp_path/run -> (run dir, its checkpoint).
+
+    Checks that it succeeded and that the compile (`_orig_mod.`) and DDP (`module.`) wrappers' prefixes never
+    reach the saved state dict."""
+    from training.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    r = run_script("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
+                   f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    payload = load_checkpoint(run / "ckpt.pt")
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload["model"])
+    return run, payload
+
+
 def assert_bf16_cached_matches_uncached(model, idx, steps: int, device_type: str) -> None:
     """Cached and uncached generation under bf16 autocast give logits within 2% (relative) at every step,
     up to the first step where a bf16 near-tie made them pick different tokens (later inputs differ)."""

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from model import AttentionLanguageModel
-from tests.conftest import assert_bf16_cached_matches_uncached, run_script
-from training.checkpoint import load_checkpoint
+from tests.conftest import assert_bf16_cached_matches_uncached, run_script, train_compiled
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -50,13 +49,8 @@ def test_cached_generation_matches_uncached_under_bf16_autocast_on_cuda():
 
 
 def test_train_on_cuda_with_bf16_and_compile(tmp_path):
-    run = tmp_path / "run"
-    r = run_script("train.py", "model=tiny", "device=cuda", "train.dtype=auto", "train.compile=true",
-                   "train.max_steps=20", "train.eval_interval=10", "train.eval_steps=2", f"hydra.run.dir={run}",
-                   f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    payload = load_checkpoint(run / "ckpt.pt")
-    assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload["model"])
+    run, payload = train_compiled(tmp_path, "device=cuda", "train.dtype=auto", "train.max_steps=20",
+                                  "train.eval_interval=10", "train.eval_steps=2")
     assert payload["step"] == 20
     g = run_script("generate.py", f"ckpt={run}", "prompt=안녕", "max_new_tokens=20", "device=cuda")
     assert g.returncode == 0 and g.stdout.startswith("안녕"), g.stderr

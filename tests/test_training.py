@@ -148,14 +148,10 @@ def test_a_wrong_resume_path_creates_no_folder(tmp_path):
 @pytest.mark.slow
 def test_compiled_training_saves_plain_checkpoints(tmp_path):
     """torch.compile works on the CPU too (inductor); its `_orig_mod.` prefix never reaches a checkpoint."""
-    from tests.conftest import run_script
+    from tests.conftest import train_compiled
 
-    run = tmp_path / "run"
-    r = run_script("train.py", "model=tiny", "device=cpu", "train.compile=true", "train.max_steps=4",
-                   "train.eval_interval=4", "train.eval_steps=1", "train.sample_chars=5", f"hydra.run.dir={run}",
-                   f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    payload = load_checkpoint(run / "ckpt.pt")
-    assert payload["step"] == 4 and not any(k.startswith(("_orig_mod.", "module.")) for k in payload["model"])
+    _, payload = train_compiled(tmp_path, "device=cpu", "train.max_steps=4", "train.eval_interval=4",
+                                "train.eval_steps=1", "train.sample_chars=5")
+    assert payload["step"] == 4
     m = AttentionLanguageModel(**payload["model_config"])
     m.load_state_dict(payload["model"])  # loads into a plain, uncompiled model
