@@ -157,9 +157,9 @@ def bench_generation(cfg: dict, vocab: int, device: torch.device, rounds: int, n
 def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
     """Where a cached token's time goes: the one-token step, and refilling the cache when the window jumps."""
     C = model.context_length
-    shift = max(1, C // 4)
+    shift = model.window_shift
     ids = torch.randint(0, vocab, (1, C), device=device)
-    cache = model._new_cache(1, device)
+    cache = model.new_cache(1, device)
     step = DecodeStep(model, cache)
     steps, refills, full = [], [], []
     for _ in range(5):

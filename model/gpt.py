@@ -134,7 +134,14 @@ class AttentionLanguageModel(nn.Module):
         C = self.context_length
         return 0 if length <= C else shift * math.ceil((length - C) / shift)
 
-    def _new_cache(self, batch_size: int, device: torch.device) -> KVCache:
+    @property
+    def window_shift(self) -> int:
+        """The default `shift` of `window_start`: a quarter of the context, so the model always reads at least
+        three quarters of it while the cache is refilled only every context_length / 4 tokens."""
+        return max(1, self.context_length // 4)
+
+    def new_cache(self, batch_size: int, device: torch.device) -> KVCache:
+        """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
         attn = self.blocks[0].attn
         autocasting = torch.is_autocast_enabled(device.type)
         dtype = torch.get_autocast_dtype(device.type) if autocasting else self.lm_head.weight.dtype
@@ -159,14 +166,14 @@ class AttentionLanguageModel(nn.Module):
         check_sampling_args(max_new_tokens, temperature, top_k, top_p)
         if idx.dim() != 2 or idx.shape[1] < 1:
             raise ValueError("idx must be (batch, length) with length >= 1")
-        shift = window_shift or max(1, self.context_length // 4)
+        shift = window_shift or self.window_shift
         was_training = self.training
         self.eval()
         try:
             B, T0 = idx.shape
             seq = torch.empty(B, T0 + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled as we go
             seq[:, :T0] = idx
-            cache = self._new_cache(B, idx.device) if use_cache else None
+            cache = self.new_cache(B, idx.device) if use_cache else None
             # The fused path decodes through DecodeStep; `heads` keeps the lecture's modules all the way.
             step = DecodeStep(self, cache) if cache is not None and self.attention == "fused" else None
             for L in range(T0, T0 + max_new_tokens):  # L = tokens so far

@@ -193,7 +193,7 @@ def test_kv_cache_prefill_then_step_matches_full_forward():
     m = make()
     idx = torch.randint(0, V, (2, 12))
     full, _ = m(idx)
-    cache = m._new_cache(2, torch.device("cpu"))
+    cache = m.new_cache(2, torch.device("cpu"))
     a, _ = m(idx[:, :8], kv_cache=cache, start=0)
     b, _ = m(idx[:, 8:], kv_cache=cache, start=8)  # several new tokens at once use the offset mask
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
