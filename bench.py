@@ -29,7 +29,7 @@ from data.text import read_text
 from model import AttentionLanguageModel
 from model.decode import DecodeStep
 from tokenizer import KoreanCharTokenizer
-from training.device import autocast, enable_fast_matmul, pick_device
+from common.device import autocast, enable_fast_matmul, pick_device
 
 ROOT = Path(__file__).resolve().parent
 SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"

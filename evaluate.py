@@ -17,9 +17,9 @@ def _run(cfg: DictConfig) -> None:
     from common.errors import UserError
     from data.corpus import resolve_corpus_path
     from training.config import check_int
-    from training.device import autocast, pick_device, resolve_dtype
-    from training.inference import load_model
-    from training.scoring import evaluate_file
+    from common.device import autocast, pick_device, resolve_dtype
+    from inference.generation import load_model
+    from inference.scoring import evaluate_file
 
     if cfg.data.path in (None, ""):
         raise UserError("pass the text file to score: python evaluate.py ckpt=<run dir> data.path=<file.txt>")

@@ -14,8 +14,8 @@ def _run(cfg: DictConfig) -> None:
     from common.errors import UserError
     from model.sampling import check_sampling_args
     from training.config import check_int, check_number
-    from training.device import pick_device
-    from training.inference import load_model, stream_samples
+    from common.device import pick_device
+    from inference.generation import load_model, stream_samples
 
     for key in ("max_new_tokens", "num_samples", "seed"):
         check_int(cfg, key, minimum=None)  # ranges: check_sampling_args and below, with their own messages

@@ -42,7 +42,7 @@ def main() -> None:
             print(json.dumps({"name": name, "error": proc.stderr.strip().splitlines()[-1:]}), flush=True)
             continue
         m = RESULT.search(proc.stdout)
-        from training.tb_read import read_scalars
+        from benchmarks.tb_read import read_scalars
 
         tags = read_scalars(run_dir)
         tps = [v for _, v in tags.get("train/tokens_per_sec", [])]

@@ -14,3 +14,8 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration value out of range. Also a ValueError, so Python callers that build a model or a
+    config with a bad argument get the exception they expect."""

@@ -17,9 +17,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from model.config import ATTENTION_KINDS
 from model.kv_cache import LayerKV
 
-ATTENTION_KINDS = ("heads", "fused")
+__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask"]
+
 
 
 def causal_mask(context_length: int) -> Tensor:
@@ -82,10 +84,6 @@ class MultiHeadAttention(nn.Module):
         attention: str = "fused",
     ):
         super().__init__()
-        if attention not in ATTENTION_KINDS:
-            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
-        if head_size % num_heads:
-            raise ValueError(f"head_size {head_size} is not divisible by num_heads {num_heads}")
         self.num_heads, self.head_size = num_heads, head_size
         self.head_dim = head_size // num_heads
         self.attention = attention

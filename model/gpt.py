@@ -7,57 +7,48 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from common.errors import ConfigError
 from model.attention import ATTENTION_KINDS
 from model.block import Block
+from model.config import ModelConfig
 from model.decode import DecodeStep
 from model.kv_cache import KVCache
 from model.sampling import check_sampling_args, sample_next
 
 
 class AttentionLanguageModel(nn.Module):
-    def __init__(
-        self,
-        vocab_size: int,
-        context_length: int = 128,
-        embedding_size: int = 128,
-        head_size: int = 128,
-        num_heads: int = 4,
-        num_blocks: int = 4,
-        dropout: float = 0.0,
-        attention: str = "fused",
-        tie_weights: bool = False,
-    ):
+    """Build from one `ModelConfig`, or from its fields as keywords (scripts and notebooks do):
+    `AttentionLanguageModel(vocab_size=..., context_length=..., ...)`."""
+
+    def __init__(self, config: ModelConfig | None = None, /, **kwargs):
         super().__init__()
-        for name, value in dict(vocab_size=vocab_size, context_length=context_length, embedding_size=embedding_size,
-                                head_size=head_size, num_heads=num_heads, num_blocks=num_blocks).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if head_size % num_heads:
-            raise ValueError(f"head_size ({head_size}) must be divisible by num_heads ({num_heads})")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if attention not in ATTENTION_KINDS:
-            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
-        self.config = dict(vocab_size=vocab_size, context_length=context_length, embedding_size=embedding_size,
-                           head_size=head_size, num_heads=num_heads, num_blocks=num_blocks, dropout=dropout,
-                           attention=attention, tie_weights=tie_weights)
-        self.context_length = context_length
-        self.token_embedding = nn.Embedding(vocab_size, embedding_size)
-        self.position_embedding = nn.Embedding(context_length, embedding_size)
-        self.dropout = nn.Dropout(dropout)
+        if config is None:
+            config = ModelConfig(**kwargs)
+        elif kwargs:
+            raise TypeError("pass a ModelConfig or keyword settings, not both")
+        if config.vocab_size is None:
+            raise ConfigError("vocab_size must be set (ModelConfig.with_vocab(tokenizer.vocab_size))")
+        self.config = config
+        c = config
+        self.context_length = c.context_length
+        self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
+        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size)
+        self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
-            Block(embedding_size, head_size, num_heads, context_length, dropout, attention) for _ in range(num_blocks)
+            Block(c.embedding_size, c.head_size, c.num_heads, c.context_length, c.dropout, c.attention)
+            for _ in range(c.num_blocks)
         )
-        self.ln_f = nn.LayerNorm(embedding_size)
-        self.lm_head = nn.Linear(embedding_size, vocab_size, bias=False)
-        if tie_weights:
+        self.ln_f = nn.LayerNorm(c.embedding_size)
+        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False)
+        if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
-        self._init_weights(num_blocks)
+        self._init_weights(c.num_blocks)
 
     def _init_weights(self, num_blocks: int) -> None:
         # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 * num_blocks) so the
@@ -79,7 +70,7 @@ class AttentionLanguageModel(nn.Module):
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
         for b in self.blocks:
             b.attn.attention = attention
-        self.config["attention"] = attention
+        self.config = replace(self.config, attention=attention)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once
@@ -87,8 +78,8 @@ class AttentionLanguageModel(nn.Module):
     def flops_per_token(self, context_length: int | None = None) -> int:
         """Training FLOPs per token (forward + backward = 3x forward), matmuls only, as in PaLM / nanoGPT."""
         c = self.config
-        T = context_length or c["context_length"]
-        E, HS, L, V = c["embedding_size"], c["head_size"], c["num_blocks"], c["vocab_size"]
+        T = context_length or c.context_length
+        E, HS, L, V = c.embedding_size, c.head_size, c.num_blocks, c.vocab_size
         per_block = 2 * (3 * E * HS + HS * E + 8 * E * E) + 2 * 2 * T * HS  # projections + QK^T and AV
         return 3 * (L * per_block + 2 * E * V)
 

@@ -1,3 +1,3 @@
-from training.tb_read import read_scalars as scalar_tags
+from benchmarks.tb_read import read_scalars as scalar_tags
 
 __all__ = ["scalar_tags"]

@@ -3,7 +3,7 @@ import torch
 from model import AttentionLanguageModel
 from tokenizer import KoreanCharTokenizer
 from training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint, strip_compile_prefix
-from training.inference import load_model
+from inference.generation import load_model
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):

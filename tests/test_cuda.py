@@ -26,7 +26,7 @@ def test_heads_and_fused_agree_under_bf16_autocast():
 
 @pytest.fixture
 def exact_fp32():
-    """TF32 (switched on by training.device for speed) would round fp32 products to 10-bit mantissas."""
+    """TF32 (switched on by common.device for speed) would round fp32 products to 10-bit mantissas."""
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     yield

@@ -1,4 +1,4 @@
-"""evaluate.py and training/scoring.py: every token scored once, fair bits per character, jamo end to end."""
+"""evaluate.py and inference/scoring.py: every token scored once, fair bits per character, jamo end to end."""
 
 import contextlib
 import io
@@ -15,7 +15,7 @@ from common.errors import UserError
 from model import AttentionLanguageModel
 from tests.conftest import run_script
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
-from training.scoring import encode_for_scoring, score_tokens, window_plan
+from inference.scoring import encode_for_scoring, score_tokens, window_plan
 
 TINY = ["model=tiny", "train.batch_size=8", "train.eval_steps=2", "train.eval_interval=20", "train.sample_chars=0"]
 # Our own sentences (not from any corpus), with two characters no vocabulary here has seen.
@@ -167,7 +167,7 @@ def test_evaluate_user_errors(runs, tmp_path):
 
 @pytest.mark.slow
 def test_jamo_model_trains_and_generate_streams_whole_syllables(runs):
-    from training.inference import load_model, stream_samples
+    from inference.generation import load_model, stream_samples
 
     g = run_script("generate.py", f"ckpt={runs['jamo']}", "prompt=옛날에", "max_new_tokens=60", "seed=3")
     assert g.returncode == 0, g.stderr

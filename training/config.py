@@ -6,7 +6,7 @@ from omegaconf import DictConfig
 
 from common.errors import UserError
 from model.attention import ATTENTION_KINDS
-from training.device import DEVICES, DTYPES
+from common.device import DEVICES, DTYPES
 from training.schedule import SCHEDULES
 
 

@@ -134,7 +134,7 @@ class RunLogger:
         """
         if self.writer is None:
             return
-        from training.inference import prompt_ids  # warns once about prompt characters the vocabulary lacks
+        from inference.generation import prompt_ids  # warns once about prompt characters the vocabulary lacks
 
         self._watched = (model, tokenizer, [(p, prompt_ids(tokenizer, p)) for p in prompts], sample_tokens,
                          list(attention_ids), seed)

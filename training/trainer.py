@@ -35,7 +35,7 @@ from training.checkpoint import (
     strip_compile_prefix,
 )
 from training.config import check_train_config
-from training.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
+from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from training.evaluation import bits_per_char, estimate_loss
 from training.schedule import lr_at, make_optimizer
 from training.state import capture_rng, restore_rng, seed_everything

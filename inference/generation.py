@@ -1,4 +1,4 @@
-"""Loading a trained model for sampling, and streaming its text."""
+"""Sampling text from a loaded model: prompt ids, and samples streamed as they are produced."""
 
 from __future__ import annotations
 
@@ -8,29 +8,11 @@ from typing import TextIO
 
 import torch
 
-from common.errors import UserError
 from model import AttentionLanguageModel
-from tokenizer import tokenizer_from_dict
-from training.checkpoint import load_checkpoint, resolve_checkpoint
+from tokenizer import Tokenizer
 
 
-def load_model(ckpt: str | None, device: torch.device) -> tuple[AttentionLanguageModel, object, dict]:
-    """(model on `device` in eval mode, tokenizer, checkpoint payload) from a run dir or checkpoint file."""
-    path = resolve_checkpoint(ckpt)
-    payload = load_checkpoint(path)
-    tokenizer = tokenizer_from_dict(payload["tokenizer"])
-    try:
-        model = AttentionLanguageModel(**payload["model_config"])
-        model.load_state_dict(payload["model"])
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise UserError(f"checkpoint {path} does not match this version's model ({str(e).splitlines()[0]})") from None
-    if model.config["vocab_size"] != tokenizer.vocab_size:
-        raise UserError(f"checkpoint {path} is inconsistent: model and tokenizer vocabularies differ")
-    payload["path"] = str(path)
-    return model.to(device).eval(), tokenizer, payload
-
-
-def prompt_ids(tokenizer, prompt: str) -> list[int]:
+def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     """Ids of the prompt; unseen characters are kept as <unk> with a warning naming them."""
     unknown = tokenizer.unknown_chars(prompt)
     if unknown:
@@ -44,7 +26,7 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def stream_samples(model: AttentionLanguageModel, tokenizer, prompt: str, max_new_tokens: int, num_samples: int,
+def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, num_samples: int,
                    temperature: float, top_k: int | None, top_p: float | None, seed: int, device: torch.device,
                    use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
     """Write each sample to `out` as it is produced; the same seed gives the same text."""

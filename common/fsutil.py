@@ -1,0 +1,77 @@
+"""Files written whole or not at all, and the user's cache folder.
+
+Design choices:
+- `atomic_write` is the project's one write-to-temp-then-rename: the bytes go to a hidden temp file in the
+  target's folder (so the rename never crosses file systems), are fsynced, then `os.replace`d over the
+  target, and the folder is fsynced so the rename itself survives a power cut. A crash or Ctrl-C at any
+  moment leaves the old file or the new one, never half of one.
+- Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+Writer = Callable[[BinaryIO], None]
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | Writer) -> None:
+    """Replace `path` with `data` (bytes, UTF-8 text, an iterable of byte chunks, or a function that writes
+    to a binary file object) atomically."""
+    path = Path(path)
+    remove_stale_temps(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            if isinstance(data, str):
+                f.write(data.encode("utf-8"))
+            elif isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            elif callable(data):
+                data(f)
+            else:
+                for chunk in data:
+                    f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a folder; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Delete `.name.<pid>.tmp` files of `path` left by processes killed mid-write (a whole file's size each)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:-len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)  # still running (another writer): leave its file alone
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def user_cache_dir(*parts: str) -> Path:
+    """`$XDG_CACHE_HOME/kochar-gpt/<parts>` (default `~/.cache/kochar-gpt/<parts>`): where derived files go
+    when no folder was given and the one beside the input is read-only."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base.joinpath("kochar-gpt", *parts)

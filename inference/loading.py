@@ -1,0 +1,47 @@
+"""From a run folder or checkpoint file to a model ready to sample, and its tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from common.errors import UserError
+from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from model import AttentionLanguageModel
+from tokenizer import Tokenizer, tokenizer_from_dict
+
+
+@dataclass
+class LoadedRun:
+    model: AttentionLanguageModel  # on its device, in eval mode
+    tokenizer: Tokenizer
+    checkpoint: Checkpoint
+
+    @property
+    def path(self) -> Path:
+        assert self.checkpoint.path is not None
+        return self.checkpoint.path
+
+
+def model_from_checkpoint(ckpt: Checkpoint) -> AttentionLanguageModel:
+    """The exact model the checkpoint was saved from, on the CPU; a mismatch is one UserError."""
+    try:
+        model = AttentionLanguageModel(ckpt.model_config)
+        model.load_state_dict(ckpt.model)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"checkpoint {ckpt.path} does not match its model settings "
+                        f"({str(e).strip().splitlines()[0]})") from None
+    return model
+
+
+def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs") -> LoadedRun:
+    """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
+    `None` means the newest run under `runs_root`."""
+    checkpoint = load_checkpoint(resolve_checkpoint(ckpt, runs_root))
+    tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
+    model = model_from_checkpoint(checkpoint)
+    if model.config.vocab_size != tokenizer.vocab_size:
+        raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
+    return LoadedRun(model.to(device).eval(), tokenizer, checkpoint)
