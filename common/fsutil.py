@@ -5,7 +5,10 @@ Design choices:
   target's folder (so the rename never crosses file systems), are fsynced, then `os.replace`d over the
   target, and the folder is fsynced so the rename itself survives a power cut. A crash or Ctrl-C at any
   moment leaves the old file or the new one, never half of one.
+- `atomic_rename` is the same rename for a file that was written elsewhere in full (a download's `.part`):
+  together they are the only places in the project that call `os.replace`.
 - Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
+- `user_cache_dir` is the one answer to "where do derived files go when no folder was given".
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | 
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_folder(path.parent)
+
+
+def atomic_rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Give the complete file `src` the name `dst` (replacing any file there) in one step that a crash cannot
+    leave half done; both must be in the same folder or at least on the same file system."""
+    os.replace(src, dst)
+    _fsync_folder(Path(dst).parent)
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -1,8 +1,9 @@
 import unicodedata
 
 import numpy as np
+import pytest
 
-from tokenizer import UNK_ID, KoreanCharTokenizer, tokenizer_from_dict
+from tokenizer import UNK_ID, KoreanCharTokenizer, KoreanJamoTokenizer, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 MIXED = "안녕하세요! 訓民正音은 1446년에 반포되었다. Hello, GPT-2 😀 ㅋㅋㅋ ㅠㅠ\n\t끝."
 
@@ -71,3 +72,55 @@ def test_prenormalized_encoding_matches_for_nfc_text():
     long = MIXED * 3000  # spans several encode slices
     assert (tok.encode(long, normalized=True) == tok.encode(long)).all()
     assert tok.decode(tok.encode(long, normalized=True)) == long
+
+
+@pytest.mark.parametrize("cls", [KoreanCharTokenizer, KoreanJamoTokenizer])
+def test_every_kind_implements_the_tokenizer_protocol(cls, tmp_path):
+    tok: Tokenizer = cls.from_text(MIXED)  # a static check too: mypy/pyright flag a kind that does not conform
+    assert isinstance(tok, Tokenizer)
+    assert isinstance(build_tokenizer(tok.kind, [MIXED]), Tokenizer)
+    assert not isinstance(object(), Tokenizer) and not isinstance(tok.to_dict(), Tokenizer)
+    tok.save(tmp_path / "v.json")
+    again = cls.load(tmp_path / "v.json")
+    assert again.fingerprint() == tok.fingerprint() == cls.from_dict(tok.to_dict()).fingerprint()
+    assert [p.name for p in tmp_path.iterdir()] == ["v.json"]  # saved atomically: no temp file left
+    decoder = tok.stream_decoder()
+    ids = tok.encode(MIXED)
+    assert "".join(decoder.feed(int(i)) for i in ids) + decoder.flush() == tok.decode(ids) == MIXED
+
+
+class _ByteTokenizer:
+    """A kind defined outside the package: it qualifies by what it can do, not by inheritance."""
+
+    kind = "byte"
+    vocab_size = 257
+
+    def encode(self, text, normalized=False):
+        return np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32) + 1
+
+    def decode(self, ids):
+        return bytes(int(i) - 1 for i in ids).decode()
+
+    def unknown_chars(self, text):
+        return {}
+
+    def token_counts(self, text):
+        return np.array([len(c.encode()) for c in text])
+
+    def stream_decoder(self):
+        raise NotImplementedError
+
+    def to_dict(self):
+        return {"kind": self.kind}
+
+    def save(self, path):
+        pass
+
+    def fingerprint(self):
+        return "byte"
+
+
+def test_the_protocol_is_structural():
+    assert isinstance(_ByteTokenizer(), Tokenizer)
+    incomplete = type("Incomplete", (), {k: v for k, v in vars(_ByteTokenizer).items() if k != "fingerprint"})
+    assert not isinstance(incomplete(), Tokenizer)

@@ -1,4 +1,8 @@
-"""Tokenizers: text <-> ids. They know nothing of models or files other than their own JSON."""
+"""Tokenizers: text <-> ids. They know nothing of models or files other than their own JSON.
+
+`Tokenizer` is the protocol every kind implements (see `tokenizer.base`); `build_tokenizer` and
+`tokenizer_from_dict` pick the kind by name, so callers never branch on it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from common.errors import UserError
+from tokenizer.base import StreamDecoder, Tokenizer
 from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer, code_points
 from tokenizer.jamo import KoreanJamoTokenizer
 
 __all__ = ["KoreanCharTokenizer", "KoreanJamoTokenizer", "TOKENIZER_KINDS", "Tokenizer", "UNK_ID", "UNK_TOKEN",
-           "build_tokenizer", "tokenizer_from_dict"]
+           "StreamDecoder", "build_tokenizer", "tokenizer_from_dict"]
 
-Tokenizer = KoreanCharTokenizer | KoreanJamoTokenizer
 TOKENIZER_KINDS = ("char", "jamo")
 
 

@@ -1,15 +1,75 @@
-"""What every tokenizer shares: its vocabulary saved as human-readable JSON, and a fingerprint of it."""
+"""What every tokenizer is and shares: the `Tokenizer` protocol, and its vocabulary saved as JSON.
+
+Design choices:
+- `Tokenizer` is a `typing.Protocol`, not a base class: code that only uses tokenizers (training,
+  generation, evaluation, the token cache) depends on what a tokenizer can do, and a new kind needs no
+  import of ours to qualify. It is `runtime_checkable` so tests can assert that each kind conforms.
+- The vocabulary is stored as human-readable JSON (`to_dict()`), written atomically so a crash never leaves
+  half a vocabulary beside a checkpoint, and fingerprinted (a hash of that JSON) to key token caches.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
+
+import numpy as np
 
 from common.errors import UserError
+from common.fsutil import atomic_write
 
 T = TypeVar("T", bound="JsonVocabulary")
+
+
+class StreamDecoder(Protocol):
+    """Turns ids into text one at a time; everything `feed` and `flush` return, joined, is `decode(ids)`."""
+
+    def feed(self, token_id: int) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text <-> ids. Id 0 is always `<unk>`; ids run from 0 to `vocab_size - 1`.
+
+    Every kind also has the classmethods `from_dict(d)` (the inverse of `to_dict()`, raising a `UserError`
+    for a dict that is not its vocabulary) and `load(path)` (the inverse of `save(path)`);
+    `tokenizer.tokenizer_from_dict` picks the kind from the dict.
+    """
+
+    kind: str  # "char" or "jamo": the value of data.tokenizer that builds it
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str, normalized: bool = False) -> np.ndarray:
+        """The ids of `text` (int32); `normalized=True` promises the text is NFC already."""
+        ...
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str: ...
+
+    def unknown_chars(self, text: str) -> Counter[str]:
+        """Characters of `text` that encode (at least partly) to `<unk>`, with their counts."""
+        ...
+
+    def token_counts(self, text: str) -> np.ndarray:
+        """How many tokens each character of NFC `text` becomes."""
+        ...
+
+    def stream_decoder(self) -> StreamDecoder: ...
+
+    def to_dict(self) -> dict: ...
+
+    def save(self, path: str | Path) -> None: ...
+
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary: equal fingerprints, equal ids for every text."""
+        ...
 
 
 class JsonVocabulary:
@@ -23,7 +83,7 @@ class JsonVocabulary:
         raise NotImplementedError
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
 
     @classmethod
     def load(cls: type[T], path: str | Path) -> T:

@@ -1,7 +1,7 @@
 """KoreanCharTokenizer: one id per Unicode character (after NFC), plus `<unk>`.
 
-Encoding is a single numpy gather over code points, so a corpus of millions of characters encodes in
-milliseconds; there is no per-character Python loop on the hot path.
+Encoding is a single numpy gather over code points: there is no per-character Python loop on the hot path,
+so the cost of encoding a corpus grows with memory bandwidth, not with the interpreter.
 """
 
 from __future__ import annotations
