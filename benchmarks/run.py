@@ -1,0 +1,95 @@
+"""Running the speed benchmark: the device and precisions to measure, then one JSON-ready dict.
+
+Design choices:
+- The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
+  raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
+- The output is one flat dict per measurement family, merged in a fixed order: the machine, the training
+  presets (one nested dict each), generation, encoding, memory. Its keys are what the README and any
+  scripts reading the JSON rely on, so they stay stable across refactorings.
+- The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.encoding_speed import bench_encoding
+from benchmarks.generation_speed import bench_generation
+from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
+from benchmarks.options import SHARED_CORPUS, BenchOptions
+from benchmarks.presets import PRESETS
+from benchmarks.training_speed import bench_training, matmul_peak_flops
+from common.device import enable_fast_matmul, pick_device
+from common.errors import UserError
+from data.corpus import EMBEDDED_CORPUS
+from data.text import read_text
+from tokenizer import KoreanCharTokenizer
+
+
+def resolve_device(name: str) -> torch.device:
+    """`pick_device`, with its messages phrased in this script's flags and CUDA indices checked."""
+    try:
+        device = pick_device(name)
+    except UserError as e:
+        raise UserError(str(e).replace("device=", "--device ")) from None
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                        f"numbered from 0")
+    return device
+
+
+def dtypes_to_measure(name: str, device: torch.device) -> list[str]:
+    """float32 (always: the baseline of the ratios) plus the precision `--dtype` asks for."""
+    bf16 = device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_bf16_supported())
+    if name == "auto":
+        return ["float32", "bfloat16"] if bf16 else ["float32"]
+    if name == "bfloat16" and not bf16:
+        raise UserError(f"--dtype bfloat16 is not supported on {device}; use --dtype float32 or auto")
+    if name == "float16" and device.type == "cpu":
+        raise UserError("--dtype float16 is not supported on the CPU; use --dtype bfloat16 or float32")
+    return ["float32"] if name == "float32" else ["float32", name]
+
+
+def corpus_text(opts: BenchOptions) -> tuple[str, str]:
+    """(the corpus's name for the output, its text)."""
+    path = opts.corpus or EMBEDDED_CORPUS
+    text = read_text(path)
+    if not text:
+        raise UserError(f"--corpus {path} is empty; pass a text file with some text in it")
+    if path == EMBEDDED_CORPUS:
+        return "embedded", text
+    return ("koconovel_dev" if path == SHARED_CORPUS else path.stem), text
+
+
+def machine(device: torch.device) -> dict:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} "
+    if device.type != "cuda":
+        name += f"({torch.get_num_threads()} threads)"
+    return {"device": str(device), "device_name": name, "torch": torch.__version__}
+
+
+def run_benchmarks(opts: BenchOptions) -> dict:
+    """Every benchmark `opts` asks for, as one dict ready for `json.dumps`."""
+    device = resolve_device(opts.device)
+    dtypes = dtypes_to_measure(opts.dtype, device)
+    enable_fast_matmul(device)
+    corpus_name, text = corpus_text(opts)
+    vocab = opts.vocab_size or KoreanCharTokenizer.from_text(text).vocab_size
+    presets = [opts.preset] if opts.preset else (["default", "shakespeare"] if device.type == "cuda" else ["default"])
+
+    result = {**machine(device), "vocab_size": vocab, "corpus": corpus_name}
+    peak = matmul_peak_flops(device, torch.float32, opts.rounds, small=opts.smoke)
+    result["matmul_peak_flops_float32"] = round(peak)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for preset in presets:
+        result[preset] = bench_training(PRESETS[preset], vocab, device, dtypes, opts.rounds, opts.steps, peak)
+    generation_preset = PRESETS["tiny" if opts.smoke else "default"]
+    result.update(bench_generation(generation_preset, vocab, device, opts.rounds, opts.new_tokens))
+    result.update(bench_encoding(text, opts.rounds))
+    if opts.memory_mb:
+        result.update(bench_big_corpus_memory(opts.memory_mb))
+    result["peak_rss_mb"] = own_peak_rss_mb()
+    if device.type == "cuda":
+        result["peak_cuda_memory_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return result

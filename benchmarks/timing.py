@@ -1,0 +1,52 @@
+"""Timing helpers shared by the speed benchmarks.
+
+Design choices:
+- The compared sides take turns within each round, and each side reports the median of its rounds: a
+  slow spell of the machine (another process, frequency scaling) then hits every side alike instead of
+  whichever happened to run during it, and one outlier round does not move the result.
+- CUDA launches work asynchronously, so every timer synchronises the device before reading the clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so the clock measures the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_alternating(timers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Call every timer once per round, in turn; return each timer's median result."""
+    results: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            results[name].append(timer())
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def mean_seconds(fn: Callable[[], object], reps: int) -> Callable[[], float]:
+    """A timer returning the mean wall time of `reps` calls of `fn` (one call alone is too noisy)."""
+
+    def timer() -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) / reps
+
+    return timer
+
+
+def seconds(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall time of one call of `fn`, its device work included."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
