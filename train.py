@@ -1,6 +1,6 @@
 """Train a Korean character-level GPT.  python train.py [key=value ...]  (see configs/train.yaml)"""
 
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+from common.cli import config_object, quote_non_ascii_overrides, run_cli, run_hydra
 
 import sys
 
@@ -8,17 +8,18 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from training.hydra_setup import register_resolvers
+from training.config import TrainJob, register_configs
+from training.hydra_setup import legacy_experiment_override, register_resolvers
 
 register_resolvers()
+register_configs()
 
 
-@hydra.main(config_path="configs", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    from training.trainer import train
+def _run(cfg: DictConfig) -> None:
+    job = config_object(cfg, TrainJob)
+    from training.trainer import train  # torch and the model load only once the config is known to be good
 
-    run_dir = HydraConfig.get().runtime.output_dir
-    result = run_cli(lambda: train(cfg, run_dir))
+    result = train(job, HydraConfig.get().runtime.output_dir)
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
     print(f"run: {result.run_dir}  step {result.step}  val loss {result.val_loss:.4f}  "
@@ -27,6 +28,11 @@ def main(cfg: DictConfig) -> None:
         sys.exit(130 if result.stopped == "SIGINT" else 143)
 
 
+@hydra.main(config_path="configs", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_cli(lambda: _run(cfg))
+
+
 if __name__ == "__main__":
-    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
+    sys.argv[1:] = legacy_experiment_override(quote_non_ascii_overrides(sys.argv[1:]))
     run_hydra(main)

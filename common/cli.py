@@ -120,10 +120,14 @@ def _fold_hydra_report(text: str) -> str:
             continue
         parts.append(line.strip().rstrip("."))
         listing = line.rstrip().endswith(":")
-    unknown = re.search(r"Could not override '([^']+)'", text)
-    if unknown and "is not in struct" in text:  # the usual case: a misspelt key
-        key = unknown.group(1)
-        return f"unknown config key {key}; check its spelling (--cfg job prints every key; +{key}=... adds a new one)"
+    unknown = re.search(r"Could not (?:override|append to config)[^']*'([^']+)'", text) or \
+        re.search(r"Key '[^']+' not in '\w+'\s+full_key: (\S+)", text)
+    if unknown and ("is not in struct" in text or "not in '" in text):  # the usual case: a misspelt key
+        key = unknown.group(1).lstrip("+")
+        return f"unknown config key {key}; check its spelling (--help lists every key)"
+    typed = _type_error(text)
+    if typed:
+        return typed
     grammar = re.search(r"\s*See (https://hydra\.cc/\S+override_grammar\S*)", text)
     bad = _unparsable_override(sys.argv[1:]) if grammar else None
     if bad is not None:
@@ -131,6 +135,42 @@ def _fold_hydra_report(text: str) -> str:
         return (f"cannot parse the override {bad!r} ({reason}); quote values that hold brackets, commas, spaces "
                 f"or quotes, e.g. key='[a, b]' (see {grammar.group(1)})")
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
+
+
+def _type_error(text: str) -> str | None:
+    """A value the schema's type refuses (`train.lr=abc`, `model.num_heads=2.5`), as one line naming the key."""
+    full_key = re.search(r"full_key: (\S+)", text)
+    reason = re.search(r"(Value '.*' (?:of type '\w+' )?could not be converted to \w+|"
+                       r"Value '.*' is not a valid \w+|field '.*' is not Optional|"
+                       r"Non optional field cannot be assigned None)", text)
+    if not (full_key and reason):
+        return None
+    kind = re.search(r"converted to (\w+)|is not a valid (\w+)", reason.group(1))
+    need = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false (yes/no, on/off)",
+            "String": "text"}.get(next((g for g in kind.groups() if g), "") if kind else "", "")
+    key = full_key.group(1)
+    if "None" in reason.group(1) or "Optional" in reason.group(1):
+        return f"{key} cannot be null: give it a value (--help shows its default)"
+    value = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+~").split("=", 1)[0] == key), None)
+    shown = f"{key}={value}" if value is not None else key
+    return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
+
+
+def config_object(cfg, cls: type[T]) -> T:
+    """The composed Hydra config as its schema dataclass, range-checked by `__post_init__`; a value that fails
+    (a range, an interpolation like `${oops}`) is one UserError naming it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{key + ': ' if key else ''}{first}") from None
+    if not isinstance(obj, cls):
+        raise TypeError(f"expected a {cls.__name__} config, got {type(obj).__name__}")
+    return obj
 
 
 def _unparsable_override(argv: list[str]) -> str | None:

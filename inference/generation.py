@@ -26,9 +26,9 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, num_samples: int,
-                   temperature: float, top_k: int | None, top_p: float | None, seed: int, device: torch.device,
-                   use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
+def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int,
+                   num_samples: int, temperature: float, top_k: int | None, top_p: float | None, seed: int,
+                   device: torch.device, use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
     """Write each sample to `out` as it is produced; the same seed gives the same text."""
     ids = prompt_ids(tokenizer, prompt)
     generator = torch.Generator(device=device).manual_seed(seed)

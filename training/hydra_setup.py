@@ -44,3 +44,9 @@ def register_resolvers() -> None:
                      ("job_name", _job_name)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+
+
+def legacy_experiment_override(argv: list[str]) -> list[str]:
+    """`+experiment=<name>` (the form documented before `experiment: null` joined the defaults list) means
+    `experiment=<name>` now; Hydra itself would refuse to add a key that already exists."""
+    return [a[1:] if a.startswith("+experiment=") else a for a in argv]

@@ -1,0 +1,191 @@
+"""Everything a run needs before its first step: device and precision, resume, data, model, optimizer.
+
+Design choices:
+- `setup()` returns a `Session` (what the loop reads and never reassigns) and a `LoopState` (what it
+  advances); the loop itself stays one screen.
+- Every check that can fail runs before anything is deleted or written: the old run's TensorBoard events
+  are removed (train.overwrite=true) only once the corpus has loaded and the model is built.
+- On resume the checkpoint's `ModelConfig` wins; only the settings that leave the parameters unchanged
+  (attention path, dropout) follow the command line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
+from common.errors import UserError
+from data.corpus import load_corpus
+from data.sampler import BatchSampler
+from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
+from model import AttentionLanguageModel
+from tokenizer import Tokenizer, tokenizer_from_dict
+from training import distributed
+from training.config import TrainJob
+from training.optim import make_optimizer
+from training.state import restore_rng, seed_everything
+from training.tb_logger import RunLogger
+
+
+@dataclass
+class Session:
+    job: TrainJob
+    run_dir: Path
+    dist: distributed.DistInfo
+    device: torch.device
+    dtype: torch.dtype
+    tokenizer: Tokenizer
+    train_tokens: np.ndarray
+    val_tokens: np.ndarray
+    tokens_per_char: float
+    raw_model: AttentionLanguageModel
+    model: nn.Module  # raw_model, compiled and/or wrapped in DDP
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    sampler: BatchSampler
+    logger: RunLogger
+    max_steps: int
+    decay_steps: int
+    tokens_per_step: int
+
+    def autocast(self):
+        return autocast(self.device, self.dtype)
+
+    @property
+    def eval_model(self) -> nn.Module:
+        return self.model.module if self.dist.enabled else self.model
+
+
+@dataclass
+class LoopState:
+    step: int = 0
+    best_val_loss: float = math.inf
+    val_loss: float = math.nan  # nan until the first evaluation
+    train_loss: float = math.nan
+    elapsed_before: float = 0.0  # seconds trained before this process (resume)
+    tokens_per_sec: float = 0.0
+    stopped: str = "max_steps"  # max_steps | max_seconds | SIGINT | SIGTERM
+    started: float = field(default_factory=time.perf_counter)
+    last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+
+def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
+    """Fewest tokens for which both splits hold one (context_length + 1)-token window."""
+    need = context_length + 1
+    return max(math.ceil(need / val_fraction), math.ceil(need / (1 - val_fraction))) + 1
+
+
+def epochs_to_steps(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
+    """Steps for `epochs` passes over the training split (the default when train.max_steps is null)."""
+    return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
+
+
+def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | None:
+    """The checkpoint to continue, or None for a new run (refused if the folder holds one already)."""
+    if job.train.resume:
+        return load_checkpoint(resolve_checkpoint(job.train.resume))
+    if is_main and (run_dir / CKPT_NAME).exists() and not job.train.overwrite:
+        raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={run_dir} to continue it, "
+                        "train.overwrite=true to start over, or another hydra.run.dir")
+    return None
+
+
+def load_data(job: TrainJob, tokenizer: Tokenizer | None, resumed: Checkpoint | None):
+    corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
+    if resumed is not None and corpus.num_unknown:
+        raise UserError(f"the corpus {corpus.path} has {corpus.num_unknown} characters outside the vocabulary of "
+                        f"{resumed.path}; resume with the data.path the run was trained on")
+    C, vf = job.model.context_length if resumed is None else resumed.model_config.context_length, job.data.val_fraction
+    if len(corpus.tokens) < min_corpus_tokens(C, vf):
+        per_char = len(corpus.tokens) / max(1, corpus.num_chars)  # users think in characters, not tokens
+        raise UserError(f"the corpus {corpus.path} is too short: {corpus.num_chars} characters, but "
+                        f"model.context_length={C} with data.val_fraction={vf} needs at least "
+                        f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters")
+    return corpus
+
+
+def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None) -> AttentionLanguageModel:
+    config = job.model.with_vocab(vocab_size)
+    if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
+        config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
+    model = AttentionLanguageModel(config)
+    if resumed is not None:
+        model.load_state_dict(resumed.model)
+    return model
+
+
+def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, sampler: BatchSampler,
+                     world_size: int, resumed: Checkpoint) -> LoopState:
+    saved = resumed.training
+    if saved is None:
+        raise UserError(f"checkpoint {resumed.path} holds no training state (optimizer, step, random states), so "
+                        "it cannot be resumed; it can still be sampled (generate.py) and scored (evaluate.py)")
+    optimizer.load_state_dict(saved.optimizer)
+    if saved.scaler:
+        scaler.load_state_dict(saved.scaler)
+    if world_size == saved.world_size:  # another world size draws other batches anyway
+        sampler.load_state_dict(saved.sampler)
+        restore_rng(saved.rng)
+    return LoopState(step=int(saved.step), best_val_loss=float(saved.best_val_loss),
+                     elapsed_before=float(saved.elapsed_seconds), last_log=(time.perf_counter(), int(saved.step)))
+
+
+def print_first_batch(sampler: BatchSampler, dist: distributed.DistInfo) -> None:
+    """Under DDP, each rank prints a digest of its first batch, so users can see that ranks read different data."""
+    saved = sampler.state_dict()
+    first = sampler.next_batch()[0]
+    sampler.load_state_dict(saved)
+    digest = hashlib.sha1(first.cpu().numpy().tobytes()).hexdigest()[:12]
+    print(f"rank {dist.rank}/{dist.world_size}: first batch {digest}", flush=True)
+
+
+def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
+    t = job.train
+    dist = distributed.init_distributed(job.device)
+    device = pick_device(job.device, dist.local_rank)
+    dtype = resolve_dtype(t.dtype, device)
+    enable_fast_matmul(device)
+    resumed = open_resume(job, run_dir, dist.is_main)
+    seed_everything(job.seed)
+    corpus = load_data(job, tokenizer_from_dict(resumed.tokenizer) if resumed else None, resumed)
+    train_tokens, val_tokens = corpus.split(job.data.val_fraction)
+    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed).to(device)
+    optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)
+    state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed) if resumed else \
+        LoopState(last_log=(time.perf_counter(), 0))
+    if dist.rank:
+        torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
+    if dist.enabled:
+        print_first_batch(sampler, dist)
+    model = torch.compile(raw_model) if t.compile else raw_model
+    if dist.enabled:
+        model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
+    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
+    max_steps = t.max_steps if t.max_steps is not None else \
+        epochs_to_steps(t.max_epochs, len(train_tokens), tokens_per_step)
+    if dist.is_main and t.overwrite and resumed is None:  # every check has passed: the old curves can go
+        for old_events in run_dir.glob("events.out.tfevents.*"):
+            old_events.unlink()
+    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
+    if dist.is_main:
+        corpus.tokenizer.save(run_dir / "vocab.json")
+    logger.watch(raw_model, corpus.tokenizer, list(t.sample_prompts), t.sample_tokens,
+                 val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
+    session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
+                      len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
+                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step)
+    return session, state
