@@ -1,39 +1,65 @@
-# make train   - set up .venv (first time) and train the default model on the embedded corpus
-# make test    - run the whole test suite (slow tests included)
-PYTHON ?= python3
-VENV   ?= .venv
-PY     := $(VENV)/bin/python
-# Extra pip arguments, e.g. TORCH_SPEC="torch==2.13.0" to pin the wheel CI uses.
-TORCH_SPEC ?=
+# `make` (or `make help`) lists the targets and variables. Every target that runs Python sets up .venv first.
+# Lines starting with `##` and target lines ending in `## text` are what `make help` prints.
 
-.PHONY: setup train test test-fast lint bench tensorboard clean
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH      ?=
+TORCH_SPEC ?=
+ARGS       ?=
+PY         := $(VENV)/bin/python
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+## Variables:
+##   PYTHON      the interpreter that creates the virtual environment (default: python3)
+##   VENV        where the virtual environment lives (default: .venv)
+##   TORCH       empty: torch from PyPI (the CUDA build on Linux); cpu: the CPU-only build from PyTorch's index
+##   TORCH_SPEC  the torch requirement installed first, e.g. TORCH_SPEC="torch==2.13.0" (CI pins its wheel this way)
+##   ARGS        extra arguments for the script or tool a target runs, e.g. ARGS="train.max_steps=300"
+## TORCH and TORCH_SPEC apply when the environment is created; to switch builds, remove the VENV folder first.
+
+# torch goes in before the requirements: `torch>=2.4` is then already satisfied and pip keeps that build.
+ifeq ($(TORCH),cpu)
+TORCH_INSTALL = $(PY) -m pip install -q --index-url $(TORCH_CPU_INDEX) "$(or $(TORCH_SPEC),torch)"
+else ifeq ($(TORCH),)
+TORCH_INSTALL = $(if $(TORCH_SPEC),$(PY) -m pip install -q "$(TORCH_SPEC)")
+else
+$(error TORCH=$(TORCH) is not a known build; use TORCH=cpu or leave TORCH empty (make help explains both))
+endif
+
+.DEFAULT_GOAL := help
+.PHONY: help setup train test test-fast lint bench tensorboard clean
+
+help: ## list the targets and variables (the default target)
+	@echo "Targets:"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@sed -n 's/^## \{0,1\}//p' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(if $(TORCH_SPEC),$(PY) -m pip install -q "$(TORCH_SPEC)")
+	$(TORCH_INSTALL)
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed ## create the virtual environment (VENV) and install torch and the requirements (once)
 
-train: setup
+train: setup ## train the default model on the built-in corpus; ARGS go to train.py
 	$(PY) train.py $(ARGS)
 
-test: setup
+test: setup ## run the whole test suite, slow tests included; ARGS go to pytest
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: setup
+test-fast: setup ## run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
-lint: setup
+lint: setup ## check the code with ruff
 	$(VENV)/bin/ruff check .
 
-bench: setup
+bench: setup ## print the speed benchmark's JSON; ARGS go to bench.py, e.g. ARGS=--quick
 	$(PY) bench.py $(ARGS)
 
-tensorboard: setup
+tensorboard: setup ## serve TensorBoard for the runs in runs/
 	$(PY) -m tensorboard.main --logdir runs
 
-clean:
+clean: ## delete runs, Hydra outputs and the pytest cache (not the VENV folder)
 	rm -rf runs outputs multirun .pytest_cache
