@@ -1,8 +1,17 @@
 """Read a text corpus as NFC Unicode whatever its encoding or normalisation.
 
-Accepted: UTF-8, UTF-8 with BOM, UTF-16 with BOM (Windows "Unicode"), CP949 / EUC-KR. Line endings are
-normalised to "\\n" so a Windows file and its Unix twin give the same vocabulary and ids. Reading is done
-in chunks that end at line boundaries, so a 1 GB file never sits in memory as one Python string.
+Design choices:
+- Accepted: UTF-8, UTF-8 with BOM, UTF-16 with BOM (Windows "Unicode"), CP949 / EUC-KR. A file without a
+  BOM is UTF-8 if all of it decodes as UTF-8, else CP949 if all of it decodes as CP949.
+- The whole file is checked once before any of it is used, so a bad byte ends in one `UserError` that names
+  the file, the byte offset and the likely cause, never in a traceback halfway through tokenising.
+- A file that fails as UTF-8 but holds more valid UTF-8 characters than invalid bytes around the first bad
+  byte is called damaged (or of mixed encodings) rather than tried as CP949: reading it as CP949 would turn
+  the good text into nonsense, while in a real CP949 file almost every Korean character is invalid UTF-8.
+- A NUL byte (a NUL code unit in UTF-16) never occurs in text: it marks a binary file, or UTF-16 saved
+  without its byte-order mark.
+- Line endings are normalised to "\\n" so a Windows file and its Unix twin give the same vocabulary and ids.
+  Reading is done in chunks that end at line boundaries, so a 1 GB file never sits in memory as one string.
 """
 
 from __future__ import annotations
@@ -12,10 +21,13 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from common.errors import UserError
 
 TRIED = "UTF-8, UTF-8 with BOM, UTF-16 with BOM, CP949/EUC-KR"
-_SNIFF_BYTES = 1 << 20
+_BLOCK = 1 << 20  # bytes decoded at a time: bounded memory whatever the file size (even, for UTF-16)
+_MAX_CHAR_BYTES = 8  # a decode error this close to a block's end may be a character cut by the block edge
 
 
 def _check_file(path: Path) -> None:
@@ -31,41 +43,109 @@ def _check_file(path: Path) -> None:
 
 
 def detect_encoding(path: str | Path) -> str:
-    """Return the Python codec name to read `path` with, or raise a UserError naming what was tried."""
+    """Return the Python codec name to read `path` with, or raise a UserError naming the first bad byte."""
     path = Path(path)
     _check_file(path)
     with path.open("rb") as f:
         head = f.read(4)
     if head.startswith(codecs.BOM_UTF8):
+        _raise_if_bad(path, _scan(path, "utf-8", len(codecs.BOM_UTF8)), "UTF-8", " (after a UTF-8 byte-order mark)")
         return "utf-8-sig"
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
-    for enc in ("utf-8", "cp949"):
-        if _decodes_whole_file(path, enc):
-            if enc == "cp949" or not _looks_binary(path):
-                return enc
-            break
-    raise UserError(f"{path} is not a text file in a supported encoding (tried {TRIED}); save it as UTF-8")
+    for bom, codec in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if head.startswith(bom):
+            _check_utf16(path, codec)
+            return "utf-16"
+    bad_utf8 = _scan(path, "utf-8")
+    if bad_utf8 is None:
+        if _looks_binary(path):
+            raise UserError(f"{path} holds control characters, not text (tried {TRIED}); pass a text file")
+        return "utf-8"
+    if bad_utf8[1] == "NUL" or _mostly_utf8(path, bad_utf8[0]):
+        _raise_if_bad(path, bad_utf8, "UTF-8", "")
+    bad_cp949 = _scan(path, "cp949")
+    if bad_cp949 is None:
+        return "cp949"
+    _raise_if_bad(path, bad_cp949, "CP949", "", only_nul=True)
+    raise UserError(f"{path} is not text in a supported encoding (tried {TRIED}): not valid UTF-8 at byte "
+                    f"{bad_utf8[0]}, nor CP949 at byte {bad_cp949[0]}; save it as UTF-8")
 
 
-def _decodes_whole_file(path: Path, enc: str) -> bool:
-    dec = codecs.getincrementaldecoder(enc)(errors="strict")
+def _scan(path: Path, codec: str, start: int = 0, unit: int = 1) -> tuple[int, str] | None:
+    """(offset, reason) of the first byte from `start` that is not `codec` text or is NUL (reason "NUL"),
+    or None when the whole file decodes. `unit` is the code unit size: 2 for UTF-16."""
+    pos, carry = start, b""
     with path.open("rb") as f:
-        try:
-            while block := f.read(_SNIFF_BYTES):
-                if b"\x00" in block:
-                    return False
-                dec.decode(block)
-            dec.decode(b"", final=True)
-        except UnicodeDecodeError:
-            return False
-    return True
+        f.seek(start)
+        while True:
+            block = f.read(_BLOCK)
+            data = carry + block
+            nul = _first_nul(data, unit)
+            try:
+                data.decode(codec)
+                bad = None
+            except UnicodeDecodeError as e:
+                bad = e
+            if nul >= 0 and (bad is None or nul < bad.start):
+                return pos + nul, "NUL"
+            if bad is None:
+                carry, pos = b"", pos + len(data)
+            elif block and bad.end == len(data) and len(data) - bad.start < _MAX_CHAR_BYTES:
+                carry, pos = data[bad.start:], pos + bad.start  # a character cut by the block edge: read on
+            else:
+                return pos + bad.start, bad.reason
+            if not block:
+                return None
+
+
+def _first_nul(data: bytes, unit: int) -> int:
+    if unit == 1:
+        return data.find(b"\x00")
+    hits = np.flatnonzero(np.frombuffer(data, dtype=np.uint16, count=len(data) // 2) == 0)
+    return int(hits[0]) * 2 if len(hits) else -1
+
+
+def _check_utf16(path: Path, codec: str) -> None:
+    size = path.stat().st_size
+    if size % 2:
+        raise UserError(f"{path} is a UTF-16 file with an odd number of bytes ({size:,}): it is cut short or "
+                        "damaged; copy it again or re-save it as UTF-8")
+    _raise_if_bad(path, _scan(path, codec, 2, unit=2), "UTF-16", " (in UTF-16 text)")
+
+
+def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where: str, only_nul: bool = False) -> None:
+    if bad is None:
+        return
+    offset, reason = bad
+    if reason == "NUL":
+        raise UserError(f"{path} has a NUL byte at offset {offset}{where}: this looks like a binary file, not text "
+                        f"(tried {TRIED}); pass a text file")
+    if only_nul:
+        return
+    if any(word in reason for word in ("end of data", "incomplete", "truncated")):
+        cause = "the file ends in the middle of a character, so it is cut short"
+    else:
+        cause = "the file may be damaged or mix encodings"
+    raise UserError(f"{path} is not valid {encoding} at byte {offset}{where}: {cause}; copy it again or re-save "
+                    f"it as {encoding}")
+
+
+def _mostly_utf8(path: Path, offset: int) -> bool:
+    """Whether the MiB on either side of the first bad byte holds more valid non-ASCII UTF-8 characters than
+    invalid bytes: then the file is UTF-8 with damage, not another encoding."""
+    start = max(0, offset - _BLOCK)
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read(offset - start + _BLOCK)
+    text = data.decode("utf-8", errors="surrogateescape")  # each invalid byte becomes one U+DC80..U+DCFF
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    invalid = int(np.count_nonzero((cps >= 0xDC80) & (cps <= 0xDCFF)))
+    return int(np.count_nonzero(cps >= 0x80)) - invalid > invalid
 
 
 def _looks_binary(path: Path) -> bool:
     """Control characters other than tab/newline/CR/FF in the first MiB mean it is not prose."""
     with path.open("rb") as f:
-        block = f.read(_SNIFF_BYTES)
+        block = f.read(_BLOCK)
     bad = sum(block.count(bytes([b])) for b in range(32) if b not in (9, 10, 12, 13))
     return bad > max(8, len(block) // 1000)
 
