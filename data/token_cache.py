@@ -1,0 +1,213 @@
+"""The token cache of a corpus: its files, how each is checked when opened, and how it is rebuilt.
+
+Design choices:
+- Three files in the cache folder for a corpus `<name>` whose bytes hash to `<sha16>`:
+  `<name>.<sha16>.<kind>.vocab.json` (the vocabulary built from the corpus, when no tokenizer was given),
+  `<stem>.uint16` or `<stem>.uint32` (the raw ids, read through `np.memmap`) and `<stem>.json` (metadata),
+  where `<stem>` is `<name>.<sha16>.<vocabulary fingerprint>`: an edited corpus or another vocabulary
+  never meets stale ids.
+- Every file is checked when opened. A damaged one is never used: it is rebuilt from the corpus with one
+  warning that names it. The checks cost a read of the files, never a new tokenisation:
+  the vocabulary carries a format version, the corpus hash and kind it was built for, and the fingerprint
+  of its content (a bit flip that still parses is caught); the metadata carries a format version and a
+  sha256 of its own content, and records the corpus hash, the vocabulary's fingerprint and size, the id
+  dtype, the token count, the largest id, the `<unk>` count and the sum of the ids; the token file's size
+  must be the token count times the dtype size (a file cut short is never read as a shorter corpus), and
+  one vectorised pass over it, in blocks of bounded size, must find the recorded largest id (below the
+  vocabulary size, so no id indexes past the embedding), `<unk>` count and sum (zero-filled or overwritten
+  blocks change them).
+- Files are written with `common.fsutil.atomic_write`, ids before metadata, so a crash never leaves
+  metadata that describes ids that are not there. Processes building the same cache at once (DDP ranks)
+  write identical bytes; the last rename wins.
+- A folder that cannot be written is a `UserError` only when something must be written there: a complete,
+  valid cache in a read-only folder is used as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import UserError
+from common.fsutil import atomic_write
+from data.text import iter_text_chunks
+from tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
+
+VOCAB_FORMAT = "kochar-gpt/token-cache-vocabulary"
+META_FORMAT = "kochar-gpt/token-cache"
+VERSION = 2  # 1 was the unversioned cache: metadata with only num_chars and num_unknown
+SCAN_BLOCK = 1 << 20  # ids per block of the checking pass: a few MiB of memory whatever the corpus size
+
+
+class _Damaged(Exception):
+    """Why a cache file cannot be used (the text of the one warning)."""
+
+
+@dataclass
+class CachedTokens:
+    tokens: np.ndarray  # (N,) uint16/uint32, a read-only memmap (an empty array for an empty corpus)
+    num_chars: int
+    num_unknown: int
+
+
+def id_dtype(tokenizer: Tokenizer) -> np.dtype:
+    """uint16 when every id fits, else uint32."""
+    return np.dtype(np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
+
+
+def _warn(file: Path, why: _Damaged, corpus: Path) -> None:
+    warnings.warn(f"token cache file {file} is damaged ({why}); rebuilding it from {corpus}", stacklevel=4)
+
+
+def _write(file: Path, data) -> None:
+    try:
+        atomic_write(file, data)
+    except OSError as e:
+        raise UserError(f"cannot write the token cache in {file.parent}: {e.strerror or e}; pass "
+                        "data.cache_dir=<a writable folder>") from None
+
+
+def _read_json(file: Path, fmt: str) -> dict:
+    try:
+        d = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise _Damaged("not UTF-8 text") from None
+    except ValueError as e:
+        raise _Damaged(f"not valid JSON: {e}") from None
+    except OSError as e:
+        raise UserError(f"cannot read token cache file {file}: {e.strerror or e}; pass "
+                        "data.cache_dir=<another folder>") from None
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise _Damaged(f"not a {fmt} file")
+    if d.get("version") != VERSION:
+        raise _Damaged(f"format version {d.get('version')!r}, this kochar-gpt reads version {VERSION}")
+    return d
+
+
+# -- the vocabulary built from the corpus ---------------------------------------------------------------
+def vocabulary(cache: Path, corpus: Path, digest: str, kind: str) -> Tokenizer:
+    """The `kind` vocabulary of `corpus` (sha256 `digest`): from the cache when it is sound, else built."""
+    file = cache / f"{corpus.name}.{digest[:16]}.{kind}.vocab.json"
+    if file.exists():
+        try:
+            return _load_vocabulary(file, digest, kind)
+        except _Damaged as why:
+            _warn(file, why, corpus)
+    tokenizer = build_tokenizer(kind, iter_text_chunks(corpus))
+    record = {"format": VOCAB_FORMAT, "version": VERSION, "corpus_sha256": digest,
+              "fingerprint": tokenizer.fingerprint(), "tokenizer": tokenizer.to_dict()}
+    _write(file, json.dumps(record, ensure_ascii=False))
+    return tokenizer
+
+
+def _load_vocabulary(file: Path, digest: str, kind: str) -> Tokenizer:
+    d = _read_json(file, VOCAB_FORMAT)
+    if d.get("corpus_sha256") != digest:
+        raise _Damaged("it was built from another corpus")
+    saved = d.get("tokenizer")
+    if not isinstance(saved, dict) or saved.get("kind") != kind:
+        found = saved.get("kind") if isinstance(saved, dict) else None
+        raise _Damaged(f"a {found!r} vocabulary where a {kind!r} one belongs")
+    try:
+        tokenizer = tokenizer_from_dict(saved)
+    except (UserError, TypeError, ValueError) as e:
+        raise _Damaged(f"unreadable vocabulary: {e}") from None
+    if tokenizer.fingerprint() != d.get("fingerprint"):
+        raise _Damaged("its content does not match its recorded fingerprint")
+    return tokenizer
+
+
+# -- token ids and their metadata -----------------------------------------------------------------------
+def token_ids(cache: Path, corpus: Path, digest: str, tokenizer: Tokenizer) -> CachedTokens:
+    """The ids of `corpus` under `tokenizer`: from the cache when every check passes, else tokenised again."""
+    dtype = id_dtype(tokenizer)
+    stem = f"{corpus.name}.{digest[:16]}.{tokenizer.fingerprint()}"
+    tokens_file, meta_file = cache / f"{stem}.{dtype.name}", cache / f"{stem}.json"
+    expected = {"corpus_sha256": digest, "tokenizer_fingerprint": tokenizer.fingerprint(),
+                "vocab_size": tokenizer.vocab_size, "dtype": dtype.name}
+    if tokens_file.exists() and meta_file.exists():
+        try:
+            meta = _load_meta(meta_file, expected)
+        except _Damaged as why:
+            _warn(meta_file, why, corpus)
+        else:
+            try:
+                return _open_tokens(tokens_file, meta, dtype)
+            except _Damaged as why:
+                _warn(tokens_file, why, corpus)
+    meta = _build(corpus, tokenizer, tokens_file, meta_file, expected)
+    return _open_tokens(tokens_file, meta, dtype, check=False)
+
+
+def _self_hash(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _load_meta(file: Path, expected: dict) -> dict:
+    d = _read_json(file, META_FORMAT)
+    body = {k: v for k, v in d.items() if k != "sha256"}
+    if d.get("sha256") != _self_hash(body):
+        raise _Damaged("its content does not match its recorded sha256")
+    for key, value in expected.items():
+        if d.get(key) != value:
+            raise _Damaged(f"{key} is {d.get(key)!r}, expected {value!r}")
+    counts = [d.get(k) for k in ("num_tokens", "num_chars", "num_unknown", "max_id", "id_sum")]
+    if not all(isinstance(n, int) and n >= 0 for n in counts) or d["num_tokens"] < d["num_chars"]:
+        raise _Damaged("its counts are not consistent")
+    if d["max_id"] >= d["vocab_size"]:
+        raise _Damaged(f"largest id {d['max_id']} is outside the vocabulary of {d['vocab_size']}")
+    return d
+
+
+def _scan(ids: np.ndarray) -> tuple[int, int, int]:
+    """(largest id, number of `<unk>` ids, sum of ids), one bounded block at a time."""
+    max_id = unknown = total = 0
+    for i in range(0, len(ids), SCAN_BLOCK):
+        block = ids[i : i + SCAN_BLOCK]
+        max_id = max(max_id, int(block.max()))
+        unknown += int(np.count_nonzero(block == 0))
+        total += int(block.sum(dtype=np.uint64))
+    return max_id, unknown, total
+
+
+def _open_tokens(file: Path, meta: dict, dtype: np.dtype, check: bool = True) -> CachedTokens:
+    size, want = file.stat().st_size, meta["num_tokens"] * dtype.itemsize
+    if size != want:
+        raise _Damaged(f"{size:,} bytes where the metadata records {want:,}: it is cut short or overwritten")
+    tokens = np.memmap(file, dtype=dtype, mode="r") if want else np.zeros(0, dtype=dtype)
+    if check:
+        max_id, unknown, total = _scan(tokens)
+        if max_id >= meta["vocab_size"]:
+            raise _Damaged(f"id {max_id} is outside the vocabulary of {meta['vocab_size']}")
+        if (max_id, unknown, total) != (meta["max_id"], meta["num_unknown"], meta["id_sum"]):
+            raise _Damaged("its ids differ from those the metadata records")
+    return CachedTokens(tokens, meta["num_chars"], meta["num_unknown"])
+
+
+def _build(corpus: Path, tokenizer: Tokenizer, tokens_file: Path, meta_file: Path, expected: dict) -> dict:
+    dtype = id_dtype(tokenizer)
+    stats = {"num_tokens": 0, "num_chars": 0, "num_unknown": 0, "max_id": 0, "id_sum": 0}
+
+    def encoded() -> Iterator[bytes]:
+        for chunk in iter_text_chunks(corpus):
+            ids = tokenizer.encode(chunk, normalized=True)  # iter_text_chunks gives NFC already
+            stats["num_chars"] += len(chunk)  # NFC chunks: one str item per character
+            if len(ids):
+                max_id, unknown, total = _scan(ids)
+                stats["num_tokens"] += len(ids)
+                stats["num_unknown"] += unknown
+                stats["max_id"] = max(stats["max_id"], max_id)
+                stats["id_sum"] += total
+            yield ids.astype(dtype).tobytes()
+
+    _write(tokens_file, encoded())
+    meta = {"format": META_FORMAT, "version": VERSION, **expected, **stats}
+    meta["sha256"] = _self_hash(meta)
+    _write(meta_file, json.dumps(meta, indent=1) + "\n")
+    return meta
