@@ -1,15 +1,13 @@
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
-
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from tests.helpers import SHARED_CORPUS  # noqa: E402
 
 
 @pytest.fixture
@@ -31,40 +29,3 @@ def small_corpus(tmp_path) -> Path:
     p = tmp_path / "corpus.txt"
     p.write_text(text * 30, encoding="utf-8")
     return p
-
-
-def run_script(*args: str, timeout: float = 300, env: dict | None = None, cwd: Path | None = None):
-    """Run one of the entry scripts with the current interpreter, as a user would."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, *args], cwd=cwd or ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
-
-
-def train_compiled(tmp_path: Path, *overrides: str) -> tuple[Path, dict]:
-    """`train.py model=tiny train.compile=true <overrides>` into tmp_path/run -> (run dir, its checkpoint).
-
-    Checks that it succeeded and that the compile (`_orig_mod.`) and DDP (`module.`) wrappers' prefixes never
-    reach the saved state dict."""
-    from training.checkpoint import load_checkpoint
-
-    run = tmp_path / "run"
-    r = run_script("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
-                   f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    payload = load_checkpoint(run / "ckpt.pt")
-    assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload["model"])
-    return run, payload
-
-
-def assert_bf16_cached_matches_uncached(model, idx, steps: int, device_type: str) -> None:
-    """Cached and uncached generation under bf16 autocast give logits within 2% (relative) at every step,
-    up to the first step where a bf16 near-tie made them pick different tokens (later inputs differ)."""
-    import torch
-
-    with torch.autocast(device_type, dtype=torch.bfloat16):
-        a = list(model.stream(idx, steps, temperature=0, use_cache=True))
-        b = list(model.stream(idx, steps, temperature=0, use_cache=False))
-    for (ta, x), (tb, y) in zip(a, b, strict=True):
-        assert (x - y).norm() / y.norm() < 2e-2
-        if not torch.equal(ta, tb):
-            break

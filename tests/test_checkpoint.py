@@ -1,9 +1,9 @@
 import torch
 
+from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint, strip_compile_prefix
+from inference.loading import load_run
 from model import AttentionLanguageModel
 from tokenizer import KoreanCharTokenizer
-from training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint, strip_compile_prefix
-from inference.generation import load_model
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
@@ -11,13 +11,13 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     torch.manual_seed(0)
     m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=8, embedding_size=16, head_size=16,
                                num_heads=2, num_blocks=1).eval()
-    save_checkpoint({"model": m.state_dict(), "model_config": m.config, "tokenizer": tok.to_dict(), "step": 3},
-                    tmp_path / "ckpt.pt")
+    save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict(), tokens_per_char=1.5), tmp_path / "ckpt.pt")
     assert not list(tmp_path.glob("*.tmp"))
     assert resolve_checkpoint(tmp_path) == tmp_path / "ckpt.pt"
-    payload = load_checkpoint(tmp_path / "ckpt.pt")
-    assert payload["step"] == 3
-    again, tok2, _ = load_model(str(tmp_path), torch.device("cpu"))
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert ckpt.model_config == m.config and ckpt.tokens_per_char == 1.5 and ckpt.training is None
+    run = load_run(str(tmp_path), torch.device("cpu"))
+    again, tok2 = run.model, run.tokenizer
     idx = torch.tensor([tok.encode("가나다라").tolist()])
     assert torch.equal(m(idx)[0], again(idx)[0])
     assert tok2.chars == tok.chars

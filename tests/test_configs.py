@@ -3,28 +3,29 @@ from common.cli import quote_non_ascii_overrides
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from common.errors import UserError
 from model import AttentionLanguageModel
-from training.config import check_train_config
-from training.hydra_setup import register_resolvers
+from tests.helpers import compose_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-register_resolvers()
 
 
 def compose_train(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
+    return compose_config("train", *overrides)
+
+
+def check_train_config(cfg):
+    """Range checks run when the composed config becomes its dataclass."""
+    return OmegaConf.to_object(cfg)
 
 
 @pytest.mark.parametrize("model", sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml")))
 def test_every_model_config_composes_and_builds(model):
     cfg = compose_train(f"model={model}")
     check_train_config(cfg)
-    m = AttentionLanguageModel(vocab_size=100, **OmegaConf.to_container(cfg.model))
+    m = AttentionLanguageModel(check_train_config(cfg).model.with_vocab(100))
     assert m.context_length == cfg.model.context_length
 
 
@@ -45,9 +46,8 @@ def test_required_keys_exist():
 
 
 def test_generate_config_composes():
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        overrides = quote_non_ascii_overrides(["prompt=안녕 '친구'", "top_k=5", "data.path=/tmp/소설.txt"])
-        cfg = compose(config_name="generate", overrides=overrides[:2])
+    overrides = quote_non_ascii_overrides(["prompt=안녕 '친구'", "top_k=5", "data.path=/tmp/소설.txt"])
+    cfg = compose_config("generate", *overrides[:2])
     assert cfg.prompt == "안녕 '친구'" and cfg.top_k == 5
     assert overrides[2] == "data.path='/tmp/소설.txt'"
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from common.errors import UserError
-from tests.robust_utils import KOREAN, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
-from training.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
+from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
+from tests.helpers import KOREAN, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
 
 ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
 
@@ -55,7 +55,7 @@ def test_signal_saves_a_checkpoint_that_resumes(tmp_path, corpus, sig, code):
     assert stopped, out
     step = int(stopped.group(1))
     assert step >= 5
-    assert load_checkpoint(run / "ckpt.pt")["step"] == step  # saved at the step it stopped, not at step 5
+    assert load_checkpoint(run / "ckpt.pt").step == step  # saved at the step it stopped, not at step 5
 
     # a plain second run into the folder is refused (tests/test_errors.py); resume or overwrite are not
     if sig == signal.SIGINT:
@@ -63,12 +63,12 @@ def test_signal_saves_a_checkpoint_that_resumes(tmp_path, corpus, sig, code):
                 "train.lr_decay_steps=1000", f"data.path={corpus}")
         assert r.returncode == 0, r.stderr
         assert f"step {step + 3}: train loss" in r.stdout
-        assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
+        assert load_checkpoint(run / "ckpt.pt").step == step + 3
     else:
         r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=1", "train.eval_interval=1",
                 f"data.path={corpus}", f"hydra.run.dir={run}")
         assert r.returncode == 0, r.stderr
-        assert load_checkpoint(run / "ckpt.pt")["step"] == 1
+        assert load_checkpoint(run / "ckpt.pt").step == 1
 
 
 def _temp_files(run: Path) -> list[Path]:
@@ -100,9 +100,9 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
         if set(_temp_files(run)) - old:
             mid_write += 1  # the killed process left its half-written temp file behind
         for name in ("ckpt.pt", "best.pt"):
-            payload = load_checkpoint(run / name)  # never half a file
-            assert payload["step"] >= 1
-            assert all(torch.isfinite(v).all() for v in payload["model"].values())
+            ckpt = load_checkpoint(run / name)  # never half a file
+            assert ckpt.step >= 1
+            assert all(torch.isfinite(v).all() for v in ckpt.model.values())
     print(f"{mid_write} of 3 kills landed in the middle of a checkpoint write")
     assert mid_write >= 1, "no kill landed in the middle of a checkpoint write"
 
@@ -110,11 +110,11 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
     (run / ".ckpt.pt.999999999.tmp").write_bytes(b"half a checkpoint")
     assert resolve_checkpoint(run) == run / "ckpt.pt"
     assert newest_checkpoint(tmp_path / "runs") == run / "ckpt.pt"
-    step = load_checkpoint(run / "ckpt.pt")["step"]
+    step = load_checkpoint(run / "ckpt.pt").step
     r = cli("train.py", *TINY, f"train.resume={run}", f"train.max_steps={step + 2}", "train.eval_interval=1",
             "train.lr_decay_steps=1000", f"data.path={corpus}")
     assert r.returncode == 0, r.stderr
-    assert load_checkpoint(run / "ckpt.pt")["step"] == step + 2
+    assert load_checkpoint(run / "ckpt.pt").step == step + 2
     assert list(run.glob(".ckpt.pt.*.tmp")) == []  # the next save removed the dead processes' temp files
 
 
@@ -126,15 +126,15 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cor
     assert r.returncode == 0, r.stderr
     before = {name: _sha(run / name) for name in ("ckpt.pt", "best.pt")}
 
-    r = cli("train.py", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
-            "train.lr_decay_steps=1000", f"data.path={corpus}", env={"KOCHAR_FAULT_NAN_AT_STEP": "5"})
+    r = cli("tests/fault_nan.py", "5", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
+            "train.lr_decay_steps=1000", f"data.path={corpus}")
     assert r.returncode == 3, r.stderr
     assert "Traceback" not in r.stderr
     errors = [line for line in stderr_lines(r.stderr) if line.startswith("error:")]
     assert len(errors) == 1 and errors[0] == stderr_lines(r.stderr)[-1], r.stderr
     assert "the loss became nan at step 5" in errors[0] and "last good checkpoint is kept" in errors[0]
     assert {name: _sha(run / name) for name in before} == before  # byte for byte
-    assert load_checkpoint(run / "ckpt.pt")["step"] == 4
+    assert load_checkpoint(run / "ckpt.pt").step == 4
 
 
 class _Marker:

@@ -3,16 +3,13 @@
 import pytest
 import torch
 
-from model import AttentionLanguageModel
-from tests.conftest import assert_bf16_cached_matches_uncached, run_script, train_compiled
+from tests.helpers import assert_bf16_cached_matches_uncached, cli, tiny_model, train_compiled
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def make(attention="fused"):
-    torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=300, context_length=64, embedding_size=128, head_size=128,
-                                  num_heads=4, num_blocks=2, attention=attention).cuda().eval()
+    return tiny_model(attention, vocab_size=300, context_length=64, embedding_size=128, head_size=128).cuda()
 
 
 def test_heads_and_fused_agree_under_bf16_autocast():
@@ -52,5 +49,5 @@ def test_train_on_cuda_with_bf16_and_compile(tmp_path):
     run, payload = train_compiled(tmp_path, "device=cuda", "train.dtype=auto", "train.max_steps=20",
                                   "train.eval_interval=10", "train.eval_steps=2")
     assert payload["step"] == 20
-    g = run_script("generate.py", f"ckpt={run}", "prompt=안녕", "max_new_tokens=20", "device=cuda")
+    g = cli("generate.py", f"ckpt={run}", "prompt=안녕", "max_new_tokens=20", "device=cuda")
     assert g.returncode == 0 and g.stdout.startswith("안녕"), g.stderr

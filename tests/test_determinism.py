@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.robust_utils import KOREAN, TINY, cli_all
-from tests.tb_utils import scalar_tags
+from tests.helpers import KOREAN, TINY, cli_all, scalar_tags
 
 
 @pytest.mark.slow

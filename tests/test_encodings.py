@@ -15,7 +15,7 @@ import pytest
 
 from data.corpus import load_corpus
 from data.text import read_text
-from tests.robust_utils import KOREAN, TINY, cli_all
+from tests.helpers import KOREAN, TINY, cli_all
 
 TEXT = KOREAN * 2  # about 600 characters: enough for model.context_length=16 with the default split
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.robust_utils import KOREAN, ROOT, TINY, assert_one_line_error, cli, stderr_lines
-from training.trainer import min_corpus_tokens
+from tests.helpers import KOREAN, TINY, assert_one_line_error, cli, stderr_lines
+from training.setup import min_corpus_tokens
 
 slow = pytest.mark.slow  # about 30 processes, ~1.5 s of CPU each (mostly importing torch)
 
@@ -206,30 +206,34 @@ def test_undecodable_and_empty_corpus_messages(tmp_path, data, needle):
         load_corpus(corpus, cache_dir=tmp_path / "cache")
 
 
-@pytest.mark.parametrize("override,needle", [
+NOT_NUMBERS = [
     ("model.dropout=often", "model.dropout=often is invalid: it must be a number"),
     ("train.lr=fast", "train.lr=fast is invalid: it must be a number"),
     ("train.max_seconds=soon", "train.max_seconds=soon is invalid: it must be a number"),
-    ("train.beta2=1.0", "train.beta2=1.0 is invalid: it must be in [0, 1)"),
+    ("train.beta2=1.0", "train.beta2=1.0 is invalid: it must be a finite number in [0, 1)"),
     ("seed=abc", "seed=abc is invalid: it must be an integer"),
-])
-def test_values_that_are_not_numbers_are_user_errors(override, needle):
-    from hydra import compose, initialize_config_dir
+    ("train.batch_size=many", "train.batch_size=many is invalid: it must be an integer"),
+    ("model.num_heads=2.5", "model.num_heads=2.5 is invalid: it must be an integer"),
+    ("train.compile=maybe", "train.compile=maybe is invalid: it must be true or false"),
+    ("train.no_such_key=1", "unknown config key train.no_such_key"),
+]
 
-    from common.errors import UserError
-    from training.config import check_train_config
-    from training.hydra_setup import register_resolvers
 
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[override])
-    with pytest.raises(UserError, match=re.escape(needle)):
-        check_train_config(cfg)
+def test_values_of_the_wrong_type_are_refused_while_composing(tmp_path):
+    """The schema refuses them in one line before any folder exists (the run folder is never created)."""
+    from tests.helpers import cli_all
+
+    runs = [tmp_path / f"run{i}" for i in range(len(NOT_NUMBERS))]
+    results = cli_all(*[(*TRAIN, override, f"hydra.run.dir={run}") for (override, _), run in zip(NOT_NUMBERS, runs,
+                                                                                                    strict=True)])
+    for (_, needle), r, run in zip(NOT_NUMBERS, results, runs, strict=True):
+        assert_one_line_error(r, needle)
+        assert not run.exists()
 
 
 def test_checkpoint_files_that_are_not_checkpoints(tmp_path):
     from common.errors import UserError
-    from training.checkpoint import load_checkpoint, resolve_checkpoint
+    from inference.checkpoint import load_checkpoint, resolve_checkpoint
 
     (tmp_path / "empty_run").mkdir()
     with pytest.raises(UserError, match="no ckpt.pt in run directory"):

@@ -12,10 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from common.errors import UserError
-from model import AttentionLanguageModel
-from tests.conftest import run_script
-from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 from inference.scoring import encode_for_scoring, score_tokens, window_plan
+from tests.helpers import cli, tiny_model
+from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 
 TINY = ["model=tiny", "train.batch_size=8", "train.eval_steps=2", "train.eval_interval=20", "train.sample_chars=0"]
 # Our own sentences (not from any corpus), with two characters no vocabulary here has seen.
@@ -48,9 +47,7 @@ def test_window_plan_rejects_bad_stride():
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=20, context_length=8, embedding_size=16, head_size=16, num_heads=2,
-                                  num_blocks=2).eval()
+    return tiny_model(vocab_size=20, context_length=8, embedding_size=16, head_size=16, num_heads=2)
 
 
 def test_non_overlapping_score_equals_the_models_own_loss(model):
@@ -106,7 +103,7 @@ def runs(tmp_path_factory):
     out = {}
     for kind in ("char", "jamo"):
         run = root / kind
-        r = run_script("train.py", *TINY, f"data.tokenizer={kind}", "train.max_steps=20", f"hydra.run.dir={run}")
+        r = cli("train.py", *TINY, f"data.tokenizer={kind}", "train.max_steps=20", f"hydra.run.dir={run}")
         assert r.returncode == 0, r.stderr
         out[kind] = run
     held = root / "held_out.txt"
@@ -116,7 +113,7 @@ def runs(tmp_path_factory):
 
 
 def _evaluate(*args):
-    r = run_script("evaluate.py", *args)
+    r = cli("evaluate.py", *args)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1, r.stdout
@@ -153,23 +150,24 @@ def test_evaluate_stride_scores_the_same_tokens_with_more_context(runs):
 
 @pytest.mark.slow
 def test_evaluate_user_errors(runs, tmp_path):
-    r = run_script("evaluate.py", f"ckpt={runs['char']}")
+    r = cli("evaluate.py", f"ckpt={runs['char']}")
     assert r.returncode == 2 and r.stderr.startswith("error: pass the text file")
-    r = run_script("evaluate.py", f"ckpt={runs['char']}", f"data.path={runs['held']}", "stride=33")
+    r = cli("evaluate.py", f"ckpt={runs['char']}", f"data.path={runs['held']}", "stride=33")
     assert r.returncode == 2 and "stride=33 is invalid" in r.stderr and "Traceback" not in r.stderr
-    r = run_script("evaluate.py", f"ckpt={runs['char']}", f"data.path={tmp_path / 'missing.txt'}")
+    r = cli("evaluate.py", f"ckpt={runs['char']}", f"data.path={tmp_path / 'missing.txt'}")
     assert r.returncode == 2 and "not found" in r.stderr
     one = tmp_path / "one.txt"
     one.write_text("가", encoding="utf-8")
-    r = run_script("evaluate.py", f"ckpt={runs['char']}", f"data.path={one}")
+    r = cli("evaluate.py", f"ckpt={runs['char']}", f"data.path={one}")
     assert r.returncode == 2 and "nothing to score" in r.stderr
 
 
 @pytest.mark.slow
 def test_jamo_model_trains_and_generate_streams_whole_syllables(runs):
-    from inference.generation import load_model, stream_samples
+    from inference.generation import stream_samples
+    from inference.loading import load_run
 
-    g = run_script("generate.py", f"ckpt={runs['jamo']}", "prompt=옛날에", "max_new_tokens=60", "seed=3")
+    g = cli("generate.py", f"ckpt={runs['jamo']}", "prompt=옛날에", "max_new_tokens=60", "seed=3")
     assert g.returncode == 0, g.stderr
     assert g.stdout.startswith("옛날에")
     assert not re.search("[\u1100-\u11ff]", g.stdout)  # no raw syllable parts reach the terminal
@@ -183,7 +181,8 @@ def test_jamo_model_trains_and_generate_streams_whole_syllables(runs):
             self.pieces.append(s)
             return super().write(s)
 
-    model, tokenizer, _ = load_model(str(runs["jamo"]), torch.device("cpu"))
+    run = load_run(str(runs["jamo"]), torch.device("cpu"))
+    model, tokenizer = run.model, run.tokenizer
     out = Recorder()
     stream_samples(model, tokenizer, "옛날에", 60, 1, 0.8, None, None, 3, torch.device("cpu"), out=out)
     assert out.getvalue() == g.stdout  # the same text, written piece by piece

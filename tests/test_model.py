@@ -4,24 +4,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import AttentionLanguageModel, Head, MultiHeadAttention
+from model import Head, MultiHeadAttention
 from model.sampling import sample_from, sample_next
-from tests.conftest import assert_bf16_cached_matches_uncached
+from tests.helpers import assert_bf16_cached_matches_uncached, tiny_model
 
 V = 50
 
 
-def make(attention="fused", **kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=V, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2,
-               dropout=0.0, attention=attention)
-    cfg.update(kw)
-    return AttentionLanguageModel(**cfg).eval()
 
 
 @pytest.mark.parametrize("attention", ["heads", "fused"])
 def test_causality_changing_token_t_never_changes_earlier_outputs(attention):
-    m = make(attention)
+    m = tiny_model(attention)
     idx = torch.randint(0, V, (2, 16))
     base, _ = m(idx)
     for t in (0, 5, 15):
@@ -62,7 +56,7 @@ def test_heads_and_fused_give_same_outputs_and_gradients():
 
 
 def test_whole_model_heads_vs_fused_and_state_dict_compatibility():
-    a, b = make("heads"), make("fused")
+    a, b = tiny_model("heads"), tiny_model("fused")
     b.load_state_dict(a.state_dict())
     idx = torch.randint(0, V, (2, 16))
     assert torch.allclose(a(idx)[0], b(idx)[0], atol=1e-5)
@@ -75,7 +69,7 @@ def test_multihead_concat_width_is_head_size():
 
 
 def test_loss_at_init_is_close_to_log_vocab():
-    m = make(vocab_size=500)
+    m = tiny_model(vocab_size=500)
     idx = torch.randint(0, 500, (8, 16))
     _, loss = m(idx, idx)
     assert abs(loss.item() - math.log(500)) < 0.1
@@ -83,7 +77,7 @@ def test_loss_at_init_is_close_to_log_vocab():
 
 @pytest.mark.parametrize("attention", ["heads", "fused"])
 def test_tiny_model_overfits_one_batch(attention):
-    m = make(attention).train()
+    m = tiny_model(attention).train()
     torch.manual_seed(1)
     x = torch.randint(0, V, (4, 16))
     y = torch.roll(x, -1, dims=1)
@@ -98,11 +92,11 @@ def test_tiny_model_overfits_one_batch(attention):
 
 def test_invalid_sizes_are_rejected():
     with pytest.raises(ValueError, match="divisible"):
-        make(head_size=30, num_heads=4)
+        tiny_model(head_size=30, num_heads=4)
     with pytest.raises(ValueError, match="dropout"):
-        make(dropout=1.0)
+        tiny_model(dropout=1.0)
     with pytest.raises(ValueError, match="context_length"):
-        make(context_length=0)
+        tiny_model(context_length=0)
 
 
 def _stream_logits(m, idx, n, use_cache, **kw):
@@ -112,7 +106,7 @@ def _stream_logits(m, idx, n, use_cache, **kw):
 @pytest.mark.parametrize("attention", ["heads", "fused"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_cached_generation_gives_the_same_logits_at_every_step(attention, batch):
-    m = make(attention)
+    m = tiny_model(attention)
     idx = torch.randint(0, V, (batch, 5))
     n = 40  # runs well past context_length=16: the window moves and the cache is refilled
     cached, plain = _stream_logits(m, idx, n, True), _stream_logits(m, idx, n, False)
@@ -123,7 +117,7 @@ def test_cached_generation_gives_the_same_logits_at_every_step(attention, batch)
 
 @pytest.mark.parametrize("shift", [1, 3, 16])
 def test_cached_equals_uncached_for_every_window_shift(shift):
-    m = make()
+    m = tiny_model()
     idx = torch.randint(0, V, (2, 20))  # prompt longer than the context
     a = _stream_logits(m, idx, 30, True, window_shift=shift)
     b = _stream_logits(m, idx, 30, False, window_shift=shift)
@@ -131,7 +125,7 @@ def test_cached_equals_uncached_for_every_window_shift(shift):
 
 
 def test_uncached_logits_match_a_full_forward_of_the_window():
-    m = make()
+    m = tiny_model()
     idx = torch.randint(0, V, (1, 10))
     first = _stream_logits(m, idx, 1, False)[0]
     assert torch.allclose(first, m(idx)[0][:, -1], atol=1e-6)
@@ -142,13 +136,13 @@ def test_uncached_logits_match_a_full_forward_of_the_window():
 
 
 def test_long_prompt_is_cropped_to_the_context():
-    m = make()
+    m = tiny_model()
     out = m.generate(torch.randint(0, V, (2, 50)), 5, temperature=0)
     assert out.shape == (2, 55)
 
 
 def test_sampling_is_reproducible_and_greedy_is_argmax():
-    m = make()
+    m = tiny_model()
     idx = torch.randint(0, V, (1, 4))
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     assert torch.equal(m.generate(idx, 20, generator=g1), m.generate(idx, 20, generator=g2))
@@ -167,7 +161,7 @@ def test_top_k_and_top_p_only_sample_allowed_tokens():
 
 
 def test_bad_sampling_arguments_raise():
-    m = make()
+    m = tiny_model()
     idx = torch.zeros(1, 1, dtype=torch.long)
     for kw in (dict(max_new_tokens=-1), dict(max_new_tokens=1, top_p=0.0), dict(max_new_tokens=1, top_k=0)):
         with pytest.raises(ValueError):
@@ -175,14 +169,14 @@ def test_bad_sampling_arguments_raise():
 
 
 def test_weight_tying_shares_the_matrix():
-    m = make(tie_weights=True)
+    m = tiny_model(tie_weights=True)
     assert m.lm_head.weight is m.token_embedding.weight
-    untied = make()
+    untied = tiny_model()
     assert m.num_parameters() == untied.num_parameters() - V * 32
 
 
 def test_residual_projections_use_scaled_init():
-    m = make(num_blocks=8, embedding_size=64, head_size=64)
+    m = tiny_model(num_blocks=8, embedding_size=64, head_size=64)
     std_proj = m.blocks[0].attn.proj.weight.std().item()
     std_fc = m.blocks[0].ffwd.fc.weight.std().item()
     assert abs(std_fc - 0.02) < 0.003
@@ -190,7 +184,7 @@ def test_residual_projections_use_scaled_init():
 
 
 def test_kv_cache_prefill_then_step_matches_full_forward():
-    m = make()
+    m = tiny_model()
     idx = torch.randint(0, V, (2, 12))
     full, _ = m(idx)
     cache = m.new_cache(2, torch.device("cpu"))
@@ -219,13 +213,13 @@ def test_sampling_never_picks_a_zero_probability_tail_even_when_u_rounds_up(monk
 
 
 def test_cached_generation_under_cpu_bf16_autocast_matches_uncached():
-    m = make()
+    m = tiny_model()
     idx = torch.randint(0, V, (2, 5))
     assert_bf16_cached_matches_uncached(m, idx, 30, "cpu")
 
 
 def test_decode_step_leaves_the_thread_count_as_it_was():
-    m = make()
+    m = tiny_model()
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

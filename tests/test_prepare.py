@@ -11,7 +11,7 @@ import pytest
 from common.errors import UserError
 from data.prepare import KOCONOVEL, REGISTRY, CorpusSource, RemoteFile, download, prepare
 from data.text import read_text
-from tests.conftest import run_script
+from tests.helpers import cli
 
 
 class FileServer:
@@ -208,16 +208,16 @@ def test_malformed_source_file_is_a_user_error(tmp_path):
 
 def test_cli_prints_the_data_path_to_train_on(tmp_path):
     with FileServer(_fake_koconovel()) as srv:
-        r = run_script("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path), "--base-url", srv.url,
+        r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path), "--base-url", srv.url,
                        timeout=120)
         assert r.returncode == 0, r.stderr
         line = r.stdout.strip().splitlines()[-1]
         assert line == f"data.path={tmp_path / 'koconovel' / 'koconovel.txt'}"
         assert Path(line.removeprefix("data.path=")).read_text(encoding="utf-8") == _expected_text()
         assert "CC BY-SA 4.0" in r.stderr
-    r = run_script("-m", "data.prepare", "nope", "--cache-dir", str(tmp_path))
+    r = cli("-m", "data.prepare", "nope", "--cache-dir", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: unknown corpus 'nope'")
-    r = run_script("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path / "new"), "--base-url",
+    r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path / "new"), "--base-url",
                    "http://127.0.0.1:9", "--quiet")
     assert r.returncode == 2 and r.stderr.startswith("error: cannot download http://127.0.0.1:9/data/jsonl/")
     assert "Traceback" not in r.stderr

@@ -13,19 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from model import AttentionLanguageModel
 from model.inspect import attention_maps, parameter_counts
-from tests.conftest import ROOT, run_script
-from training.config import check_train_config
-from training.hydra_setup import _job_name, register_resolvers
+from tests.helpers import ROOT, cli, compose_config, tiny_model
+from training.hydra_setup import _job_name
 from training.tb_logger import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
 
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
-register_resolvers()
 
 
 # -- experiment presets ---------------------------------------------------------------------------------
@@ -36,17 +33,21 @@ def test_the_four_presets_exist():
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_every_swept_value_is_valid(experiment):
+    from hydra import compose
+
+    cfg = compose_config("train", f"experiment={experiment}")  # registers the schemas; composes without hydra.*
+    from hydra import initialize_config_dir
+
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=[f"+experiment={experiment}"], return_hydra_config=True)
-        params = OmegaConf.to_container(cfg.hydra.sweeper.params)
-        assert params, f"{experiment}.yaml sweeps nothing (hydra.sweeper.params is empty)"
-        assert cfg.hydra.runtime.choices.experiment == experiment
-        for key, values in params.items():
-            assert OmegaConf.select(cfg, key) is not None, f"{experiment} sweeps {key}, which is not a config key"
-            for value in str(values).split(","):
-                swept = compose("train", overrides=[f"+experiment={experiment}", f"{key}={value.strip()}"])
-                check_train_config(swept)
-                AttentionLanguageModel(vocab_size=50, **OmegaConf.to_container(swept.model, resolve=True))
+        cfg = compose("train", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params)
+    assert params, f"{experiment}.yaml sweeps nothing (hydra.sweeper.params is empty)"
+    assert cfg.hydra.runtime.choices.experiment == experiment
+    for key, values in params.items():
+        assert OmegaConf.select(cfg, key) is not None, f"{experiment} sweeps {key}, which is not a config key"
+        for value in str(values).split(","):
+            swept = OmegaConf.to_object(compose_config("train", f"experiment={experiment}", f"{key}={value.strip()}"))
+            AttentionLanguageModel(swept.model.with_vocab(50))
 
 
 def test_sweep_job_names_drop_the_experiment_the_sweep_folder_names():
@@ -58,14 +59,10 @@ def test_sweep_job_names_drop_the_experiment_the_sweep_folder_names():
 
 # -- attention maps, parameter table, hparams -----------------------------------------------------------
 
-def _model(attention="heads", **kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=40, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=3)
-    return AttentionLanguageModel(**{**cfg, **kw}, attention=attention).eval()
 
 
 def test_attention_maps_are_causal_distributions():
-    model = _model()
+    model = tiny_model("heads", vocab_size=40, num_blocks=3)
     maps = attention_maps(model, torch.randint(0, 40, (12,)))
     assert maps.shape == (3, 4, 12, 12)
     assert torch.allclose(maps.sum(-1), torch.ones(3, 4, 12))
@@ -74,7 +71,7 @@ def test_attention_maps_are_causal_distributions():
 
 
 def test_attention_maps_are_the_weights_the_heads_use():
-    model = _model()
+    model = tiny_model("heads", vocab_size=40, num_blocks=3)
     idx = torch.randint(0, 40, (1, 10))
     maps = attention_maps(model, idx)
     x = model.token_embedding(idx) + model.position_embedding(torch.arange(10))
@@ -87,11 +84,11 @@ def test_attention_maps_are_the_weights_the_heads_use():
 
 def test_attention_maps_reject_more_than_the_context():
     with pytest.raises(ValueError, match=r"1\.\.16 ids"):
-        attention_maps(_model(), torch.zeros(17, dtype=torch.long))
+        attention_maps(tiny_model("heads", vocab_size=40, num_blocks=3), torch.zeros(17, dtype=torch.long))
 
 
 def test_parameter_table_adds_up():
-    model = _model(tie_weights=True)
+    model = tiny_model("heads", vocab_size=40, num_blocks=3, tie_weights=True)
     counts = dict(parameter_counts(model))
     assert sum(counts.values()) == model.num_parameters()
     assert "lm_head" not in counts  # tied to the token embedding, counted once
@@ -101,7 +98,7 @@ def test_parameter_table_adds_up():
 
 
 def test_attention_image_puts_heads_side_by_side():
-    maps = attention_maps(_model(), torch.arange(8)).numpy()[0]  # (4, 8, 8)
+    maps = attention_maps(tiny_model("heads", vocab_size=40, num_blocks=3), torch.arange(8)).numpy()[0]  # (4, 8, 8)
     img = attention_image(maps, cell=3, gap=2)
     assert img.dtype == np.uint8 and img.shape == (8 * 3, 4 * 8 * 3 + 3 * 2, 3)
     assert (img[0, 3] == 235).all()  # above the diagonal: the future, light grey
@@ -178,7 +175,7 @@ def tensorboard():
 @pytest.mark.slow
 def test_a_sweep_compares_in_tensorboard(tmp_path, tensorboard):
     sweep = tmp_path / "sweep"
-    r = run_script("train.py", "-m", "model=tiny", "model.num_heads=1,2", "train.max_steps=12",
+    r = cli("train.py", "-m", "model=tiny", "model.num_heads=1,2", "train.max_steps=12",
                    "train.eval_interval=6", "train.eval_steps=2", "train.log_interval=3", "train.batch_size=8",
                    "train.sample_tokens=10", "train.sample_chars=0", f"hydra.sweep.dir={sweep}")
     assert r.returncode == 0, r.stderr

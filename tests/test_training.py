@@ -9,23 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
+from inference.checkpoint import load_checkpoint
 from model import AttentionLanguageModel
-from training.checkpoint import load_checkpoint
-from training.hydra_setup import register_resolvers
-from training.schedule import lr_at, param_groups
+from tests.helpers import ROOT, tiny_model, train_job
+from training.optim import param_groups
+from training.schedule import lr_at
 from training.trainer import train
-
-ROOT = Path(__file__).resolve().parent.parent
-register_resolvers()
 
 
 def cfg_for(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose(config_name="train", overrides=[
-            "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0", "device=cpu",
-            f"data.cache_dir={tmp_path / 'cache'}", *overrides])
+    return train_job(tmp_path, *overrides)
 
 
 def test_schedule_values():
@@ -42,8 +36,7 @@ def test_schedule_values():
 
 
 def test_weight_decay_only_on_matrices():
-    m = AttentionLanguageModel(vocab_size=20, context_length=8, embedding_size=16, head_size=16, num_heads=2,
-                               num_blocks=2, tie_weights=True)
+    m = tiny_model(vocab_size=20, context_length=8, embedding_size=16, head_size=16, num_heads=2, tie_weights=True)
     decay, no_decay = param_groups(m, 0.1)
     names = {id(p): n for n, p in m.named_parameters()}
     decayed = {names[id(p)] for p in decay["params"]}
@@ -58,7 +51,7 @@ def test_weight_decay_only_on_matrices():
 def test_grad_clipping_is_logged_and_applied(tmp_path):
     r = train(cfg_for(tmp_path, "train.max_steps=3", "train.eval_interval=3", "train.grad_clip=0.01",
                       "train.log_interval=1"), tmp_path / "run")
-    from tests.tb_utils import scalar_tags
+    from tests.helpers import scalar_tags
 
     norms = [v for _, v in scalar_tags(tmp_path / "run")["train/grad_norm"]]
     assert len(norms) == 3 and all(n > 0.01 for n in norms)  # the pre-clip norm is what is logged
@@ -66,7 +59,7 @@ def test_grad_clipping_is_logged_and_applied(tmp_path):
 
 
 def _final_weights(run_dir: Path) -> dict:
-    return load_checkpoint(run_dir / "ckpt.pt")["model"]
+    return load_checkpoint(run_dir / "ckpt.pt").model
 
 
 def _assert_same(a: dict, b: dict, atol: float) -> None:
@@ -92,7 +85,7 @@ def test_resume_continues_exactly(tmp_path):
     assert resumed.step == full.step == 12
     _assert_same(_final_weights(tmp_path / "full"), _final_weights(tmp_path / "half"), atol=0)
     assert resumed.val_loss == full.val_loss
-    from tests.tb_utils import scalar_tags
+    from tests.helpers import scalar_tags
 
     steps = [s for s, _ in scalar_tags(tmp_path / "half")["val/loss"]]
     assert steps == [3, 6, 9, 12]  # one step axis across the resume
@@ -102,8 +95,8 @@ def test_max_seconds_stops_cleanly(tmp_path):
     r = train(cfg_for(tmp_path, "train.max_steps=1000000", "train.max_seconds=2", "train.eval_interval=100000"),
               tmp_path / "run")
     assert r.stopped == "max_seconds" and 0 < r.step < 1000000
-    payload = load_checkpoint(tmp_path / "run" / "ckpt.pt")
-    assert payload["step"] == r.step and math.isfinite(payload["val_loss"])
+    ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    assert ckpt.step == r.step and math.isfinite(ckpt.training.val_loss)
     assert (tmp_path / "run" / "best.pt").exists()
 
 
@@ -120,8 +113,8 @@ def test_ddp_two_processes_on_cpu(tmp_path):
     firsts = sorted(line for line in r.stdout.splitlines() if "first batch" in line)
     assert len(firsts) == 2 and firsts[0].split()[-1] != firsts[1].split()[-1]  # ranks saw different data
     assert sorted(p.name for p in run.glob("*.pt")) == ["best.pt", "ckpt.pt"]
-    payload = load_checkpoint(run / "ckpt.pt")
-    assert payload["step"] == 6 and payload["world_size"] == 2
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    assert ckpt.step == 6 and ckpt.training.world_size == 2
     shutil.rmtree(run)
 
 
@@ -129,18 +122,18 @@ def test_overwrite_starts_the_curves_over(tmp_path):
     common = ["train.max_steps=2", "train.eval_interval=2"]
     train(cfg_for(tmp_path, *common), tmp_path / "run")
     train(cfg_for(tmp_path, *common, "train.overwrite=true", "train.lr=1e-4"), tmp_path / "run")
-    from tests.tb_utils import scalar_tags
+    from tests.helpers import scalar_tags
 
     assert len(list((tmp_path / "run").glob("events.out.tfevents.*"))) == 1
     assert [s for s, _ in scalar_tags(tmp_path / "run")["val/loss"]] == [2]
 
 
 def test_a_wrong_resume_path_creates_no_folder(tmp_path):
-    from tests.conftest import run_script
+    from tests.helpers import cli
 
     missing = tmp_path / "no_such_run"
-    r = run_script(str(ROOT / "train.py"), "model=tiny", f"train.resume={missing}",
-                   f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    r = cli("train.py", "model=tiny", f"train.resume={missing}", f"data.cache_dir={tmp_path / 'cache'}",
+            cwd=tmp_path)
     assert r.returncode == 2 and "not found" in r.stderr
     assert not missing.exists()
 
@@ -148,10 +141,10 @@ def test_a_wrong_resume_path_creates_no_folder(tmp_path):
 @pytest.mark.slow
 def test_compiled_training_saves_plain_checkpoints(tmp_path):
     """torch.compile works on the CPU too (inductor); its `_orig_mod.` prefix never reaches a checkpoint."""
-    from tests.conftest import train_compiled
+    from tests.helpers import train_compiled
 
     _, payload = train_compiled(tmp_path, "device=cpu", "train.max_steps=4", "train.eval_interval=4",
                                 "train.eval_steps=1", "train.sample_chars=5")
-    assert payload["step"] == 4
-    m = AttentionLanguageModel(**payload["model_config"])
-    m.load_state_dict(payload["model"])  # loads into a plain, uncompiled model
+    assert payload.step == 4
+    m = AttentionLanguageModel(payload.model_config)
+    m.load_state_dict(payload.model)  # loads into a plain, uncompiled model

@@ -1,4 +1,8 @@
-"""Helpers for the robustness tests: run the entry scripts exactly as a user would, and read what they print."""
+"""Helpers shared by the tests: the one CLI runner, the one tiny-model factory, and what they check.
+
+Entry scripts run exactly as a user runs them (a subprocess, the real command line); models for unit tests
+come from `tiny_model`, small enough to run in milliseconds.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
 
 # A tiny model on the CPU, evaluated cheaply: every run of the robustness tests starts from these.
 TINY = ("model=tiny", "device=cpu", "train.batch_size=2", "train.eval_steps=1", "train.sample_chars=0",
@@ -36,17 +41,21 @@ def _env(extra: dict | None) -> dict:
     return {**env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 180):
-    """Run `python <script> args...` from the repository root (or `cwd`) and wait for it."""
+def _command(args: tuple[str, ...]) -> list[str]:
     script, *rest = args
-    return subprocess.run([sys.executable, str(ROOT / script), *rest], cwd=cwd or ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=_env(env))
+    return [sys.executable, str(ROOT / script) if script.endswith(".py") else script, *rest]
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+    """The one way tests run an entry script: `python <script> args...` (a `.py` path relative to the
+    repository root, or `-m module`), from the repository root or `cwd`, as a user would; waits for it."""
+    return subprocess.run(_command(args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=_env(env))
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
     """Start `python <script> args...` without waiting (stdout and stderr piped, text mode)."""
-    script, *rest = args
-    return subprocess.Popen([sys.executable, str(ROOT / script), *rest], cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen(_command(args), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(env))
 
 
@@ -118,3 +127,82 @@ def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def tiny_model(attention: str = "fused", seed: int = 0, **settings):
+    """The one model factory of the unit tests: a 2-block, 32-wide model over 50 ids, in eval mode; any
+    `ModelConfig` field can be overridden."""
+    import torch
+
+    from model import AttentionLanguageModel
+
+    torch.manual_seed(seed)
+    config = dict(vocab_size=50, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2,
+                  dropout=0.0, attention=attention)
+    return AttentionLanguageModel(**{**config, **settings}).eval()
+
+
+def scalar_tags(run_dir) -> dict:
+    """{tag: [(step, value), ...]} from a run's TensorBoard event files."""
+    from benchmarks.tb_read import read_scalars
+
+    return read_scalars(run_dir)
+
+
+def train_compiled(tmp_path: Path, *overrides: str):
+    """`train.py model=tiny train.compile=true <overrides>` into tmp_path/run -> (run dir, its checkpoint).
+
+    Checks that it succeeded and that the compile (`_orig_mod.`) and DDP (`module.`) wrappers' prefixes never
+    reach the saved state dict."""
+    from inference.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    r = cli("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
+            f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    payload = load_checkpoint(run / "ckpt.pt")
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload.model)
+    return run, payload
+
+
+def assert_bf16_cached_matches_uncached(model, idx, steps: int, device_type: str) -> None:
+    """Cached and uncached generation under bf16 autocast give logits within 2% (relative) at every step,
+    up to the first step where a bf16 near-tie made them pick different tokens (later inputs differ)."""
+    import torch
+
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        a = list(model.stream(idx, steps, temperature=0, use_cache=True))
+        b = list(model.stream(idx, steps, temperature=0, use_cache=False))
+    for (ta, x), (tb, y) in zip(a, b, strict=True):
+        assert (x - y).norm() / y.norm() < 2e-2
+        if not torch.equal(ta, tb):
+            break
+
+
+def compose_config(name: str = "train", *overrides: str):
+    """Compose `configs/<name>.yaml` with overrides as the entry script would (schemas and resolvers
+    registered), without running anything -> DictConfig."""
+    from hydra import compose, initialize_config_dir
+
+    from inference.config import register_configs as register_inference
+    from training.config import register_configs as register_training
+    from training.hydra_setup import register_resolvers
+
+    register_resolvers()
+    register_training()
+    register_inference()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+def config_object(name: str = "train", *overrides: str):
+    """The composed config as its checked dataclass (TrainJob, GenerateConfig, ...)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(compose_config(name, *overrides))
+
+
+def train_job(tmp_path: Path, *overrides: str):
+    """A TrainJob for a tiny, quickly evaluated CPU run whose token cache stays under tmp_path."""
+    return config_object("train", "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0",
+                         "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", *overrides)
