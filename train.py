@@ -9,17 +9,22 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from training.config import TrainJob, register_configs
-from training.hydra_setup import legacy_experiment_override, register_resolvers
+from training.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
 
 register_resolvers()
 register_configs()
 
 
 def _run(cfg: DictConfig) -> None:
-    job = config_object(cfg, TrainJob)
-    from training.trainer import train  # torch and the model load only once the config is known to be good
+    run_dir = HydraConfig.get().runtime.output_dir
+    try:
+        job = config_object(cfg, TrainJob)
+        from training.trainer import train  # torch and the model load only once the config is known to be good
 
-    result = train(job, HydraConfig.get().runtime.output_dir)
+        result = train(job, run_dir)
+    except BaseException:
+        remove_unused_run_dir(run_dir)  # a start that failed leaves no empty run behind
+        raise
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
     print(f"run: {result.run_dir}  step {result.step}  val loss {result.val_loss:.4f}  "

@@ -147,11 +147,11 @@ def _type_error(text: str) -> str | None:
         return None
     kind = re.search(r"converted to (\w+)|is not a valid (\w+)", reason.group(1))
     need = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false (yes/no, on/off)",
-            "String": "text"}.get(next((g for g in kind.groups() if g), "") if kind else "", "")
+            "bool": "true or false (yes/no, on/off)", "String": "text"}.get(next((g for g in kind.groups() if g), "") if kind else "", "")
     key = full_key.group(1)
     if "None" in reason.group(1) or "Optional" in reason.group(1):
         return f"{key} cannot be null: give it a value (--help shows its default)"
-    value = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+~").split("=", 1)[0] == key), None)
+    value = next((a.split("=", 1)[1] for a in reversed(sys.argv[1:]) if a.lstrip("+~").split("=", 1)[0] == key), None)
     shown = f"{key}={value}" if value is not None else key
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
 

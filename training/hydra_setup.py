@@ -50,3 +50,20 @@ def legacy_experiment_override(argv: list[str]) -> list[str]:
     """`+experiment=<name>` (the form documented before `experiment: null` joined the defaults list) means
     `experiment=<name>` now; Hydra itself would refuse to add a key that already exists."""
     return [a[1:] if a.startswith("+experiment=") else a for a in argv]
+
+
+HYDRA_ARTEFACTS = (".hydra", "train.log", "vocab.json")
+
+
+def remove_unused_run_dir(run_dir: str | Path) -> None:
+    """Remove a run folder that a failed start left holding only what Hydra wrote before our code ran (its
+    `.hydra/` record and an empty log), so `runs/` and TensorBoard never list runs that hold nothing. A folder
+    with anything else in it (a checkpoint, event files, a user's file) is left alone."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or any(p.name not in HYDRA_ARTEFACTS for p in run_dir.iterdir()):
+        return
+    for p in run_dir.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    run_dir.rmdir()
