@@ -13,6 +13,7 @@ Design choices:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -78,6 +79,15 @@ def remove_stale_temps(path: Path) -> None:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (a corpus never sits in memory whole)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    return h.hexdigest()
 
 
 def user_cache_dir(*parts: str) -> Path:

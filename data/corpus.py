@@ -12,7 +12,6 @@ Design choices:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import UserError
-from common.fsutil import user_cache_dir
+from common.fsutil import file_sha256, user_cache_dir
 from data.text import detect_encoding
 from data.token_cache import token_ids, vocabulary
 from tokenizer import TOKENIZER_KINDS, Tokenizer
@@ -46,14 +45,6 @@ class Corpus:
 def resolve_corpus_path(path: str | os.PathLike | None) -> Path:
     """`None` (the config default) means the corpus embedded in this project."""
     return EMBEDDED_CORPUS if path in (None, "", "default") else Path(path).expanduser()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 24):
-            h.update(block)
-    return h.hexdigest()
 
 
 def default_cache_dir(corpus_path: Path) -> Path:

@@ -1,15 +1,24 @@
 """Download a public Korean corpus into a local cache and turn it into one training text file.
 
-    python -m data.prepare koconovel [--cache-dir DIR] [--base-url URL] [--force]
+    python -m data.prepare koconovel [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
     python -m data.prepare --list
 
 Prints the `data.path=...` override to train on the prepared file (on stdout; progress goes to stderr).
 
-Downloads are safe to interrupt: bytes go to `<file>.part`, a later run resumes it with an HTTP Range
-request, and the file gets its final name (an atomic rename) only once complete and its SHA-256
-checked. A registry entry may pin the SHA-256 of each file; where it does not (`sha256=None`), the first
-download records it in `SHA256SUMS` beside the files (trust on first use) and every later download or
-re-use is checked against that record. The prepared text is UTF-8, NFC, "\\n" line endings.
+Design choices:
+- Downloads (`data.download`) are safe to interrupt and resume, and a file gets its final name only once
+  complete and valid.
+- Nothing is trusted before it is validated as what it claims to be: UTF-8 text in the source's format
+  (for KoCoNovel, every line a JSON record with a "text" string), not empty, not an HTML page. A mirror
+  that answers with anything else is refused in one line, and nothing of it is kept or recorded.
+- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates
+  is recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use
+  must match that record, so a file changing on the server is noticed.
+- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned
+  record (with one warning), because the user asked to trust the source again; one that does not validate
+  changes nothing (the verified copy and its record stay). Pinned checksums are never overridden.
+- `--base-url` takes an http(s):// or file:// URL or a local folder holding the files.
+- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically.
 """
 
 from __future__ import annotations
@@ -17,32 +26,30 @@ from __future__ import annotations
 from common.cli import run_cli
 
 import argparse
-import http.client
 import json
 import os
+import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.error import HTTPError, URLError
 from urllib.parse import quote
-from urllib.request import Request, urlopen
 
 from tqdm import tqdm
 
 from common.errors import UserError
-from data.corpus import file_sha256
+from common.fsutil import atomic_write, file_sha256, user_cache_dir
+from data.download import BadContent, base_url_of, download
 from data.text import normalize
 
 BASE_URL_ENV = "KOCHAR_CORPUS_BASE_URL"
-TIMEOUT_SECONDS = 60
-_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
 class RemoteFile:
     path: str  # relative to the source's base URL; also where it is kept under the cache
-    sha256: str | None = None  # None: recorded on first download
+    sha256: str | None = None  # None: recorded on the first download that validates
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class CorpusSource:
     citation: str
     base_url: str
     files: tuple[RemoteFile, ...]
-    extract: Callable[[str, str], str]  # (file path, file text) -> the plain text it holds
+    extract: Callable[[str, str], str]  # (file path, file text) -> the plain text it holds; BadContent if not
     output: str  # name of the prepared text file
     separator: str = "\n\n"  # between the texts of two files (a blank line between two novels)
 
@@ -66,10 +73,13 @@ def _koconovel_text(path: str, raw: str) -> str:
             continue
         try:
             doc = json.loads(line)
-            parts.append(str(doc["text"]).strip("\n"))
+            if not isinstance(doc["text"], str):
+                raise TypeError("its text is not a string")
+            parts.append(doc["text"].strip("\n"))
         except (ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path} line {n} is not a KoCoNovel text record ({e}); the source format changed, "
-                            "or pass --force to download it again") from None
+            raise BadContent(f"{path} line {n} is not a KoCoNovel text record ({type(e).__name__}: {e})") from None
+    if not parts:
+        raise BadContent(f"{path} holds no KoCoNovel text record")
     return "\n".join(parts)
 
 
@@ -106,81 +116,87 @@ REGISTRY: dict[str, CorpusSource] = {s.name: s for s in (KOCONOVEL,)}
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kochar-gpt" / "corpora"
-
-
-# -- downloading --------------------------------------------------------------------------------------
-def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS) -> str:
-    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256.
-
-    `dest` appears only complete and checked; a checksum mismatch deletes the download and raises.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    have = part.stat().st_size if part.exists() else 0
-    headers = {"User-Agent": "kochar-gpt (python urllib)"}
-    if have:
-        headers["Range"] = f"bytes={have}-"
-    try:
-        response = urlopen(Request(url, headers=headers), timeout=timeout)
-    except HTTPError as e:
-        if e.code == 416 and have:  # the partial file is not a prefix the server recognises: start over
-            part.unlink()
-            return download(url, dest, expected_sha256, timeout)
-        raise UserError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
-    except (URLError, OSError) as e:
-        reason = getattr(e, "reason", None) or e
-        raise UserError(f"cannot download {url}: {reason} (check the connection, or point --base-url at a mirror)") \
-            from None
-    with response:
-        resumed = have > 0 and getattr(response, "status", None) == 206
-        start = have if resumed else 0  # a server that ignores Range sends the whole file again
-        length = response.headers.get("Content-Length")
-        expected_size = start + int(length) if length and length.isdigit() else None
-        written = start
-        try:
-            with part.open("ab" if resumed else "wb") as f:
-                while block := response.read(_BLOCK):
-                    f.write(block)
-                    written += len(block)
-        except (OSError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead: keep the bytes
-            raise UserError(f"download of {url} was interrupted after {written} bytes ({type(e).__name__}); "
-                            "run the same command again to resume it") from None
-    if expected_size is not None and written != expected_size:
-        raise UserError(f"download of {url} stopped at {written} of {expected_size} bytes; "
-                        "run the same command again to resume it")
-    digest = file_sha256(part)
-    if expected_sha256 and digest != expected_sha256:
-        part.unlink()
-        if resumed:  # the old partial bytes may be what is wrong: try once from the start
-            return download(url, dest, expected_sha256, timeout)
-        raise UserError(f"checksum mismatch for {url}: expected sha256 {expected_sha256}, got {digest}; the "
-                        "download was deleted (the file on the server changed, or it was corrupted on the way)")
-    os.replace(part, dest)
-    return digest
+    return user_cache_dir("corpora")
 
 
 # -- checksums recorded on first download --------------------------------------------------------------
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
 def _read_sums(path: Path) -> dict[str, str]:
+    """The records of `SHA256SUMS`; damaged lines are skipped, so their files are checked as if new."""
     sums = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             digest, _, name = line.partition("  ")
-            if digest and name:
+            if _DIGEST.fullmatch(digest) and name:
                 sums[name] = digest
     return sums
 
 
+def _write(path: Path, data: str) -> None:
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e} (pass --cache-dir=<a writable folder>)") from None
+
+
 def _write_sums(path: Path, sums: dict[str, str]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())), encoding="utf-8")
-    os.replace(tmp, path)  # the format of `sha256sum`: check by hand with `sha256sum -c SHA256SUMS`
+    # the format of `sha256sum`: check by hand with `sha256sum -c SHA256SUMS`
+    _write(path, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
+
+
+# -- one file: re-used, or downloaded and validated ----------------------------------------------------
+def _content(source: CorpusSource, remote: RemoteFile, file: Path) -> str:
+    """The text `file` holds, if it is what `remote` claims to be; else BadContent saying why."""
+    data = file.read_bytes()
+    if not data:
+        raise BadContent("the file is empty")
+    try:
+        raw = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        if e.end == len(data) and "end of data" in e.reason:
+            raise BadContent(f"it ends in the middle of a character (byte {e.start}), so it is cut short") from None
+        raise BadContent(f"it is not UTF-8 text (byte {e.start}: {e.reason}), maybe a binary file") from None
+    if re.match(r"\s*<(!doctype|html|head|body|\?xml)", raw[:512], re.IGNORECASE):
+        raise BadContent(f"it is an HTML or XML page, not {remote.path}")
+    return source.extract(remote.path, raw)
+
+
+def _reuse(source: CorpusSource, remote: RemoteFile, local: Path, expected: str | None) -> str | None:
+    """The text of the kept copy `local` when it is sound, else None (download it again)."""
+    if not local.is_file() or (expected and file_sha256(local) != expected):
+        return None
+    try:
+        return _content(source, remote, local)
+    except BadContent as e:
+        if not expected:
+            return None  # never recorded: it was never trusted, fetch it again
+        raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") \
+            from None
+
+
+def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None) -> tuple[str, str]:
+    """Download `remote` to `local`; return (its text, its sha256)."""
+    found: list[str] = []
+    hint = "; pass --force to accept the new file" if expected and not remote.sha256 else ""
+    digest = download(url, local, expected, validate=lambda part: found.append(_content(source, remote, part)),
+                      mismatch_hint=hint)
+    return found[-1], digest
 
 
 # -- preparing a corpus --------------------------------------------------------------------------------
+def _base_url(source: CorpusSource, base_url: str | None) -> str:
+    if base_url:
+        return base_url_of(base_url)
+    if os.environ.get(BASE_URL_ENV):
+        return base_url_of(os.environ[BASE_URL_ENV], BASE_URL_ENV)
+    return source.base_url.rstrip("/") + "/"
+
+
 def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url: str | None = None,
             force: bool = False, progress: bool = True) -> Path:
-    """Download (or re-use) every file of `source`, check it, and write the prepared text; return its path."""
+    """Download (or re-use) every file of `source`, validate it, and write the prepared text; return its path."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     folder = root / source.name
     raw = folder / "raw"
@@ -189,39 +205,38 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     except OSError as e:
         raise UserError(f"cannot create the corpus cache folder {folder}: {e.strerror or e} (pass --cache-dir)") \
             from None
-    base = (base_url or os.environ.get(BASE_URL_ENV) or source.base_url).rstrip("/") + "/"
+    base = _base_url(source, base_url)
     sums_file = folder / "SHA256SUMS"
     sums = _read_sums(sums_file)
-    output = folder / source.output
-    texts, recorded = [], 0
+    texts, counts = [], {"new": 0, "replaced": 0}
     bar = tqdm(source.files, desc=f"{source.name}", unit="file", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)
     for remote in bar:
         local = raw / remote.path
-        expected = remote.sha256 or sums.get(remote.path)
-        if force or not local.exists() or (expected and file_sha256(local) != expected):
-            digest = download(base + quote(remote.path), local, expected)
-            if not expected:
-                sums[remote.path] = digest
-                _write_sums(sums_file, sums)  # after each file: an interrupted run keeps what it verified
-                recorded += 1
+        recorded = sums.get(remote.path)
+        expected = remote.sha256 or recorded
+        text, digest = None if force else _reuse(source, remote, local, expected), None
+        if text is None:  # --force trusts anew what validates, unless the registry pins it
+            text, digest = _fetch(source, remote, base + quote(remote.path), local,
+                                  remote.sha256 if force else expected)
         elif not expected:
-            sums[remote.path] = file_sha256(local)
-            _write_sums(sums_file, sums)
-        texts.append(source.extract(remote.path, local.read_text(encoding="utf-8-sig")))
+            digest = file_sha256(local)  # a kept copy never recorded, which has just validated
+        if digest and not remote.sha256 and digest != recorded:
+            counts["new" if recorded is None else "replaced"] += 1
+            sums[remote.path] = digest
+            _write_sums(sums_file, sums)  # after each file: an interrupted run keeps what it verified
+        texts.append(text)
     bar.close()
-    if recorded:
-        print(f"first download of {recorded} file(s) without a pinned checksum: their sha256 are recorded in "
-              f"{sums_file}, and later downloads must match them", file=sys.stderr)
-    text = normalize(source.separator.join(t.strip("\n") for t in texts)) + "\n"
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        os.replace(tmp, output)
-    finally:
-        tmp.unlink(missing_ok=True)
-    (folder / "SOURCE.txt").write_text(
-        f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n", encoding="utf-8")
+    if counts["new"]:
+        print(f"first download of {counts['new']} file(s) without a pinned checksum: they validated, and their "
+              f"sha256 are recorded in {sums_file}; later downloads must match them", file=sys.stderr)
+    if counts["replaced"]:
+        warnings.warn(f"--force: the recorded sha256 of {counts['replaced']} file(s) in {sums_file} changed to "
+                      "those of the new downloads, which validated", stacklevel=2)
+    output = folder / source.output
+    _write(output, normalize(source.separator.join(t.strip("\n") for t in texts)) + "\n")
+    _write(folder / "SOURCE.txt",
+           f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n")
     return output
 
 
@@ -229,8 +244,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m data.prepare", description=__doc__.split("\n\n")[0])
     p.add_argument("name", nargs="?", help=f"the corpus to prepare: {', '.join(REGISTRY)}")
     p.add_argument("--cache-dir", help=f"where corpora are kept (default {default_cache_dir()})")
-    p.add_argument("--base-url", help=f"download from a mirror: http(s):// or file:// (or set {BASE_URL_ENV})")
-    p.add_argument("--force", action="store_true", help="download every file again")
+    p.add_argument("--base-url", help="download from a mirror: an http(s):// or file:// URL, or a local folder "
+                                      f"(or set {BASE_URL_ENV})")
+    p.add_argument("--force", action="store_true",
+                   help="download every file again, and trust anew each one that validates")
     p.add_argument("--list", action="store_true", help="list the corpora this command knows")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)

@@ -153,7 +153,7 @@ def test_registry_entry_is_the_real_koconovel_repository():
     assert [f.path.split("/")[2].split("_")[0] for f in KOCONOVEL.files] == [str(n) for n in range(1, 51)]
 
 
-def test_prepare_records_checksums_then_refuses_a_changed_file(tmp_path):
+def test_prepare_records_checksums_refuses_a_changed_file_until_forced(tmp_path):
     files = _fake_koconovel()
     with FileServer(dict(files)) as srv:
         out = prepare(KOCONOVEL, tmp_path, base_url=srv.url, progress=False)
@@ -174,11 +174,24 @@ def test_prepare_records_checksums_then_refuses_a_changed_file(tmp_path):
         prepare(KOCONOVEL, tmp_path, base_url=srv.url, progress=False)
         assert local.read_bytes() == files["/" + KOCONOVEL.files[3].path]
 
-        srv.files["/" + KOCONOVEL.files[3].path] = _jsonl(99)  # the server's copy changes
-        with pytest.raises(UserError, match="checksum mismatch"):
+        sums_file = tmp_path / "koconovel" / "SHA256SUMS"
+        recorded = sums_file.read_text()
+        srv.files["/" + KOCONOVEL.files[3].path] = b"<!DOCTYPE html><html><body>Moved</body></html>\n"
+        with pytest.raises(UserError, match="did not send a usable file: it is an HTML or XML page"):
             prepare(KOCONOVEL, tmp_path, base_url=srv.url, force=True, progress=False)
         assert local.read_bytes() == files["/" + KOCONOVEL.files[3].path]  # the verified copy is kept
-        assert read_text(out) == _expected_text()
+        assert sums_file.read_text() == recorded and read_text(out) == _expected_text()
+
+        srv.files["/" + KOCONOVEL.files[3].path] = _jsonl(99)  # the server's copy changes
+        local.write_bytes(b"corrupted")
+        with pytest.raises(UserError, match="checksum mismatch .* pass --force to accept the new file"):
+            prepare(KOCONOVEL, tmp_path, base_url=srv.url, progress=False)
+        assert sums_file.read_text() == recorded and read_text(out) == _expected_text()
+        with pytest.warns(UserWarning, match="--force: the recorded sha256 of 1 file"):
+            prepare(KOCONOVEL, tmp_path, base_url=srv.url, force=True, progress=False)  # the user trusts it anew
+        assert local.read_bytes() == _jsonl(99)
+        assert f"{hashlib.sha256(_jsonl(99)).hexdigest()}  {KOCONOVEL.files[3].path}" in sums_file.read_text()
+        assert "99번째 이야기" in read_text(out)
 
 
 def test_pinned_checksum_in_the_registry_is_enforced(tmp_path):
@@ -202,7 +215,7 @@ def test_malformed_source_file_is_a_user_error(tmp_path):
     (tmp_path / "m" / "a.jsonl").write_text("not json\n", encoding="utf-8")
     source = CorpusSource("bad", "t", "CC0", "x", "https://example.invalid/", (RemoteFile("a.jsonl"),),
                           KOCONOVEL.extract, "bad.txt")
-    with pytest.raises(UserError, match="line 1 is not a KoCoNovel text record"):
+    with pytest.raises(UserError, match="a.jsonl line 1 is not a KoCoNovel text record"):
         prepare(source, tmp_path / "c", base_url=(tmp_path / "m").as_uri(), progress=False)
 
 

@@ -1,0 +1,119 @@
+"""Fetch one file over http(s):// or file://, resumably, and give it its final name only once it is sound.
+
+Design choices:
+- Bytes go to `<file>.part`; a later run resumes it with an HTTP Range request (a server that ignores
+  Range sends the whole file again, which is then written from the start).
+- A Content-Length that disagrees with the bytes received is a download cut short: the `.part` is kept to
+  be resumed, and nothing gets the final name.
+- Before the final name, the caller's `validate` checks that the body is what it claims to be (not an HTML
+  error page, a binary or an empty body), then a pinned SHA-256, if any, is compared. A body that fails is
+  deleted; if it was resumed, the old partial bytes may be what is wrong, so it is fetched once more from
+  the start. Nothing that failed is ever under the final name, so nothing downstream can trust it.
+- The final name is given by `common.fsutil.atomic_rename`: the file is complete or absent.
+- `base_url_of` turns what the user typed as a base URL into one: http(s):// and file:// URLs as they are,
+  an existing folder as its file:// URL; anything else is refused in one line.
+"""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Callable
+from pathlib import Path
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit
+from urllib.request import Request, urlopen
+
+from common.errors import UserError
+from common.fsutil import atomic_rename, file_sha256
+
+TIMEOUT_SECONDS = 60
+_BLOCK = 1 << 16
+SCHEMES = ("http", "https", "file")
+
+
+class BadContent(ValueError):
+    """A downloaded or cached file is not what it claims to be; the message says why, in a few words."""
+
+
+def base_url_of(text: str, option: str = "--base-url") -> str:
+    """`text` as a base URL ending in "/": an http(s):// or file:// URL, or an existing local folder."""
+    scheme = urlsplit(text).scheme.lower()
+    if scheme in SCHEMES:
+        return text.rstrip("/") + "/"
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        return folder.resolve().as_uri() + "/"
+    if len(scheme) > 1:  # one letter is a Windows drive, not a scheme
+        raise UserError(f"{option} {text}: {scheme}:// is not supported; use http://, https://, file:// or a "
+                        "local folder")
+    raise UserError(f"{option} {text} is neither a URL nor an existing folder; pass an http(s):// or file:// "
+                    "URL, or the folder that holds the files")
+
+
+def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS,
+             validate: Callable[[Path], object] | None = None, mismatch_hint: str = "") -> str:
+    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256.
+
+    `dest` appears only complete, accepted by `validate` (which raises `BadContent`) and matching
+    `expected_sha256`; otherwise the download is deleted and a UserError raised (`mismatch_hint` is added
+    to a checksum mismatch's message).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    resumed = _fetch(url, part, timeout)
+    try:
+        if validate is not None:
+            try:
+                validate(part)
+            except BadContent as e:
+                raise UserError(f"{url} did not send a usable file: {e}; it was deleted and nothing was recorded "
+                                "(check --base-url, or try again later)") from None
+        digest = file_sha256(part)
+        if expected_sha256 and digest != expected_sha256:
+            raise UserError(f"checksum mismatch for {url}: expected sha256 {expected_sha256}, got {digest}; the "
+                            "download was deleted (the file on the server changed, or it was corrupted on the "
+                            f"way){mismatch_hint}")
+    except UserError:
+        part.unlink(missing_ok=True)
+        if resumed:  # the old partial bytes may be what is wrong: try once from the start
+            return download(url, dest, expected_sha256, timeout, validate, mismatch_hint)
+        raise
+    atomic_rename(part, dest)
+    return digest
+
+
+def _fetch(url: str, part: Path, timeout: float) -> bool:
+    """Complete `part` from `url`; return whether earlier bytes were kept (a resumed download)."""
+    have = part.stat().st_size if part.exists() else 0
+    headers = {"User-Agent": "kochar-gpt (python urllib)"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    try:
+        response = urlopen(Request(url, headers=headers), timeout=timeout)
+    except HTTPError as e:
+        if e.code == 416 and have:  # the partial file is not a prefix the server recognises: start over
+            part.unlink()
+            return _fetch(url, part, timeout)
+        raise UserError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except (URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise UserError(f"cannot download {url}: {reason} (check the connection, or point --base-url at a mirror)") \
+            from None
+    with response:
+        resumed = have > 0 and getattr(response, "status", None) == 206
+        start = have if resumed else 0  # a server that ignores Range sends the whole file again
+        length = response.headers.get("Content-Length")
+        expected_size = start + int(length) if length and length.isdigit() else None
+        written = start
+        try:
+            with part.open("ab" if resumed else "wb") as f:
+                while block := response.read(_BLOCK):
+                    f.write(block)
+                    written += len(block)
+        except (OSError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead: keep the bytes
+            raise UserError(f"download of {url} was interrupted after {written} bytes ({type(e).__name__}); "
+                            "run the same command again to resume it") from None
+    if expected_size is not None and written != expected_size:
+        raise UserError(f"download of {url} stopped at {written} of {expected_size} bytes (a Content-Length of "
+                        f"{expected_size:,}): it was cut short; run the same command again to resume it")
+    return resumed
