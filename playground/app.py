@@ -1,0 +1,173 @@
+"""The FastAPI application: the static page and the JSON / Server-Sent Events API.
+
+Design choices:
+- Sampling and loading are blocking; each runs in a worker thread (`anyio.to_thread`), one character's
+  worth of decoding steps at a time, so the event loop keeps answering other requests (the page, the run
+  list, other samples) while a model works. The run's lock keeps its forward passes one at a time.
+- A client that goes away stops its sample: Starlette cancels a streaming response when the client
+  disconnects, and a non-streaming request watches for the disconnect itself. The cancellation waits for
+  the step in flight to end (worker threads are never abandoned), then closes the model's stream.
+- The page is three static files served from `playground/static`: no build step, no CDN, works offline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import torch
+from anyio import to_thread
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from common.device import pick_device
+from common.errors import UserError
+from playground.attention import PositionError, attention_row
+from playground.cache import CachedRun, RunCache
+from playground.config import ServeConfig
+from playground.runs import RunNotFound, RunRegistry
+from playground.sampling import Continuation, Params
+from playground.schemas import ApiError, AttentionRequest, GenerateRequest, validation_error
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+@dataclass
+class Stats:
+    """Counters the tests read: samples in progress and tokens sampled by finished samples."""
+
+    active: int = 0
+    finished: int = 0
+    tokens: int = 0
+
+
+class Playground:
+    """What the routes share: the config, the runs, the loaded models."""
+
+    def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
+        self.cfg = cfg
+        self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt)
+        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device))
+        self.stats = Stats()
+
+    async def load(self, name: str | None) -> CachedRun:
+        try:
+            run_name, path = self.registry.resolve(name)
+        except RunNotFound as e:
+            raise ApiError(404, "run", str(e)) from None
+        try:
+            return await to_thread.run_sync(self.cache.get, run_name, path)
+        except FileNotFoundError:
+            raise ApiError(404, "run", f"run {run_name!r} was removed") from None
+        except UserError as e:
+            raise ApiError(400, "run", " ".join(str(e).split())) from None
+
+
+def _sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
+    """The events of one sample, each computed in a worker thread; closing stops the sample."""
+    pg.stats.active += 1
+    try:
+        while (event := await to_thread.run_sync(cont.next_event)) is not None:
+            yield event
+    finally:
+        cont.close()
+        pg.stats.active -= 1
+        pg.stats.finished += 1
+        pg.stats.tokens += cont.generated
+
+
+async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[str]:
+    """The SSE stream of one sample: a `char` event per piece of text, then `done` (or `error`)."""
+    steps = _steps(pg, cont)
+    try:
+        async for event in steps:
+            yield _sse("char", event)
+        yield _sse("done", cont.summary())
+    except Exception as e:  # noqa: BLE001 - the stream has started: report in it, the status is already sent
+        yield _sse("error", {"error": f"sampling failed: {type(e).__name__}: {e}", "field": None})
+    finally:
+        await steps.aclose()
+
+
+async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+    """(finished, result) of `work`, cancelled if the client disconnects first."""
+    outcome: list[Any] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        outcome.append(await work())
+        tg.cancel_scope.cancel()
+    return bool(outcome), outcome[0] if outcome else None
+
+
+async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> Response:
+    body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
+    cached = await pg.load(body.run)
+    params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
+    cont = await to_thread.run_sync(Continuation, cached, params)
+    if body.stream:
+        return StreamingResponse(_events(pg, cont), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def collect() -> dict:
+        async for _ in _steps(pg, cont):
+            pass
+        return {**cont.summary(), "tokens": cont.events}
+
+    finished, result = await _until_disconnect(request, collect)
+    return JSONResponse(result) if finished else Response(status_code=499)
+
+
+def create_app(cfg: ServeConfig, device: torch.device | None = None) -> FastAPI:
+    """The playground app for `cfg` (the device defaults to cfg.device)."""
+    pg = Playground(cfg, device)
+    app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.playground = pg
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = validation_error(exc)
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/runs")
+    async def runs() -> list[dict]:
+        return [r.to_dict() for r in await to_thread.run_sync(pg.registry.list_runs)]
+
+    @app.post("/api/generate")
+    async def generate(body: GenerateRequest, request: Request) -> Response:
+        return await _generate(pg, body, request)
+
+    @app.post("/api/attention")
+    async def attention(body: AttentionRequest) -> dict:
+        body.check_limits(cfg.max_prompt_chars + cfg.max_new_tokens_limit)
+        cached = await pg.load(body.run)
+        try:
+            return await to_thread.run_sync(attention_row, cached, body.text, body.position)
+        except PositionError as e:
+            raise ApiError(422, e.field, str(e)) from None
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

@@ -1,0 +1,52 @@
+"""What each attention head looked at from one position of a text, as plain numbers for the page to draw.
+
+Design choices:
+- Positions count tokens of the text as the run's tokenizer encodes it (characters for the character
+  tokenizer, jamo for the jamo one); the answer lists those tokens so a client can label them.
+- Beyond the context window the model only sees the last `context_length` tokens, so the weights are those
+  of the window ending at the position; `start` says where it begins.
+- Weights are rounded to 4 decimals: more digits cannot be seen on the page and only make the answer longer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from model.inspect import attention_maps
+from playground.cache import CachedRun
+
+
+class PositionError(ValueError):
+    """A text or position the run cannot show attention for; the message names the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
+    """Weights (blocks x heads x keys) of the query at token `position` (None = the last token) of `text`."""
+    run = cached.run
+    ids = run.tokenizer.encode(text).tolist()
+    if not ids:
+        raise PositionError("text", "text is empty: give the text whose attention to show")
+    if position is None:
+        position = len(ids) - 1
+    if not 0 <= position < len(ids):
+        raise PositionError("position", f"position must be in [0, {len(ids) - 1}] for this text "
+                                        f"({len(ids)} tokens), got {position}")
+    start = max(0, position + 1 - run.model.context_length)
+    device = next(run.model.parameters()).device
+    window = torch.tensor(ids[start: position + 1], dtype=torch.long, device=device)
+    with cached.lock, torch.inference_mode():
+        maps = attention_maps(run.model, window)  # (L, H, T, T)
+    rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
+    return {
+        "run": cached.name,
+        "position": position,
+        "start": start,
+        "tokens": [run.tokenizer.decode([i]) for i in ids[start: position + 1]],
+        "num_blocks": rows.shape[0],
+        "num_heads": rows.shape[1],
+        "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()],
+    }

@@ -1,0 +1,77 @@
+"""Loaded runs kept in memory: a least-recently-used cache with one lock per run.
+
+Design choices:
+- Loading and sampling are blocking (torch), so every method here is called from a worker thread, never
+  on the event loop. The cache's own lock guards only the dictionary; a run is loaded under a lock of its
+  own, so loading a large run does not hold up requests for runs already loaded, and two requests for the
+  same new run load it once.
+- Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
+  not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
+- An entry is keyed by its checkpoint path and remembers the file's size and mtime: when training rewrites
+  the checkpoint, the next request loads the new weights.
+- Evicting only forgets the entry; a request still sampling from it keeps its own reference until done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from inference.loading import LoadedRun, load_run
+from playground.runs import file_stamp
+
+
+@dataclass
+class CachedRun:
+    name: str
+    run: LoadedRun
+    stamp: tuple[int, int]
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one forward at a time on this model
+
+
+class RunCache:
+    def __init__(self, capacity: int, device: torch.device):
+        if capacity < 1:
+            raise ValueError(f"cache capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.device = device
+        self._runs: OrderedDict[Path, CachedRun] = OrderedDict()
+        self._guard = threading.Lock()
+        self._loading: dict[Path, threading.Lock] = {}
+        self.loads = 0  # how many times a checkpoint was read (the tests count cache hits with it)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def _hit(self, path: Path, stamp: tuple[int, int]) -> CachedRun | None:
+        with self._guard:
+            entry = self._runs.get(path)
+            if entry is None or entry.stamp != stamp:
+                return None
+            self._runs.move_to_end(path)
+            return entry
+
+    def get(self, name: str, path: Path) -> CachedRun:
+        """The run at `path`, loaded now if it is not cached (blocking). Loading errors are UserErrors."""
+        stamp = file_stamp(path)
+        entry = self._hit(path, stamp)
+        if entry is not None:
+            return entry
+        with self._guard:
+            load_lock = self._loading.setdefault(path, threading.Lock())
+        with load_lock:
+            entry = self._hit(path, stamp)  # loaded by another request while we waited
+            if entry is not None:
+                return entry
+            entry = CachedRun(name, load_run(path, self.device), stamp)
+            with self._guard:
+                self.loads += 1
+                self._runs[path] = entry
+                self._runs.move_to_end(path)
+                while len(self._runs) > self.capacity:
+                    self._runs.popitem(last=False)
+            return entry

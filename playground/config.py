@@ -1,0 +1,49 @@
+"""Typed configuration of `serve.py`: Hydra's schema for `configs/serve.yaml`.
+
+Design choices:
+- As for the other entry scripts, Hydra refuses wrong types and unknown keys while composing, and
+  `__post_init__` checks ranges when the config becomes an object, before any checkpoint is read.
+- The limits (`max_new_tokens_limit`, `max_prompt_chars`) belong to the server, not to requests: a page or
+  a script can ask for less, never for more, so one request cannot keep a model busy for an hour.
+- `port=0` asks the OS for a free port; the URL printed at start-up carries the real one (tests use this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+from common import checks
+from common.errors import ConfigError
+
+SCHEMA_NAME = "serve_schema"
+
+
+@dataclass
+class ServeConfig:
+    ckpt: str | None = None  # run folder or checkpoint file shown first; None = the newest run under runs_dir
+    runs_dir: str = "runs"  # the page and the API may open runs under this folder only
+    host: str = "127.0.0.1"  # loopback only; 0.0.0.0 opens the playground to the network
+    port: int = 8000  # 0 = any free port
+    max_new_tokens_limit: int = 2000
+    max_prompt_chars: int = 4000
+    cache_size: int = 4  # loaded runs kept in memory; the least recently used is dropped first
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not str(self.runs_dir).strip():
+            raise ConfigError("runs_dir is empty: give the folder that holds your runs (default: runs)")
+        if not str(self.host).strip():
+            raise ConfigError("host is empty: use 127.0.0.1 (this machine only) or 0.0.0.0 (the network)")
+        checks.positive_int("port", self.port, minimum=0)
+        if self.port > 65535:
+            raise ConfigError(f"port={self.port} is invalid: it must be in [0, 65535] (0 = any free port)")
+        checks.positive_int("max_new_tokens_limit", self.max_new_tokens_limit)
+        checks.positive_int("max_prompt_chars", self.max_prompt_chars)
+        checks.positive_int("cache_size", self.cache_size)
+        checks.device_name("device", self.device)
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=ServeConfig)

@@ -1,0 +1,156 @@
+"""Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
+
+Design choices:
+- A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for
+  a sweep job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no
+  absolute path, no backslash) and then by where it really leads: the resolved checkpoint must lie inside
+  the resolved `runs_dir`, so a symlink pointing out of it is refused like `../` is. Every refusal is the
+  same `RunNotFound` (HTTP 404): a client learns nothing about files outside.
+- `ckpt=` on the command line may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is
+  then listed under the reserved name `@ckpt`, the only way to reach it.
+- Listing reads every checkpoint once and keeps its summary until the file changes (size or mtime), so
+  reloading the page does not read weights again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+
+from common.errors import UserError
+from inference.checkpoint import CKPT_NAME, load_checkpoint, resolve_checkpoint
+
+OUTSIDE_NAME = "@ckpt"
+ROOT_NAME = "."
+
+
+class RunNotFound(Exception):
+    """A run name that does not lead to a checkpoint inside runs_dir (HTTP 404)."""
+
+
+@dataclass
+class RunInfo:
+    name: str
+    step: int | None
+    recipe: str | None
+    val_bpc: float | None
+    tokenizer: str | None
+    context_length: int | None
+    default: bool = False
+    error: str | None = None  # why the checkpoint could not be read; the run is still listed
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    """Changes whenever a checkpoint is rewritten (training saves atomically: a new inode, size, mtime)."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+def summarize(name: str, path: Path) -> RunInfo:
+    """Step, recipe, validation bits per character and tokenizer of the checkpoint at `path`."""
+    try:
+        ckpt = load_checkpoint(path)
+    except UserError as e:
+        return RunInfo(name, None, None, None, None, None, error=" ".join(str(e).split()))
+    config = ckpt.config if isinstance(ckpt.config, dict) else {}
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    # The modern recipe will record itself; runs older than that are the lecture's recipe.
+    recipe = config.get("recipe") or train.get("recipe") or getattr(ckpt.model_config, "recipe", None) or "lecture"
+    val_bpc = None
+    if ckpt.training is not None and math.isfinite(ckpt.training.val_loss):
+        val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4)
+    kind = ckpt.tokenizer.get("kind", "char") if isinstance(ckpt.tokenizer, dict) else None
+    return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length)
+
+
+class RunRegistry:
+    """Maps run names to checkpoint paths under one folder, and back."""
+
+    def __init__(self, runs_dir: str | Path, ckpt: str | None = None):
+        self.runs_dir = Path(runs_dir).expanduser()
+        self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
+        if ckpt not in (None, ""):
+            self.fixed = resolve_checkpoint(ckpt, self.runs_dir).resolve()
+        self._summaries: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def root(self) -> Path:
+        return self.runs_dir.resolve()
+
+    def name_of(self, path: Path) -> str:
+        """The name of a checkpoint path: its folder relative to runs_dir, or @ckpt for one outside it."""
+        real = path.resolve()
+        if not real.is_relative_to(self.root):
+            return OUTSIDE_NAME
+        rel = real.parent.relative_to(self.root).as_posix()
+        return rel or ROOT_NAME
+
+    def discover(self) -> list[Path]:
+        """Every ckpt.pt under runs_dir whose real location is inside it, newest first."""
+        found: list[Path] = []
+        if self.runs_dir.is_dir():
+            for folder, _, files in os.walk(self.runs_dir):  # does not descend into symlinked folders
+                if CKPT_NAME in files:
+                    p = Path(folder) / CKPT_NAME
+                    if p.resolve().is_relative_to(self.root) and p.resolve().is_file():
+                        found.append(p.resolve())
+        return sorted(set(found), key=lambda p: (-p.stat().st_mtime_ns, str(p)))
+
+    def default_path(self) -> Path | None:
+        if self.fixed is not None:
+            return self.fixed
+        found = self.discover()
+        return found[0] if found else None
+
+    def resolve(self, name: str | None) -> tuple[str, Path]:
+        """(name, checkpoint path) for a request's `run`; None means the default run. Raises RunNotFound."""
+        if name is None or name == "":
+            path = self.default_path()
+            if path is None:
+                raise RunNotFound(f"no runs under {self.runs_dir}/ yet; train one first (python train.py)")
+            return self.name_of(path), path
+        if name == OUTSIDE_NAME and self.fixed is not None and self.name_of(self.fixed) == OUTSIDE_NAME:
+            return name, self.fixed
+        parts = PurePosixPath(name).parts
+        if (name != ROOT_NAME and (name.startswith("/") or "\\" in name or "\0" in name
+                                   or any(p in ("..", ".") for p in parts))):
+            raise RunNotFound(f"no run named {name!r} under {self.runs_dir}/")
+        candidate = self.runs_dir / name / CKPT_NAME
+        real = candidate.resolve()
+        if not real.is_relative_to(self.root) or not real.is_file():
+            raise RunNotFound(f"no run named {name!r} under {self.runs_dir}/")
+        return name, real
+
+    def summary(self, name: str, path: Path) -> RunInfo:
+        stamp = file_stamp(path)
+        with self._lock:
+            known = self._summaries.get(path)
+        if known is not None and known[0] == stamp:
+            return RunInfo(**{**asdict(known[1]), "name": name})
+        info = summarize(name, path)
+        with self._lock:
+            self._summaries[path] = (stamp, info)
+        return info
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run the page may open, newest first, the default one marked. Blocking: reads checkpoints."""
+        paths = self.discover()
+        if self.fixed is not None and self.fixed not in paths:
+            paths.insert(0, self.fixed)
+        default = self.default_path()
+        runs = []
+        for path in paths:
+            try:
+                info = self.summary(self.name_of(path), path)
+            except FileNotFoundError:  # deleted while we listed
+                continue
+            info.default = path == default
+            runs.append(info)
+        return runs

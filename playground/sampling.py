@@ -1,0 +1,148 @@
+"""One sample, one character at a time, with the probability of every token the sampler drew.
+
+Design choices:
+- Tokens come from `model.stream` with the prompt ids of `inference.generation.prompt_ids` and a generator
+  seeded as `generate.py` seeds it, so a seed gives the text `generate.py` prints for it.
+- The probability reported for a token is the one the sampler drew it with: the softmax of the logits after
+  the same temperature, top-k and top-p filtering as `model.sampling.sample_next`. Greedy decoding
+  (temperature 0) has no distribution of its own; the softmax of the raw logits stands in for it.
+- Events follow the tokenizer's stream decoder: one event per piece of text it releases (one character for
+  the character tokenizer; a whole syllable, three tokens, for the jamo one). Its probability is the product
+  of its tokens' and its alternatives are those of its first token.
+- `Continuation` is blocking and not thread-safe; the server calls it from one worker thread at a time and
+  holds the run's lock around each forward pass only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from inference.generation import prompt_ids
+from playground.cache import CachedRun
+
+TOP_ALTERNATIVES = 5
+
+
+def sampling_distribution(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
+    """The probabilities `sample_next` draws from for logits (B, V) -> (B, V), as float32."""
+    logits = logits.float()
+    if temperature == 0:
+        return torch.softmax(logits, dim=-1)
+    if temperature != 1.0:
+        logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p  # the rule sample_next applies
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+@dataclass
+class Params:
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
+
+
+@dataclass
+class TokenRecord:
+    id: int
+    prob: float
+    top: list[dict]  # the most likely other tokens: [{"text", "prob"}], best first
+
+
+class Continuation:
+    """Samples `params.max_new_tokens` tokens after the prompt; `next_event()` returns them as text events."""
+
+    def __init__(self, cached: CachedRun, params: Params):
+        self.cached, self.params = cached, params
+        run = cached.run
+        self.tokenizer = run.tokenizer
+        with warnings.catch_warnings(record=True):  # the unknown characters are reported in the summary
+            warnings.simplefilter("always")
+            ids = prompt_ids(self.tokenizer, params.prompt)
+        self.unknown = sorted(self.tokenizer.unknown_chars(params.prompt))
+        self.prompt_tokens = len(ids)
+        # What the model really read: the prompt, or the line break an empty prompt starts from.
+        self.context = params.prompt if len(self.tokenizer.encode(params.prompt)) else self.tokenizer.decode(ids)
+        device = next(run.model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(params.seed)
+        idx = torch.tensor([ids], dtype=torch.long, device=device)
+        self._steps = run.model.stream(idx, params.max_new_tokens, params.temperature, params.top_k,
+                                       params.top_p, True, generator)
+        self._decoder = self.tokenizer.stream_decoder()
+        self._pending: list[TokenRecord] = []
+        self.generated = 0  # tokens sampled so far
+        self.pieces: list[str] = []
+        self.events: list[dict] = []
+        self.finished = False
+
+    def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
+        p = self.params
+        probs = sampling_distribution(logits[None], p.temperature, p.top_k, p.top_p)[0]
+        probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
+        top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
+               for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]
+        return TokenRecord(token_id, float(probs[token_id]), top[:TOP_ALTERNATIVES])
+
+    def _event(self, text: str, tokens: list[TokenRecord], pos: int) -> dict:
+        prob = 1.0
+        for t in tokens:
+            prob *= t.prob
+        event = {"text": text, "prob": round(prob, 6), "top": tokens[0].top, "pos": pos, "n_tokens": len(tokens)}
+        self.pieces.append(text)
+        self.events.append(event)
+        return event
+
+    def _release(self, piece: str) -> dict:
+        """The event for `piece`: the pending tokens it spells (the newest one may stay pending for the next)."""
+        ids = [t.id for t in self._pending]
+        keep = 0
+        if len(ids) > 1 and self.tokenizer.decode(ids) != piece and self.tokenizer.decode(ids[:-1]) == piece:
+            keep = 1  # a jamo initial that closed the previous syllable starts the next one
+        tokens = self._pending[: len(ids) - keep]
+        self._pending = self._pending[len(ids) - keep:]
+        pos = self.prompt_tokens + self.generated - len(ids)  # index of the event's first token in the sequence
+        return self._event(piece, tokens, pos)
+
+    def next_event(self) -> dict | None:
+        """Sample until the decoder releases text; that text's event, or None once the sample is complete."""
+        while not self.finished:
+            with self.cached.lock, torch.inference_mode():
+                step = next(self._steps, None)
+            if step is None:
+                self.finished = True
+                tail = self._decoder.flush()
+                if tail and self._pending:
+                    return self._release(tail)
+                return None
+            nxt, logits = step
+            token_id = int(nxt[0, 0])
+            self._pending.append(self._record(token_id, logits[0]))
+            self.generated += 1
+            piece = self._decoder.feed(token_id)
+            if piece:
+                return self._release(piece)
+        return None
+
+    def summary(self) -> dict:
+        completion = "".join(self.pieces)
+        return {"run": self.cached.name, "text": self.params.prompt + completion, "completion": completion,
+                "context": self.context, "prompt_tokens": self.prompt_tokens, "new_tokens": self.generated,
+                "seed": self.params.seed, "unknown_chars": self.unknown}
+
+    def close(self) -> None:
+        """Stop sampling (a client went away); the model is left as it was."""
+        self._steps.close()

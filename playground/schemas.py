@@ -1,0 +1,110 @@
+"""Request bodies of the API and the one error shape every refusal uses.
+
+Design choices:
+- Pydantic in strict mode: `"max_new_tokens": "300"` or `"stream": "yes"` is refused rather than guessed,
+  NaN and infinities are refused, and an unknown key (a misspelt `temprature`) is an error naming it
+  instead of being silently ignored.
+- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others get neutral values),
+  so the API says what `generate.py` says and every message belongs to one field.
+- Every error is `{"error": "<one line>", "field": "<key or null>"}`: 422 for a bad value, 404 for a run
+  that is not there, 400 for a run that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from model.sampling import check_sampling_args
+
+MAX_SEED = 2**63 - 1
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, field: str | None, message: str):
+        super().__init__(message)
+        self.status, self.field, self.message = status, field, message
+
+    def body(self) -> dict:
+        return {"error": self.message, "field": self.field}
+
+
+def _checked(fn):
+    """Turn check_sampling_args's ValueError into pydantic's (the message is kept as it is)."""
+    try:
+        fn()
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class GenerateRequest(_Strict):
+    run: str | None = None  # a name from GET /api/runs; null = the default run
+    prompt: str = ""
+    max_new_tokens: int = 300
+    temperature: float = 0.8  # 0 = greedy
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = Field(1337, ge=0, le=MAX_SEED)
+    stream: bool = True  # Server-Sent Events; false = one JSON object at the end
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _max_new_tokens(cls, v: int) -> int:
+        _checked(lambda: check_sampling_args(v, 1.0, None, None))
+        return v
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        _checked(lambda: check_sampling_args(0, v, None, None))
+        return v
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, v: int | None) -> int | None:
+        _checked(lambda: check_sampling_args(0, 1.0, v, None))
+        return v
+
+    @field_validator("top_p")
+    @classmethod
+    def _top_p(cls, v: float | None) -> float | None:
+        _checked(lambda: check_sampling_args(0, 1.0, None, v))
+        return v
+
+    def check_limits(self, max_new_tokens_limit: int, max_prompt_chars: int) -> None:
+        """The server's caps, which depend on its config."""
+        if self.max_new_tokens > max_new_tokens_limit:
+            raise ApiError(422, "max_new_tokens", f"max_new_tokens must be <= {max_new_tokens_limit} on this "
+                           f"server (serve.py max_new_tokens_limit=...), got {self.max_new_tokens}")
+        if len(self.prompt) > max_prompt_chars:
+            raise ApiError(422, "prompt", f"prompt is too long: {len(self.prompt)} characters, this server takes "
+                           f"at most {max_prompt_chars} (serve.py max_prompt_chars=...)")
+
+
+class AttentionRequest(_Strict):
+    run: str | None = None
+    text: str = Field(min_length=1)
+    position: int | None = None  # a token index in text; null = the last token
+
+    def check_limits(self, max_chars: int) -> None:
+        if len(self.text) > max_chars:
+            raise ApiError(422, "text", f"text is too long: {len(self.text)} characters, at most {max_chars}")
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    """Pydantic's list of errors as one line naming the first bad field."""
+    err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+    loc = [str(p) for p in err.get("loc", ())]
+    field = loc[1] if len(loc) > 1 and loc[0] == "body" and err.get("type") != "json_invalid" else None
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        return ApiError(422, field, f"unknown field {field!r}; check its spelling")
+    if err.get("type") == "json_invalid":
+        return ApiError(422, None, "the request body is not valid JSON")
+    if field is None:
+        return ApiError(422, None, f"the request body must be a JSON object ({msg})")
+    return ApiError(422, field, msg if msg.startswith(field) else f"{field}: {msg}")

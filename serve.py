@@ -1,0 +1,84 @@
+"""The playground in the browser.  python serve.py [ckpt=<run dir>] [runs_dir=runs] [port=8000] ...
+
+Prints the URL to open; Ctrl-C stops it (see configs/serve.yaml and playground/).
+
+Design choices:
+- The listening socket is bound here, before uvicorn starts, so a port in use is one `error:` line, and
+  `port=0` can print the port the OS chose.
+- The default run is loaded before the URL is printed: a broken checkpoint fails at once, and the first
+  sample on the page does not wait for the load.
+"""
+
+from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+
+import socket
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from playground.config import register_configs
+
+register_configs()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    from common.errors import UserError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise UserError(f"host={host} cannot be resolved ({e.strerror}); use 127.0.0.1 or 0.0.0.0") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pick another port, e.g. "
+                        f"python serve.py port={port + 1 if port else 8001}") from None
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    return f"http://[{shown}]:{port}/" if ":" in shown and not shown.startswith("[") else f"http://{shown}:{port}/"
+
+
+def _run(cfg: DictConfig) -> None:
+    from common.cli import config_object
+
+    import uvicorn
+
+    from playground.app import create_app
+    from playground.config import ServeConfig
+
+    config = config_object(cfg, ServeConfig)
+    app = create_app(config)
+    pg = app.state.playground
+    default = pg.registry.default_path()
+    if default is None:
+        print(f"warning: no runs under {config.runs_dir}/ yet: train one (python train.py), then reload the page",
+              file=sys.stderr)
+    else:
+        loaded = pg.cache.get(pg.registry.name_of(default), default)
+        print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}")
+    sock = _bind(config.host, config.port)
+    port = sock.getsockname()[1]
+    print(f"kochar-gpt playground: open {_url(config.host, port)}  (Ctrl-C stops it)", flush=True)
+    if config.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: host={config.host}: other machines can reach this server", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=3))
+    server.run(sockets=[sock])
+
+
+@hydra.main(config_path="configs", config_name="serve", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_cli(lambda: _run(cfg))
+
+
+if __name__ == "__main__":
+    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
+    run_hydra(main)
