@@ -32,8 +32,8 @@ def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
 ) -> Tensor:
     """scaled_dot_product_attention over (B, H, T, D) queries and (B, H, S, D) keys/values -> (B, H, T, D)."""
-    # PyTorch's CPU flash kernel is slow in bf16 (its backward about 2x the plain math path), so reduced
-    # precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
+    # PyTorch's CPU flash kernel is slower than the plain math path in bf16 (its backward above all), so
+    # reduced precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
     # SDPA picks the kernel.
     if q.device.type == "cpu" and q.dtype != torch.float32:
         with sdpa_kernel(SDPBackend.MATH):

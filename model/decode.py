@@ -2,8 +2,8 @@
 
 Once the prompt is in the KV cache, each new token needs a few matrix-vector products per block (about
 3 MFLOP for the default model). Run through the module tree, the same step makes ~50 `nn.Module` calls
-(each with its hook checks, plus eval-mode dropouts), and on the CPU that overhead cost more than the
-arithmetic: about 0.5 ms a token against 0.23 ms for this step. `DecodeStep` computes what `Block.forward`
+(each with its hook checks, plus eval-mode dropouts), and on the CPU that overhead can cost more than the
+arithmetic (bench.py reports both: `generate_decode_step_us`). `DecodeStep` computes what `Block.forward`
 with fused attention computes for one position, on weights laid out for a row vector times a matrix
 (`x @ W_t`, the fastest product for a single row on the CPU); the parameters stay the modules' own, so
 there is still one model. Tests check its logits against the uncached forward at every step.
@@ -71,8 +71,8 @@ class DecodeStep:
         if ids.device.type != "cpu":
             return self._step(ids, cache, position)
         # A single row gives intra-op threads nothing worth splitting: on the CPU every small op would pay
-        # a thread fork/join that costs more than its arithmetic (measured: the step is ~1.5x faster on
-        # one thread on a 2-core machine). The thread count is restored before returning.
+        # a thread fork/join that costs more than its arithmetic. The thread count is restored before
+        # returning.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:

@@ -51,8 +51,8 @@ def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tens
     """One id per row of probs (B, V), drawn with probability probs[b, i] / sum(probs[b]) -> (B, 1).
 
     Inverse transform sampling: one uniform number per row, located in the running sum of the
-    probabilities. torch.multinomial draws V exponential variates per row instead, which costs more than
-    a whole cached decoding step for a 2,000-character vocabulary.
+    probabilities. torch.multinomial draws V exponential variates per row instead, which for a vocabulary of
+    thousands of characters costs as much as a cached decoding step.
     """
     cdf = probs.cumsum(dim=-1)  # (B, V)
     total = cdf[:, -1:].contiguous()  # (B, 1)
