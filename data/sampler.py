@@ -1,4 +1,12 @@
-"""Random (x, y) windows for next-token training, reproducible from a seed and resumable."""
+"""Random (x, y) windows for next-token training, reproducible from a seed and resumable.
+
+Design choices:
+- Windows start at uniformly random positions rather than walking the corpus in order: no epoch
+  bookkeeping, and any prefix of a run sees the whole corpus.
+- One numpy gather per batch from the (memory-mapped) token array; ids become int64 only for that batch.
+- The generator is seeded from (seed, rank), so DDP ranks draw different batches, and its state is a plain
+  dict a checkpoint can carry.
+"""
 
 from __future__ import annotations
 

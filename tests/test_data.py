@@ -80,3 +80,17 @@ def test_missing_and_empty_corpus_are_user_errors(tmp_path):
     empty.write_text("")
     with pytest.raises(UserError, match="empty"):
         load_corpus(empty, cache_dir=tmp_path / "c")
+
+
+def test_one_user_cache_folder(tmp_path, monkeypatch):
+    """Token caches beside a read-only corpus and prepared corpora both go under common.fsutil.user_cache_dir."""
+    from common.fsutil import user_cache_dir
+    from data import corpus, prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "kochar-gpt"
+    assert prepare.default_cache_dir() == tmp_path / "xdg" / "kochar-gpt" / "corpora"
+    text = tmp_path / "novel.txt"
+    assert corpus.default_cache_dir(text) == tmp_path / ".cache"
+    monkeypatch.setattr(corpus.os, "access", lambda path, mode: False)  # a read-only folder, even for root
+    assert corpus.default_cache_dir(text) == tmp_path / "xdg" / "kochar-gpt"

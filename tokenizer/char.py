@@ -1,7 +1,11 @@
 """KoreanCharTokenizer: one id per Unicode character (after NFC), plus `<unk>`.
 
-Encoding is a single numpy gather over code points: there is no per-character Python loop on the hot path,
-so the cost of encoding a corpus grows with memory bandwidth, not with the interpreter.
+Design choices:
+- Id 0 is `<unk>` and ids 1..N are the corpus characters in code point order, so the same text always
+  gives the same vocabulary, whatever order it was read in.
+- Encoding is a single numpy gather over code points: there is no per-character Python loop on the hot
+  path, so the cost of encoding a corpus grows with memory bandwidth, not with the interpreter.
+- `<unk>` decodes to U+FFFD, so decoded text stays printable.
 """
 
 from __future__ import annotations
