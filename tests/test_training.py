@@ -148,3 +148,18 @@ def test_compiled_training_saves_plain_checkpoints(tmp_path):
     assert payload.step == 4
     m = AttentionLanguageModel(payload.model_config)
     m.load_state_dict(payload.model)  # loads into a plain, uncompiled model
+
+
+@pytest.mark.parametrize("kind", ["char", "jamo"])
+def test_the_final_sample_counts_characters_for_every_tokenizer(small_corpus, tmp_path, kind):
+    """train.sample_chars is a number of characters: a jamo model spends up to three tokens on one."""
+    from data.corpus import load_corpus
+    from training.sample import PROMPT_TOKENS, sample_chars
+
+    corpus = load_corpus(small_corpus, cache_dir=tmp_path / "cache", tokenizer_kind=kind)
+    model = tiny_model(vocab_size=corpus.tokenizer.vocab_size)
+    decoder = corpus.tokenizer.stream_decoder()
+    head = "".join(decoder.feed(int(i)) for i in corpus.tokens[:PROMPT_TOKENS])
+    for n in (1, 7, 40):
+        text = sample_chars(model, corpus.tokenizer, corpus.tokens, n, torch.device("cpu"), seed=3)
+        assert text.startswith(head) and len(text) - len(head) == n
