@@ -152,13 +152,14 @@ function showTooltip(span, event) {
   head.lastChild.textContent = percent(event.prob);
   const table = document.createElement("table");
   table.className = "tip-top";
+  const scale = Math.max(event.prob, ...event.top.map((alt) => alt.prob), 1e-9);
   for (const alt of event.top) {
     const row = table.insertRow();
     row.insertCell().textContent = visible(alt.text);
     row.insertCell().textContent = percent(alt.prob);
     const bar = document.createElement("span");
     bar.className = "bar";
-    bar.style.width = Math.round(80 * alt.prob) + "px";
+    bar.style.width = Math.round(90 * alt.prob / scale) + "px";
     row.insertCell().appendChild(bar);
   }
   const note = document.createElement("div");
@@ -198,7 +199,7 @@ async function onClick(e) {
 }
 
 function drawAttention(pane, event, data) {
-  $("attention-caption").textContent = `‘${visible(event.text)}’를 쓸 때 각 헤드가 본 글자 · what each head ` +
+  $("attention-caption").textContent = `‘${visible(event.text)}’ 글자를 쓸 때 각 헤드가 본 글자 · what each head ` +
     `looked at when writing ‘${visible(event.text)}’ (${pane.key.toUpperCase()} · ${pane.run}, position ${event.pos})`;
   const blocks = data.weights.map((heads, b) => {
     const section = document.createElement("div");
@@ -209,12 +210,15 @@ function drawAttention(pane, event, data) {
     heads.forEach((row, h) => {
       const tr = table.insertRow();
       tr.appendChild(document.createElement("th")).textContent = `head ${h + 1}`;
+      const top = Math.max(...row);
       row.forEach((w, k) => {
         const td = tr.insertCell();
         td.textContent = visible(data.tokens[k]);
-        td.style.setProperty("--w", Math.sqrt(w).toFixed(3));  // sqrt: small weights stay visible
+        // Shaded against the head's own strongest weight, so a head that spreads its attention still shows
+        // where it looked most; the tooltip gives the absolute weight.
+        td.style.setProperty("--w", (0.85 * w / top).toFixed(3));
         td.title = `${visible(data.tokens[k])}: ${(100 * w).toFixed(1)}%`;
-        if (w > 0.4) td.classList.add("strong");
+        if (w / top > 0.6) td.classList.add("strong");
       });
     });
     section.appendChild(table);
