@@ -31,9 +31,13 @@ def sample_next(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
-    if temperature == 0:
+    if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() if temperature == 1.0 else logits.float() / temperature
+    logits = logits.float()
+    if temperature != 1.0:
+        # Shift the largest logit to 0 before dividing: a tiny temperature then sends the others to -inf
+        # (probability 0) instead of overflowing to inf - inf = NaN, so it approaches greedy as it should.
+        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
