@@ -146,8 +146,10 @@ def _type_error(text: str) -> str | None:
     if not (full_key and reason):
         return None
     kind = re.search(r"converted to (\w+)|is not a valid (\w+)", reason.group(1))
-    need = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false (yes/no, on/off)",
-            "bool": "true or false (yes/no, on/off)", "String": "text"}.get(next((g for g in kind.groups() if g), "") if kind else "", "")
+    boolean = "true or false (yes/no, on/off)"
+    type_name = next((g for g in kind.groups() if g), "") if kind else ""
+    need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean,
+            "String": "text"}.get(type_name, "")
     key = full_key.group(1)
     if "None" in reason.group(1) or "Optional" in reason.group(1):
         return f"{key} cannot be null: give it a value (--help shows its default)"
@@ -193,6 +195,7 @@ def run_hydra(main: Callable[[], object]) -> None:
     config group) end as one `error:` line and exit code 2, like our own user errors."""
     global _held_stderr
     if debug_enabled():
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra prints the whole traceback only when asked this way
         main()
         return
     _held_stderr = held = _HeldStderr(sys.stderr)
