@@ -51,3 +51,30 @@ def device_name(key: str, value: str) -> None:
 def seed(key: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise ConfigError(f"{key}={value} is invalid: it must be an integer in [0, 2**63 - 1]")
+
+
+BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
+
+
+def field_type(schema: type, dotted_key: str) -> object | None:
+    """The annotated type of `a.b.c` in a tree of dataclasses (None when the key is not in it)."""
+    import dataclasses
+    import typing
+
+    node: object = schema
+    for part in dotted_key.split("."):
+        if not dataclasses.is_dataclass(node):
+            return None
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            return None
+        node = hints[part]
+    return node
+
+
+def boolean_overrides(schema: type, overrides: list[str]) -> None:
+    """OmegaConf reads any integer as a boolean (2 means true); a boolean key takes only YAML's words."""
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and field_type(schema, key) is bool and value.strip().strip("'\"").lower() not in BOOLEAN_WORDS:
+            raise ConfigError(f"{key}={value} is invalid: it must be true or false (yes/no, on/off)")

@@ -158,12 +158,22 @@ def _type_error(text: str) -> str | None:
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
 
 
+def _typed_overrides() -> list[str]:
+    """The overrides of the running Hydra job (none when composing outside a job, as tests do)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
 def config_object(cfg, cls: type[T]) -> T:
     """The composed Hydra config as its schema dataclass, range-checked by `__post_init__`; a value that fails
     (a range, an interpolation like `${oops}`) is one UserError naming it."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from common.checks import boolean_overrides
+
+    boolean_overrides(cls, _typed_overrides())
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
