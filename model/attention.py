@@ -6,6 +6,13 @@ state dict loads into either. The fused path concatenates those weights into one
 
 Both accept an optional slice of a `KVCache`: keys and values of earlier positions are read from it and
 the new ones written into it, so generation feeds one token per step instead of the whole window.
+
+Design choices:
+- The modern options act on queries and keys only, in one function both paths call (`shape_qk`): optional
+  RMS normalisation of each head's queries and keys (no learned gain, so `heads` and `fused` still own the
+  same parameters), then rotary embeddings at the tokens' absolute positions. Keys enter the cache already
+  rotated, so a cached key never needs its position again.
+- The rotary tables are non-persistent buffers: state dicts are the same with or without them.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from model.config import ATTENTION_KINDS
 from model.kv_cache import LayerKV
+from model.rope import apply_rope, rope_tables
 
-__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask"]
+__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask", "shape_qk"]
 
+Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
 
 
 def causal_mask(context_length: int) -> Tensor:
@@ -42,11 +51,29 @@ def attend(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
 
 
+def token_positions(start: int, length: int, device: torch.device, rope: Rope | None) -> Tensor | None:
+    """Absolute positions start..start+length-1, built only when rotary embeddings will read them."""
+    return None if rope is None else torch.arange(start, start + length, device=device)
+
+
+def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
+             qk_norm: bool) -> tuple[Tensor, Tensor]:
+    """Queries and keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
+    when qk_norm, then rotated when rope tables are given."""
+    if qk_norm:
+        q, k = F.rms_norm(q, (q.shape[-1],)), F.rms_norm(k, (k.shape[-1],))
+    if rope is not None:
+        q, k = apply_rope(q, *rope, positions), apply_rope(k, *rope, positions)
+    return q, k
+
+
 class Head(nn.Module):
     """One head of causal self-attention, scores scaled by 1/sqrt(head dimension)."""
 
-    def __init__(self, embedding_size: int, head_dim: int, context_length: int, dropout: float = 0.0):
+    def __init__(self, embedding_size: int, head_dim: int, context_length: int, dropout: float = 0.0,
+                 qk_norm: bool = False):
         super().__init__()
+        self.qk_norm = qk_norm
         self.query = nn.Linear(embedding_size, head_dim, bias=False)
         self.key = nn.Linear(embedding_size, head_dim, bias=False)
         self.value = nn.Linear(embedding_size, head_dim, bias=False)
@@ -54,13 +81,16 @@ class Head(nn.Module):
         self.scale = 1.0 / math.sqrt(head_dim)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
-    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0,
+                rope: Rope | None = None) -> Tensor:
         """x: (B, T, E) at positions start..start+T-1 -> (B, T, head_dim).
 
         kv: this head's cache buffers, each (B, context_length, head_dim), holding positions < start.
+        rope: the rotary tables, when the model uses rotary positions.
         """
         T = x.shape[1]
         q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, D) each
+        q, k = shape_qk(q, k, rope, token_positions(start, T, x.device, rope), self.qk_norm)
         if kv is not None:
             kv[0][:, start : start + T] = k
             kv[1][:, start : start + T] = v
@@ -82,15 +112,21 @@ class MultiHeadAttention(nn.Module):
         context_length: int,
         dropout: float = 0.0,
         attention: str = "fused",
+        position: str = "learned",
+        qk_norm: bool = False,
     ):
         super().__init__()
         self.num_heads, self.head_size = num_heads, head_size
         self.head_dim = head_size // num_heads
         self.attention = attention
         self.dropout_p = dropout
+        self.qk_norm = qk_norm
         self.heads = nn.ModuleList(
-            Head(embedding_size, self.head_dim, context_length, dropout) for _ in range(num_heads)
+            Head(embedding_size, self.head_dim, context_length, dropout, qk_norm) for _ in range(num_heads)
         )
+        cos, sin = rope_tables(self.head_dim, context_length) if position == "rope" else (None, None)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
         self.proj = nn.Linear(head_size, embedding_size)
         self.resid_dropout = nn.Dropout(dropout)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
@@ -99,10 +135,14 @@ class MultiHeadAttention(nn.Module):
         """x: (B, T, E) -> (B, T, E). kv: this block's cache, holding positions < start."""
         if self.attention == "heads":
             per_head = [None if kv is None else (kv.keys[:, i], kv.values[:, i]) for i in range(self.num_heads)]
-            y = torch.cat([h(x, c, start) for h, c in zip(self.heads, per_head, strict=True)], dim=-1)  # (B, T, HS)
+            y = torch.cat([h(x, c, start, self.rope) for h, c in zip(self.heads, per_head, strict=True)], dim=-1)
         else:
             y = self._fused(x, kv, start)
         return self.resid_dropout(self.proj(y))
+
+    @property
+    def rope(self) -> Rope | None:
+        return None if self.rope_cos is None else (self.rope_cos, self.rope_sin)
 
     def qkv_weight(self) -> Tensor:
         """The heads' projections stacked as one (3 * head_size, E) matrix: all queries, keys, values."""
@@ -115,6 +155,7 @@ class MultiHeadAttention(nn.Module):
         w = kv.qkv_weight if kv is not None and kv.qkv_weight is not None else self.qkv_weight()
         q, k, v = F.linear(x, w).split(self.head_size, dim=2)  # (B, T, head_size) each
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        q, k = shape_qk(q, k, self.rope, token_positions(start, T, x.device, self.rope), self.qk_norm)
         mask, causal = None, True
         if kv is not None:
             kv.keys[:, :, start : start + T] = k

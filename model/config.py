@@ -8,6 +8,10 @@ Design choices:
   (`OmegaConf.to_object`) and when code builds a config directly.
 - `vocab_size` is unknown until a tokenizer exists, so configs composed from YAML leave it `None`;
   `with_vocab` fills it in. A model cannot be built without it.
+- The architecture switches (position, norm, mlp, qk_norm, zero_init_proj, init) default to the lecture's
+  GPT-2 model, so a checkpoint written before they existed rebuilds exactly the model it was trained as.
+- SwiGLU's hidden size is 8/3 of the embedding (to the nearest multiple of 8): its three matrices then hold
+  about as many parameters as the 4x GELU MLP's two.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from common.errors import ConfigError
 
 ATTENTION_KINDS = ("heads", "fused")
+POSITIONS = ("learned", "rope")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "relu2", "swiglu")
+INITS = ("gpt2", "torch")
 
 
 @dataclass
@@ -30,6 +38,12 @@ class ModelConfig:
     dropout: float = 0.0
     attention: str = "fused"  # fused (one QKV projection + SDPA) | heads (the lecture's Head modules)
     tie_weights: bool = False
+    position: str = "learned"  # learned (GPT-2's position embedding) | rope (rotary, inside attention)
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    mlp: str = "gelu"  # gelu | relu2 (squared ReLU) | swiglu
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys before their dot product
+    zero_init_proj: bool = False  # attention and MLP output projections start at zero
+    init: str = "gpt2"  # gpt2 (N(0, 0.02), scaled residual projections) | torch (PyTorch's layer defaults)
 
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
@@ -45,12 +59,26 @@ class ModelConfig:
             raise ConfigError(f"model.dropout={self.dropout!r} is invalid: it must be in [0, 1)")
         if self.attention not in ATTENTION_KINDS:
             raise ConfigError(f"model.attention={self.attention} is invalid: use one of {', '.join(ATTENTION_KINDS)}")
-        if not isinstance(self.tie_weights, bool):
-            raise ConfigError(f"model.tie_weights={self.tie_weights!r} is invalid: it must be true or false")
+        for name in ("tie_weights", "qk_norm", "zero_init_proj"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
+        for name, kinds in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS), ("init", INITS)):
+            if getattr(self, name) not in kinds:
+                raise ConfigError(f"model.{name}={getattr(self, name)} is invalid: use one of {', '.join(kinds)}")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "
+                              f"{self.head_dim}; change model.head_size or model.num_heads")
 
     @property
     def head_dim(self) -> int:
         return self.head_size // self.num_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        """Width of the MLP's hidden layer (for swiglu: of each of its two input halves)."""
+        if self.mlp == "swiglu":
+            return max(8, round(self.embedding_size / 3) * 8)  # 8/3 x, to the nearest multiple of 8
+        return 4 * self.embedding_size
 
     def with_vocab(self, vocab_size: int) -> ModelConfig:
         return replace(self, vocab_size=vocab_size)

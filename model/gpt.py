@@ -1,6 +1,13 @@
 """AttentionLanguageModel: a GPT over token ids.
 
-token + position embeddings -> num_blocks pre-LN blocks -> final LayerNorm -> LM head.
+token (+ learned position) embeddings -> num_blocks pre-norm blocks -> final norm -> LM head.
+
+Design choices:
+- With `position=rope` there is no position embedding at all: positions enter only through the rotation of
+  queries and keys, so a rope model has context_length x embedding_size fewer parameters.
+- `init=gpt2` is GPT-2's N(0, 0.02) with residual projections scaled by 1/sqrt(2 * num_blocks); `init=torch`
+  keeps each layer's PyTorch default. `zero_init_proj` then zeroes the attention and MLP output projections
+  (each block starts as the identity and the residual stream is the embedding alone), as in modded-nanogpt.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from torch import Tensor, nn
 
 from common.errors import ConfigError
 from model.attention import ATTENTION_KINDS
-from model.block import Block
+from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
 from model.kv_cache import KVCache
@@ -38,26 +45,29 @@ class AttentionLanguageModel(nn.Module):
         c = config
         self.context_length = c.context_length
         self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
-        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size)
+        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" \
+            else None
         self.dropout = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            Block(c.embedding_size, c.head_size, c.num_heads, c.context_length, c.dropout, c.attention)
-            for _ in range(c.num_blocks)
-        )
-        self.ln_f = nn.LayerNorm(c.embedding_size)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
+        self.ln_f = make_norm(c.norm, c.embedding_size)
         self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
-        self._init_weights(c.num_blocks)
+        self._init_weights(c)
 
-    def _init_weights(self, num_blocks: int) -> None:
+    def _init_weights(self, c: ModelConfig) -> None:
         # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 * num_blocks) so the
         # residual stream's variance does not grow with depth.
         for name, p in self.named_parameters():
-            if name.endswith("bias"):
+            residual = name.startswith("blocks.") and name.endswith(("proj.weight", "proj.bias"))
+            if c.zero_init_proj and residual:
+                nn.init.zeros_(p)
+            elif c.init != "gpt2":
+                continue
+            elif name.endswith("bias"):
                 nn.init.zeros_(p)
             elif p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * num_blocks) if name.endswith("proj.weight") else 0.02
+                std = 0.02 / math.sqrt(2 * c.num_blocks) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
 
     @property
@@ -80,7 +90,8 @@ class AttentionLanguageModel(nn.Module):
         c = self.config
         T = context_length or c.context_length
         E, HS, L, V = c.embedding_size, c.head_size, c.num_blocks, c.vocab_size
-        per_block = 2 * (3 * E * HS + HS * E + 8 * E * E) + 2 * 2 * T * HS  # projections + QK^T and AV
+        mlp = (3 if c.mlp == "swiglu" else 2) * E * c.mlp_hidden
+        per_block = 2 * (3 * E * HS + HS * E + mlp) + 2 * 2 * T * HS  # projections + QK^T and AV
         return 3 * (L * per_block + 2 * E * V)
 
     # -- forward ----------------------------------------------------------------------------------
@@ -99,8 +110,7 @@ class AttentionLanguageModel(nn.Module):
         B, T = idx.shape
         if start + T > self.context_length:
             raise ValueError(f"sequence of {start + T} positions exceeds context_length {self.context_length}")
-        pos = torch.arange(start, start + T, device=idx.device)
-        x = self.dropout(self.token_embedding(idx) + self.position_embedding(pos))  # (B, T, E)
+        x = self.embed(idx, start)
         for i, block in enumerate(self.blocks):
             x = block(x, None if kv_cache is None else kv_cache.layer(i), start)
         x = self.ln_f(x)
@@ -111,6 +121,13 @@ class AttentionLanguageModel(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         return logits, loss
+
+    def embed(self, idx: Tensor, start: int = 0) -> Tensor:
+        """idx: (B, T) ids at positions start..start+T-1 -> the residual stream's input (B, T, E)."""
+        x = self.token_embedding(idx)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(torch.arange(start, start + idx.shape[1], device=idx.device))
+        return self.dropout(x)
 
     # -- generation ---------------------------------------------------------------------------------
     def window_start(self, length: int, shift: int) -> int:

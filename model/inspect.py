@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from model.attention import shape_qk
 from model.gpt import AttentionLanguageModel
 
 
@@ -17,8 +18,9 @@ def attention_maps(model: AttentionLanguageModel, idx: Tensor) -> Tensor:
     """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T).
 
     Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
-    are recomputed from each block's `ln1` and each head's query/key projections, because the fused path
-    never materialises them; dropout is off, so they are the weights the model uses at inference.
+    are recomputed from each block's `ln1` and each head's query/key projections (with the model's query/key
+    norm and rotary positions, through the same `shape_qk` attention uses), because the fused path never
+    materialises them; dropout is off, so they are the weights the model uses at inference.
     """
     if idx.dim() == 1:
         idx = idx[None]
@@ -28,15 +30,15 @@ def attention_maps(model: AttentionLanguageModel, idx: Tensor) -> Tensor:
     was_training = model.training
     model.eval()
     try:
-        pos = torch.arange(T, device=idx.device)
-        x = model.token_embedding(idx) + model.position_embedding(pos)  # (1, T, E)
+        x = model.embed(idx)  # (1, T, E)
+        positions = torch.arange(T, device=idx.device)
         causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
         maps = []
         for block in model.blocks:
             h = block.ln1(x)
             per_head = []
             for head in block.attn.heads:
-                q, k = head.query(h), head.key(h)  # (1, T, D) each
+                q, k = shape_qk(head.query(h), head.key(h), block.attn.rope, positions, head.qk_norm)  # (1, T, D)
                 scores = (q @ k.transpose(-2, -1)).float() * head.scale  # (1, T, T)
                 per_head.append(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)[0])
             maps.append(torch.stack(per_head))  # (H, T, T)

@@ -1,0 +1,38 @@
+"""Rotary position embeddings (RoPE): queries and keys rotated by angles that grow with their position.
+
+Design choices:
+- The cos/sin tables are computed once per model for positions 0..context_length-1 (`rope_tables`) and
+  indexed by the positions of the tokens at hand (`apply_rope`), so a caller that knows each token's
+  absolute position (a KV cache that keeps keys rotated where they were written) rotates with the same
+  function the training forward uses.
+- Half-split pairing, as in GPT-NeoX and LLaMA's Hugging Face port: dimension i is paired with i + D/2, so
+  the rotation is two elementwise products and a concatenation, with no interleaving copies.
+- A query at position m and a key at position n then score q . R(n - m) k: attention depends on the distance
+  between the two, never on where the pair sits in the window.
+- The rotated tensor keeps its input's dtype (tables are cast down under autocast), so SDPA sees queries,
+  keys and values of one dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+ROPE_BASE = 10000.0
+
+
+def rope_tables(head_dim: int, context_length: int, base: float = ROPE_BASE) -> tuple[Tensor, Tensor]:
+    """(cos, sin), each (context_length, head_dim // 2), in float32."""
+    if head_dim % 2:
+        raise ValueError(f"rotary embeddings need an even head dimension, got {head_dim}")
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+    angles = torch.arange(context_length, dtype=torch.float64)[:, None] * inv_freq[None]  # (C, D/2)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor) -> Tensor:
+    """x: (..., T, D) at absolute `positions` (T,) -> x rotated, same shape and dtype."""
+    c, s = cos[positions].to(x.dtype), sin[positions].to(x.dtype)  # (T, D/2)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * c + x2 * s, x2 * c - x1 * s), dim=-1)
