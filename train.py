@@ -1,43 +1,65 @@
-"""Train a Korean character-level GPT.  python train.py [key=value ...]  (see configs/train.yaml)"""
+"""Train a Korean character-level GPT.  python train.py [key=value ...]  (--help lists every key)"""
 
-from common.cli import config_object, quote_non_ascii_overrides, run_cli, run_hydra
+from common.cli import config_object, prepare_overrides, run_cli, run_hydra, shell_path
 
+import math
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from common.cli_help import register_help
 from training.config import TrainJob, register_configs
 from training.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
+from training.resume_settings import record_command_line
+from training.run_lock import RunLock, folder_named
+
+EXAMPLES = (
+    "python train.py data.path=~/novels.txt                    # your own text file",
+    "python train.py model=tiny train.max_seconds=60           # a small model for one minute",
+    "python train.py train.resume=runs/2026-11-22_17-14-32_model-tiny   # continue the run folder printed",
+)
 
 register_resolvers()
 register_configs()
+register_help(Path(__file__).resolve().parent / "configs", "train", "train.py: train a Korean character-level GPT.",
+              EXAMPLES, groups=True)
+
+
+def _value(x: float) -> str:
+    return "not evaluated yet" if math.isnan(x) else f"{x:.4f}"
 
 
 def _run(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
+    record_command_line(HydraConfig.get().overrides.task)  # a resumed run keeps every setting not typed here
     try:
-        job = config_object(cfg, TrainJob)
-        from training.trainer import train  # torch and the model load only once the config is known to be good
+        with RunLock(run_dir):  # re-entrant: already held when the command line named the folder
+            job = config_object(cfg, TrainJob)
+            from training.trainer import train  # torch and the model load only once the config is known to be good
 
-        result = train(job, run_dir)
+            result = train(job, run_dir)
     except BaseException:
         remove_unused_run_dir(run_dir)  # a start that failed leaves no empty run behind
         raise
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
-    print(f"run: {result.run_dir}  step {result.step}  val loss {result.val_loss:.4f}  "
-          f"val bpc {result.val_bpc:.4f}  {result.seconds:.1f}s ({result.stopped})")
+    # The folder is printed so it pastes back as it stands: ckpt=<it>, train.resume=<it>, hydra.run.dir=<it>.
+    print(f"run: {shell_path(result.run_dir)}  step {result.step}  val loss {_value(result.val_loss)}  "
+          f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})")
     if result.stopped in ("SIGINT", "SIGTERM"):
         sys.exit(130 if result.stopped == "SIGINT" else 143)
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_cli(lambda: _run(cfg))
+    run_cli(lambda: _run(cfg), traceback_dir=HydraConfig.get().runtime.output_dir)
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = legacy_experiment_override(quote_non_ascii_overrides(sys.argv[1:]))
+    sys.argv[1:] = legacy_experiment_override(prepare_overrides(sys.argv[1:]))
+    # A folder named on the command line is locked before Hydra writes its .hydra/ record into it.
+    lock = run_cli(lambda: RunLock(folder_named(sys.argv[1:])))
     run_hydra(main)

@@ -7,11 +7,17 @@ Design choices:
 - On disk it is a plain dict of tensors and built-in types with a format name and version, so
   `torch.load(weights_only=True)` can read it: a file crafted to run code when unpickled is refused.
 - Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it.
-- Writing goes through `common.fsutil.atomic_write`: a crash or Ctrl-C leaves the old file or the new one.
+- Writing goes through `common.fsutil.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
+  a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
+- A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
+  loads) are all that sampling and scoring need; a training state missing any entry makes `training` None
+  and `missing_training` names the entries, so only resuming is refused, in one line that says what still
+  works.
 """
 
 from __future__ import annotations
 
+import errno
 import pickle
 import warnings
 import zipfile
@@ -31,6 +37,12 @@ CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
 _TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
                   "world_size")
+
+
+class CheckpointWriteError(UserError):
+    """The disk refused a checkpoint (full, quota, read-only): not a mistake in the command, so exit 1."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -57,6 +69,7 @@ class Checkpoint:
     config: dict = field(default_factory=dict)  # the whole run config, for the record
     training: TrainingState | None = None
     path: Path | None = None  # where it was loaded from (not saved)
+    missing_training: tuple[str, ...] = ()  # training-state entries absent from the file (not saved)
 
     @property
     def step(self) -> int:
@@ -83,24 +96,76 @@ class Checkpoint:
             model_config = ModelConfig.from_dict(dict(payload["model_config"]))
         except (TypeError, ValueError) as e:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
-        training = payload.get("training") if version >= 2 else _v1_training(payload)
+        if not isinstance(payload["model"], dict):
+            raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
+        _check_weights(model_config, payload["model"], path)
+        raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
+        training, missing = _training_state(raw)
         return cls(model_config, payload["model"], payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
-                   dict(payload.get("config") or {}), TrainingState(**training) if training else None, path)
+                   dict(payload.get("config") or {}), training, path, missing)
+
+    def resume_refusal(self) -> str | None:
+        """Why this checkpoint cannot be resumed (one line saying what still works), or None."""
+        if self.training is not None:
+            return None
+        what = f"lacks the training state's {', '.join(self.missing_training)}" if self.missing_training else \
+            "holds no training state (optimizer, step, random states)"
+        return (f"checkpoint {self.path} {what}, so it cannot be resumed; its weights can still be sampled "
+                "(generate.py) and scored (evaluate.py), or start a new run")
 
 
-def _v1_training(payload: dict) -> dict | None:
-    """Version 1 kept the training state in the top-level dict."""
-    if not all(k in payload for k in _TRAINING_KEYS if k not in ("world_size", "scaler", "val_loss")):
-        return None
-    state = {k: payload[k] for k in _TRAINING_KEYS if k in payload}
+def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
+    """The TrainingState, or None and the entries it lacks. Older files may lack the optional three."""
+    if not isinstance(raw, dict) or not raw:
+        return None, ()
+    state = {k: raw[k] for k in _TRAINING_KEYS if k in raw}
     state.setdefault("scaler", {})
     state.setdefault("val_loss", float("nan"))
-    return state
+    state.setdefault("world_size", 1)
+    missing = tuple(k for k in _TRAINING_KEYS if k not in state)
+    return (None, missing) if missing else (TrainingState(**state), ())
+
+
+def _check_weights(config: ModelConfig, weights: dict, path: Path) -> None:
+    """Settings and weights must describe the same model; otherwise loading them fails deep inside torch."""
+    from model import AttentionLanguageModel  # imported here: reading a file's header needs no model code
+
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            expected = {k: tuple(v.shape) for k, v in AttentionLanguageModel(config).state_dict().items()}
+    except (TypeError, ValueError) as e:
+        raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
+    for key, shape in expected.items():
+        found = weights.get(key)
+        if not isinstance(found, torch.Tensor):
+            raise UserError(f"checkpoint {path} is inconsistent: its weights lack {key}, which its model settings "
+                            "need; it cannot be sampled or resumed (use another checkpoint)")
+        if tuple(found.shape) != shape:
+            raise UserError(f"checkpoint {path} is inconsistent: {key} is {list(found.shape)} but its model "
+                            f"settings need {list(shape)}; it cannot be sampled or resumed (use another checkpoint)")
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
+    """Write atomically; a failed write (full disk, quota, read-only folder) is one UserError that says the
+    file already there is kept (atomic_write never touches it before the new one is complete)."""
+    path = Path(path)
     payload = ckpt.to_payload()
-    atomic_write(path, lambda f: torch.save(payload, f))
+    try:
+        atomic_write(path, lambda f: torch.save(payload, f))
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        kept = f"the previous {path.name} is kept unchanged" if path.exists() else "nothing was written"
+        raise CheckpointWriteError(f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or "
+                                   "fix the folder, then resume") from None
+
+
+def _write_failure(e: BaseException) -> str:
+    code = getattr(e, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if code is not None:
+        return e.strerror or errno.errorcode.get(code, str(code))
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"write failed: {first}"
 
 
 def strip_compile_prefix(state_dict: dict) -> dict:

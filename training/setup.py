@@ -5,8 +5,12 @@ Design choices:
   advances); the loop itself stays one screen.
 - Every check that can fail runs before anything is deleted or written: the old run's TensorBoard events
   are removed (train.overwrite=true) only once the corpus has loaded and the model is built.
-- On resume the checkpoint's `ModelConfig` wins; only the settings that leave the parameters unchanged
-  (attention path, dropout) follow the command line.
+- On resume, training/resume_settings.py decides each setting: what the user typed, if the checkpoint can
+  honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
+- Resuming from another file than the run's `ckpt.pt` (say `best.pt`) would overwrite that newer
+  `ckpt.pt` at the first save: it is kept under its own name, `ckpt.step<N>.pt`, and the start says so.
+- A checkpoint whose training state is missing or unusable is refused in one line that says what it can
+  still be used for.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
+from common.fsutil import atomic_rename
 from data.corpus import load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
@@ -32,6 +37,7 @@ from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.config import TrainJob
 from training.optim import make_optimizer
+from training.resume_settings import apply_checkpoint_settings, summary
 from training.state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
 
@@ -130,16 +136,61 @@ def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradSca
                      world_size: int, resumed: Checkpoint) -> LoopState:
     saved = resumed.training
     if saved is None:
-        raise UserError(f"checkpoint {resumed.path} holds no training state (optimizer, step, random states), so "
-                        "it cannot be resumed; it can still be sampled (generate.py) and scored (evaluate.py)")
-    optimizer.load_state_dict(saved.optimizer)
-    if saved.scaler:
-        scaler.load_state_dict(saved.scaler)
-    if world_size == saved.world_size:  # another world size draws other batches anyway
-        sampler.load_state_dict(saved.sampler)
-        restore_rng(saved.rng)
-    return LoopState(step=int(saved.step), best_val_loss=float(saved.best_val_loss),
-                     elapsed_before=float(saved.elapsed_seconds), last_log=(time.perf_counter(), int(saved.step)))
+        raise UserError(resumed.resume_refusal())
+    part = "optimizer"
+    try:
+        fresh = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        optimizer.load_state_dict(saved.optimizer)
+        for group, settings in zip(optimizer.param_groups, fresh, strict=True):  # this run's betas; saved moments
+            group.update(settings)
+        part = "gradient scaler"
+        if saved.scaler:
+            scaler.load_state_dict(saved.scaler)
+        if world_size == saved.world_size:  # another world size draws other batches anyway
+            part = "sampler"
+            sampler.load_state_dict(saved.sampler)
+            part = "random-number"
+            restore_rng(saved.rng)
+        part = "step"
+        return LoopState(step=int(saved.step), best_val_loss=float(saved.best_val_loss),
+                         elapsed_before=float(saved.elapsed_seconds), last_log=(time.perf_counter(), int(saved.step)))
+    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+        raise UserError(f"checkpoint {resumed.path} has an unusable {part} state ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
+                        "sampled (generate.py) and scored (evaluate.py), or start a new run") from None
+
+
+def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
+    """Resuming from another file than the run's ckpt.pt: keep that ckpt.pt under its own name, so the first
+    save does not overwrite it. Returns the line that says so."""
+    current = run_dir / CKPT_NAME
+    if not current.is_file() or resumed.path is None or current.resolve() == resumed.path.resolve():
+        return None
+    try:
+        step = str(load_checkpoint(current).step)
+    except UserError:
+        step = "unreadable"
+    kept = run_dir / f"ckpt.step{step}.pt"
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = run_dir / f"ckpt.step{step}.{n}.pt"
+    atomic_rename(current, kept)
+    return (f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
+            f"(step {step}) is kept as {kept.name}")
+
+
+def commit_run_dir(job: TrainJob, run_dir: Path, resumed: Checkpoint | None, changed: list[str],
+                   dist: distributed.DistInfo) -> None:
+    """Every check has passed: only now may files of the run folder be removed or renamed."""
+    if not dist.is_main:
+        return
+    if job.train.overwrite and resumed is None:  # the old curves go only now
+        for old_events in run_dir.glob("events.out.tfevents.*"):
+            old_events.unlink()
+    if resumed is not None:
+        note = keep_newer_checkpoint(run_dir, resumed)
+        print(summary(resumed, changed) + (f"\n{note}" if note else ""), flush=True)
 
 
 def print_first_batch(sampler: BatchSampler, dist: distributed.DistInfo) -> None:
@@ -158,11 +209,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     dtype = resolve_dtype(t.dtype, device)
     enable_fast_matmul(device)
     resumed = open_resume(job, run_dir, dist.is_main)
+    changed = apply_checkpoint_settings(job, resumed) if resumed else []
     seed_everything(job.seed)
     corpus = load_data(job, tokenizer_from_dict(resumed.tokenizer) if resumed else None, resumed)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed).to(device)
-    optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device)
+    optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)
     state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed) if resumed else \
@@ -177,9 +229,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps = t.max_steps if t.max_steps is not None else \
         epochs_to_steps(t.max_epochs, len(train_tokens), tokens_per_step)
-    if dist.is_main and t.overwrite and resumed is None:  # every check has passed: the old curves can go
-        for old_events in run_dir.glob("events.out.tfevents.*"):
-            old_events.unlink()
+    commit_run_dir(job, run_dir, resumed, changed, dist)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
         corpus.tokenizer.save(run_dir / "vocab.json")

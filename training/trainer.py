@@ -20,10 +20,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from common.errors import UserError
 from inference.checkpoint import BEST_NAME, CKPT_NAME, Checkpoint, TrainingState, save_checkpoint, strip_compile_prefix
 from training import distributed
 from training.config import TrainJob
 from training.evaluation import bits_per_char, estimate_loss
+from training.progress import progress_bar
 from training.sample import sample_chars
 from training.setup import LoopState, Session, setup
 from training.signals import StopSignals
@@ -48,8 +50,8 @@ class TrainResult:
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     s, state = setup(job, Path(run_dir))
     started = time.perf_counter()
-    bar = tqdm(total=s.max_steps, initial=state.step, disable=not s.dist.is_main, desc="train", unit="step",
-               dynamic_ncols=True)
+    # Counts steps, or seconds when train.max_seconds will stop the run first (training/progress.py).
+    bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, disable=not s.dist.is_main)
     s.raw_model.train()
     with StopSignals() as signals:
         while state.step < s.max_steps:
@@ -66,8 +68,9 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
                 state.stopped = signals.received
                 save(s, state, CKPT_NAME)
                 bar.close()
-                tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
-                           f"train.resume={s.run_dir}")
+                if s.dist.is_main:  # every rank got the signal; the resume command is printed once
+                    tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
+                               f"train.resume={s.run_dir}")
                 break
             if state.step % job.train.eval_interval == 0 or state.step == s.max_steps or halt:
                 validate(s, state)
@@ -122,7 +125,12 @@ def save(s: Session, state: LoopState, name: str) -> None:
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size)
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(s.raw_model.state_dict()), s.tokenizer.to_dict(),
                       s.tokens_per_char, asdict(s.job), training)
-    save_checkpoint(ckpt, s.run_dir / name)
+    try:
+        save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
+    except UserError:
+        for bar in list(getattr(tqdm, "_instances", ())):  # so the error starts its own line
+            bar.close()
+        raise
 
 
 def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:

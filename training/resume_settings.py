@@ -1,0 +1,129 @@
+"""What a resumed run takes from its checkpoint, and what from this command line.
+
+Design choices:
+- Only what the user typed on this command line is an override (`train.py` records Hydra's
+  `overrides.task`); every setting not typed is the checkpoint's, never the YAML default. `model=tiny` or
+  `experiment=<name>` count as typing every key the group file sets.
+- Settings that fix the parameters' shapes, the tokenizer (so the vocabulary), the validation split or the
+  run's random streams cannot change: typing another value is refused in one line that names the key, the
+  checkpoint's value, and the two ways on (drop the override, or start a new run). Typing the value the
+  checkpoint already has is accepted.
+- Everything else (learning rate and schedule, batch size, limits, dropout, attention path, evaluation and
+  logging settings, corpus path) is applied; `summary` lists what differs from the checkpoint in one line.
+- A Python caller that passes a TrainJob without a command line gets the job as given, except the settings
+  the checkpoint cannot change, which are the checkpoint's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from common.errors import UserError
+
+# Settings a checkpoint cannot honour a change of; model.* ones are read from the weights' own settings.
+FIXED = ("model.vocab_size", "model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
+         "model.num_blocks", "model.tie_weights", "data.tokenizer", "data.val_fraction", "seed")
+NEVER_INHERITED = ("train.resume", "train.overwrite", "device")  # about this start, not about the run
+GROUPS = ("model", "data", "train")
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+_command_line: list[str] | None = None
+
+
+def record_command_line(overrides: Iterable[str]) -> None:
+    """Called by train.py with what the user typed (Hydra's `overrides.task`)."""
+    global _command_line
+    _command_line = [str(o) for o in overrides]
+
+
+def typed_keys(overrides: Iterable[str]) -> set[str]:
+    """Dotted keys (or whole groups: `model`) the overrides set; `experiment=<name>` adds its file's keys."""
+    keys: set[str] = set()
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        key = key.split("@")[0]
+        if key == "experiment":
+            keys |= _experiment_keys(value)
+        elif key:
+            keys.add(key)
+    return keys
+
+
+def _experiment_keys(name: str) -> set[str]:
+    from omegaconf import OmegaConf
+
+    try:
+        spec = OmegaConf.to_container(OmegaConf.load(CONFIGS / "experiment" / f"{name}.yaml"))
+    except Exception:  # noqa: BLE001 - an unreadable file: assume it may set anything
+        return set(GROUPS) | {"seed"}
+    keys = {str(k).split("/")[-1] for d in spec.get("defaults", []) if isinstance(d, dict) for k in d}
+    for group in GROUPS:
+        keys |= {f"{group}.{k}" for k in (spec.get(group) or {})}
+    return keys | ({"seed"} if "seed" in spec else set())
+
+
+def _is_typed(key: str, typed: set[str] | None) -> bool:
+    return typed is None or key in typed or key.split(".")[0] in typed
+
+
+def _stored(ckpt, key: str) -> Any:
+    """The checkpoint's value of a dotted key (shape keys from the weights' settings); KeyError if unknown."""
+    section, _, name = key.rpartition(".")
+    if section == "model" and hasattr(ckpt.model_config, name):
+        return getattr(ckpt.model_config, name)
+    node = ckpt.config.get(section) if section else ckpt.config
+    if not isinstance(node, dict) or name not in node:
+        raise KeyError(key)
+    return node[name]
+
+
+def _current(job, key: str) -> Any:
+    section, _, name = key.rpartition(".")
+    return getattr(getattr(job, section) if section else job, name)
+
+
+def _shown(key: str, value: Any) -> str:
+    return f"{key}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}"
+
+
+def _all_keys(job) -> list[str]:
+    return [f"{g}.{f.name}" for g in GROUPS for f in fields(getattr(job, g))] + ["seed"]
+
+
+def apply_checkpoint_settings(job, ckpt, overrides: Iterable[str] | None = None) -> list[str]:
+    """Give `job` the checkpoint's settings for every key not typed; refuse a typed change the checkpoint
+    cannot honour. Returns the applied overrides that differ from the checkpoint (`key=new (was old)`)."""
+    source = _command_line if overrides is None else list(overrides)
+    typed = None if source is None else typed_keys(source)
+    changed = []
+    for key in _all_keys(job):
+        if key in NEVER_INHERITED:
+            continue
+        try:
+            old = _stored(ckpt, key)
+        except KeyError:  # an older checkpoint without this setting: the command line's value stands
+            continue
+        if not _is_typed(key, typed) or typed is None and key in FIXED:
+            section, _, name = key.rpartition(".")
+            setattr(getattr(job, section) if section else job, name, old)
+            continue
+        new = _current(job, key)
+        if new is None and key == "model.vocab_size" or new == old:
+            continue
+        if key in FIXED:
+            raise UserError(f"{_shown(key, new)} cannot change when resuming: {ckpt.path} was trained with "
+                            f"{_shown(key, old)}; drop the override to continue that run, or start a new run "
+                            "(without train.resume) to train with it")
+        changed.append(f"{_shown(key, new)} (was {old})")
+    job.model = replace(job.model, vocab_size=ckpt.model_config.vocab_size)
+    return changed
+
+
+def summary(ckpt, changed: list[str]) -> str:
+    """The one line printed when a resumed run starts."""
+    base = f"resuming {ckpt.path} at step {ckpt.step}"
+    return f"{base}; from this command line: {', '.join(changed)}" if changed else \
+        f"{base} with the checkpoint's settings"
