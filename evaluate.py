@@ -3,34 +3,44 @@
 Prints one JSON line (see configs/evaluate.yaml); the bits per character of a char model and of a jamo
 model are directly comparable."""
 
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+from common.cli import config_object, prepare_overrides, run_cli, run_hydra
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from common.cli_help import register_help
+from inference.config import EvaluateConfig, register_configs
+
+EXAMPLES = (
+    "python evaluate.py data.path=~/held_out.txt                        # the newest run under runs/",
+    "python evaluate.py ckpt=runs/2026-11-22_17-14-32_model-tiny data.path=~/held_out.txt",
+    "python evaluate.py ckpt=runs/2026-11-22_17-14-32_model-tiny/best.pt data.path=~/held_out.txt stride=32",
+)
+
+SUMMARY = "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character)."
+
+register_configs()
+register_help(Path(__file__).resolve().parent / "configs", "evaluate", SUMMARY, EXAMPLES)
+
 
 def _run(cfg: DictConfig) -> None:
+    c = config_object(cfg, EvaluateConfig)
     import json
 
-    from common.errors import UserError
-    from data.corpus import resolve_corpus_path
-    from training.config import check_int
     from common.device import autocast, pick_device, resolve_dtype
-    from inference.generation import load_model
+    from data.corpus import resolve_corpus_path
+    from inference.loading import load_run
     from inference.scoring import evaluate_file
 
-    if cfg.data.path in (None, ""):
-        raise UserError("pass the text file to score: python evaluate.py ckpt=<run dir> data.path=<file.txt>")
-    check_int(cfg, "batch_size")
-    check_int(cfg, "stride", optional=True)
-    device = pick_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, device)
-    model, tokenizer, payload = load_model(cfg.ckpt, device)
-    result = evaluate_file(model, tokenizer, resolve_corpus_path(cfg.data.path), cfg.stride, cfg.batch_size, device,
-                           lambda: autocast(device, dtype), bool(cfg.progress))
-    print(json.dumps({"checkpoint": payload["path"], **result}, ensure_ascii=False), flush=True)
+    device = pick_device(c.device)
+    dtype = resolve_dtype(c.dtype, device)
+    run = load_run(c.ckpt, device)
+    result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
+                           device, lambda: autocast(device, dtype), c.progress)
+    print(json.dumps({"checkpoint": str(run.path), **result}, ensure_ascii=False), flush=True)
 
 
 @hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")
@@ -39,5 +49,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
     run_hydra(main)

@@ -2,36 +2,39 @@
 
 (see configs/generate.yaml)"""
 
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+from common.cli import config_object, prepare_overrides, run_cli, run_hydra
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from common.cli_help import register_help
+from inference.config import GenerateConfig, register_configs
+
+EXAMPLES = (
+    "python generate.py prompt=옛날에                                   # the newest run under runs/",
+    "python generate.py ckpt=runs/2026-11-22_17-14-32_model-tiny prompt=안녕 max_new_tokens=300",
+    "python generate.py ckpt=runs/2026-11-22_17-14-32_model-tiny/best.pt num_samples=3 temperature=0.7 top_p=0.9",
+)
+
+SUMMARY = "generate.py: sample Korean text from a trained model."
+
+register_configs()
+register_help(Path(__file__).resolve().parent / "configs", "generate", SUMMARY, EXAMPLES)
+
 
 def _run(cfg: DictConfig) -> None:
-    from common.errors import UserError
-    from model.sampling import check_sampling_args
-    from training.config import check_int, check_number
+    c = config_object(cfg, GenerateConfig)
     from common.device import pick_device
-    from inference.generation import load_model, stream_samples
+    from inference.generation import stream_samples
+    from inference.loading import load_run
 
-    for key in ("max_new_tokens", "num_samples", "seed"):
-        check_int(cfg, key, minimum=None)  # ranges: check_sampling_args and below, with their own messages
-    check_int(cfg, "top_k", minimum=None, optional=True)
-    check_number(cfg, "temperature")
-    check_number(cfg, "top_p", optional=True)
-    try:
-        check_sampling_args(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    if cfg.num_samples < 1:
-        raise UserError(f"num_samples must be >= 1, got {cfg.num_samples}")
-    device = pick_device(cfg.device)
-    model, tokenizer, _ = load_model(cfg.ckpt, device)
-    stream_samples(model, tokenizer, str(cfg.prompt), cfg.max_new_tokens, cfg.num_samples, cfg.temperature,
-                   cfg.top_k, cfg.top_p, cfg.seed, device, cfg.use_cache)
+    device = pick_device(c.device)
+    run = load_run(c.ckpt, device)
+    stream_samples(run.model, run.tokenizer, c.prompt, c.max_new_tokens, c.num_samples, c.temperature, c.top_k,
+                   c.top_p, c.seed, device, c.use_cache)
 
 
 @hydra.main(config_path="configs", config_name="generate", version_base="1.3")
@@ -40,5 +43,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
     run_hydra(main)

@@ -2,6 +2,7 @@
 TensorBoard server through its HTTP data API."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 from model import AttentionLanguageModel
 from model.inspect import attention_maps, parameter_counts
 from tests.helpers import ROOT, cli, compose_config, tiny_model
-from training.hydra_setup import _job_name
+from training.hydra_setup import _job_name, _safe_name
 from training.tb_logger import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
 
 CONFIGS = ROOT / "configs"
@@ -51,10 +52,21 @@ def test_every_experiment_composes_and_every_swept_value_is_valid(experiment):
 
 
 def test_sweep_job_names_drop_the_experiment_the_sweep_folder_names():
-    assert _job_name("+experiment=heads,model.num_heads=2", "heads") == "model.num_heads=2"
-    assert _job_name("model.num_heads=2,train.lr=0.01", "") == "model.num_heads=2,train.lr=0.01"
-    assert _job_name("+experiment=heads", "heads") == "run"
-    assert _job_name("+experiment=headsx,model.num_heads=2", "heads") == "+experiment=headsx,model.num_heads=2"
+    assert _job_name(["experiment=heads", "model.num_heads=2"], "heads") == "model.num_heads-2"
+    assert _job_name(["+experiment=heads", "model.num_heads=2"], "heads") == "model.num_heads-2"  # the old form
+    assert _job_name(["model.num_heads=2", "train.lr=0.01"], "") == "model.num_heads-2+train.lr-0.01"
+    assert _job_name(["experiment=heads"], "heads") == "run"
+    assert _job_name(["experiment=headsx", "model.num_heads=2"], "heads") == "experiment-headsx+model.num_heads-2"
+    assert _job_name(["device=cpu", "model.num_heads=2"], "", ["device"]) == "model.num_heads-2"
+
+
+def test_run_and_job_names_paste_back_and_stay_apart():
+    """Names hold only letters, digits and `_ . + -`; a shortened path or a replaced character adds a hash."""
+    a = _safe_name(["data.path=/home/u/a/novels.txt", "model=tiny"])
+    b = _safe_name(["data.path=/home/u/b/novels.txt", "model=tiny"])
+    assert a.startswith("data.path-novels.txt+model-tiny+") and a != b
+    assert re.fullmatch(r"[\w.+-]+", a) and re.fullmatch(r"[\w.+-]+", _safe_name(["prompt='안녕 (1), [2]'"]))
+    assert _safe_name([]) == "" and _safe_name(["model=tiny"]) == "model-tiny"
 
 
 # -- attention maps, parameter table, hparams -----------------------------------------------------------
@@ -180,7 +192,7 @@ def test_a_sweep_compares_in_tensorboard(tmp_path, tensorboard):
                    "train.sample_tokens=10", "train.sample_chars=0", f"hydra.sweep.dir={sweep}")
     assert r.returncode == 0, r.stderr
     runs = sorted(p.parent.name for p in sweep.glob("*/events.out.tfevents.*"))
-    assert len(runs) == 2 and runs[0].startswith("model.num_heads=1,") and runs[1].startswith("model.num_heads=2,")
+    assert len(runs) == 2 and runs[0].startswith("model.num_heads-1+") and runs[1].startswith("model.num_heads-2+")
 
     tb = tensorboard(sweep)
     assert sorted(tb.wait_for("/data/runs", lambda a: len(a) == 2)) == runs

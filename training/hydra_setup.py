@@ -1,30 +1,81 @@
-"""OmegaConf resolvers the configs use to name run directories."""
+"""OmegaConf resolvers the configs use to name run directories, and the clean-up of a failed start.
+
+Design choices:
+- A run folder's name must be pasteable back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as printed:
+  it holds only letters (Hangul included), digits and `_ . + -`, none of which Hydra's grammar or bash
+  treats specially. An override `key=value` becomes `key-value`, overrides are joined by `+`, and a path
+  value is shortened to its file name (`data.path=~/novels.txt` -> `data.path-novels.txt`).
+- When that name is not the whole story (a character replaced, a path shortened, the name cut) a short hash
+  of the overrides as typed follows it, so two different runs started in the same second never share a folder.
+- Names are cut in UTF-8 bytes, never inside a character: a file name may hold 255 bytes, and a Hangul
+  syllable takes three. `NAME_BYTES` leaves room for the date in front.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common.overrides import PATH_KEYS
 
-def _safe_name(overrides: str) -> str:
-    """`model.num_heads=4,train.lr=0.001` -> a folder name without slashes or odd characters."""
-    return re.sub(r"[^\w.=,+-]+", "_", overrides).strip("_")[:150]
+NAME_BYTES = 200  # of the 255 a file name may hold: the rest is for the date and time in front of it
+_HASH_CHARS = 6
 
 
-def _suffix(overrides: str) -> str:
-    name = _safe_name(overrides)
+def _cut(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
+    data = text.encode("utf-8")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
+
+
+def _items(overrides: str | Iterable[str] | None) -> list[str]:
+    if overrides is None:
+        return []
+    return [o for o in (overrides.split(",") if isinstance(overrides, str) else map(str, overrides)) if o]
+
+
+def _readable(override: str) -> str:
+    key, _, value = override.partition("=")
+    key = key.lstrip("+~")
+    if len(value) >= 2 and value[0] in "'\"" and value[-1] == value[0]:
+        value = value[1:-1]
+    if key in PATH_KEYS:
+        value = os.path.basename(value.rstrip("/\\")) or value
+    return f"{key}-{value}"
+
+
+def _safe_name(overrides: str | Iterable[str] | None, exclude: Iterable[str] = ()) -> str:
+    """`["model=tiny", "train.lr=0.003"]` -> `model-tiny+train.lr-0.003`: a folder name free of the characters
+    Hydra's grammar and bash reserve, at most NAME_BYTES bytes, distinct for distinct overrides."""
+    excluded = set(exclude or ())
+    items = sorted(o for o in _items(overrides) if o.partition("=")[0].lstrip("+~") not in excluded)
+    if not items:
+        return ""
+    plain = "+".join(f"{k.lstrip('+~')}-{v}" for k, _, v in (o.partition("=") for o in items))
+    name = "+".join(re.sub(r"[^\w.+-]+", "_", _readable(o)).strip("_") for o in items)
+    if name == plain and len(name.encode("utf-8")) <= NAME_BYTES:
+        return name
+    digest = hashlib.sha256("\0".join(items).encode("utf-8")).hexdigest()[:_HASH_CHARS]
+    return _cut(name, NAME_BYTES - _HASH_CHARS - 1).rstrip("_.+-") + "+" + digest
+
+
+def _suffix(overrides: str | Iterable[str] | None, exclude: Iterable[str] = ()) -> str:
+    name = _safe_name(overrides, exclude)
     return f"_{name}" if name else ""
 
 
-def _job_name(overrides: str, experiment: str = "") -> str:
-    """A sweep job's folder: its overrides without `+experiment=<name>`, which the sweep folder already names."""
+def _job_name(overrides: str | Iterable[str] | None, experiment: str = "", exclude: Iterable[str] = ()) -> str:
+    """A sweep job's folder: its overrides without `experiment=<name>`, which the sweep folder already names."""
+    items = _items(overrides)
     if experiment:
-        overrides = re.sub(rf"(^|,)\+{{0,2}}experiment={re.escape(experiment)}(?=,|$)", "", overrides)
-    return _safe_name(overrides.strip(",")) or "run"
+        items = [o for o in items if o.lstrip("+") != f"experiment={experiment}"]
+    return _safe_name(items, exclude) or "run"
 
 
 def _run_dir(resume, default: str) -> str:

@@ -1,0 +1,119 @@
+"""Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed so that
+they can be pasted back.
+
+Design choices:
+- Hydra's override grammar refuses several things a user naturally types: unquoted Hangul (`prompt=안녕`),
+  a leading `~` (`data.path=~/novels.txt`), and `=` `,` or spaces inside a path. The entry scripts rewrite
+  their argv once, before Hydra parses it, instead of teaching users Hydra's quoting rules.
+- Only keys that hold a path (`PATH_KEYS`) get `~` / `$HOME` expanded and are quoted when needed: a path
+  is never a list, a number or an interpolation, so quoting it cannot change its meaning. Under `-m` a comma
+  still separates sweep values.
+- A printed path is quoted for bash only when bash needs it; the rewrite above does Hydra's part, so what
+  the program prints pastes back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as it stands.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+# Every config key whose value is a file or folder, in any entry script's config.
+PATH_KEYS = frozenset({"data.path", "data.cache_dir", "ckpt", "train.resume", "hydra.run.dir", "hydra.sweep.dir",
+                       "runs_dir"})
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./+@%:-]+")  # what Hydra reads, unquoted, as exactly this text
+_TYPED_VALUE = re.compile(r"[-+]?[\d._]*(e[-+]?\d+)?|true|false|null|[-+]?(nan|inf)", re.IGNORECASE)  # not text
+_OVERRIDE = re.compile(r"([+~]{0,2})([\w./@-]+)=(.*)", re.DOTALL)
+_SWEEP_FUNCTIONS = ("choice(", "range(", "glob(", "interval(", "tag(", "shuffle(", "sort(")
+
+
+def _quote(value: str) -> str:
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
+    """Hydra's override grammar rejects unquoted Hangul (`prompt=안녕`); quote such values for it.
+
+    Values already quoted, and ASCII values, pass unchanged. In a multirun (`-m`) a comma separates
+    sweep values, so each one is quoted on its own.
+    """
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if (not sep or arg.startswith("-") or not value or value[0] in "'\"[(" or value.isascii()
+                or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)):
+            out.append(arg)
+            continue
+        parts = value.split(",") if multirun else [value]
+        out.append(key + "=" + ",".join(_quote(p) for p in parts))
+    return out
+
+
+def hydra_quote(value: str) -> str:
+    """`value` as a single-quoted Hydra string that parses back to exactly `value`: a quote is escaped, and so
+    is a run of backslashes before a quote or at the end; `${` is escaped so a path is never interpolated."""
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
+    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+def _unquote(value: str) -> str | None:
+    """The text of a Hydra-quoted value (`'a b'`, `"a b"`), or None when `value` is not one quoted string."""
+    if len(value) < 2 or value[0] not in "'\"" or value[-1] != value[0]:
+        return None
+    body = value[1:-1]
+    if re.search(rf"(?<!\\)(\\\\)*{value[0]}", body):  # an unescaped quote inside: not a single string
+        return None
+    return re.sub(r"\\(\\|'|\")", r"\1", body)
+
+
+def expand_home(path: str) -> str:
+    """`~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them."""
+    home = re.match(r"\$(HOME\b|\{HOME\})", path)
+    if home:
+        path = "~" + path[home.end():]
+    return os.path.expanduser(path)
+
+
+def _path_value(value: str) -> str:
+    """One path value, expanded, and quoted for Hydra when its grammar would not read it as typed."""
+    if value in ("", "null") or value.startswith(_SWEEP_FUNCTIONS):
+        return value
+    text = _unquote(value)
+    if text is None and value[0] in "'\"":
+        return value  # malformed quoting: let Hydra's own error name it
+    path = expand_home(value if text is None else text)
+    plain = _PLAIN_VALUE.fullmatch(path) and not _TYPED_VALUE.fullmatch(path)
+    return path if plain else hydra_quote(path)
+
+
+def expand_path_overrides(argv: list[str]) -> list[str]:
+    """For every override of a key in `PATH_KEYS`: `~` and `$HOME` mean the home folder, and a path holding
+    characters Hydra's grammar reserves (`= , ' " ( ) [ ] { }`, spaces, Hangul, ...) is quoted for it. Under
+    `-m`, unquoted commas separate sweep values; otherwise a comma is part of the path."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    out = []
+    for arg in argv:
+        m = _OVERRIDE.fullmatch(arg)
+        if arg.startswith("-") or m is None or m.group(2) not in PATH_KEYS or m.group(1) == "~":
+            out.append(arg)
+            continue
+        value = m.group(3)
+        parts = value.split(",") if multirun and _unquote(value) is None else [value]
+        out.append(f"{m.group(1)}{m.group(2)}=" + ",".join(_path_value(p) for p in parts))
+    return out
+
+
+def prepare_overrides(argv: list[str]) -> list[str]:
+    """Everything an entry script does to its argv before Hydra parses it: paths, then Hangul values."""
+    return quote_non_ascii_overrides(expand_path_overrides(argv))
+
+
+def shell_path(path: object) -> str:
+    """A path as bash should read it: unchanged when bash would keep it whole, else single-quoted."""
+    text = str(path)
+    return text if re.fullmatch(r"[\w@%+=:,./-]+", text) else shlex.quote(text)
