@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from common.errors import UserError
+from common.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
@@ -38,33 +39,6 @@ def debug_enabled() -> bool:
 def fail(message: str, code: int = 2) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
-
-
-def _quote(value: str) -> str:
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
-    """Hydra's override grammar rejects unquoted Hangul (`prompt=안녕`); quote such values for it.
-
-    Values already quoted, and ASCII values, pass unchanged. In a multirun (`-m`) a comma separates
-    sweep values, so each one is quoted on its own.
-    """
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    out = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if (not sep or arg.startswith("-") or not value or value[0] in "'\"[(" or value.isascii()
-                or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)):
-            out.append(arg)
-            continue
-        parts = value.split(",") if multirun else [value]
-        out.append(key + "=" + ",".join(_quote(p) for p in parts))
-    return out
 
 
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -107,6 +81,10 @@ _held_stderr: _HeldStderr | None = None
 
 def _fold_hydra_report(text: str) -> str:
     """Hydra's multi-line error report as one line: the messages, with listed options joined by commas."""
+    if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
+        from common.crash_report import fold_traceback_report
+
+        return fold_traceback_report(text)
     parts: list[str] = []
     listing = False
     for line in text.splitlines():
@@ -222,8 +200,9 @@ def run_hydra(main: Callable[[], object]) -> None:
         held.release()
 
 
-def run_cli(fn: Callable[[], T]) -> T:
-    """Run `fn`; turn a UserError into `error: <message>` and its exit code."""
+def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None) -> T:
+    """Run `fn`; turn a UserError into `error: <message>` and its exit code, and any other exception into one
+    line naming what failed and the file holding its traceback (in `traceback_dir` when it still exists)."""
     if _held_stderr is not None:
         _held_stderr.release()  # the job has started: from here on stderr is live
     if not debug_enabled():
@@ -237,3 +216,9 @@ def run_cli(fn: Callable[[], T]) -> T:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
+        if debug_enabled():
+            raise
+        from common.crash_report import unexpected_error_line
+
+        fail(unexpected_error_line(e, traceback_dir), 1)
