@@ -28,7 +28,7 @@ from model.config import ATTENTION_KINDS
 from model.kv_cache import LayerKV
 from model.rope import apply_rope, rope_tables
 
-__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask", "shape_qk"]
+__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask", "shape_heads", "shape_qk"]
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
 
@@ -56,15 +56,18 @@ def token_positions(start: int, length: int, device: torch.device, rope: Rope | 
     return None if rope is None else torch.arange(start, start + length, device=device)
 
 
-def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
-             qk_norm: bool) -> tuple[Tensor, Tensor]:
-    """Queries and keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
+def shape_heads(x: Tensor, rope: Rope | None, positions: Tensor | None, qk_norm: bool) -> Tensor:
+    """Queries or keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
     when qk_norm, then rotated when rope tables are given."""
     if qk_norm:
-        q, k = F.rms_norm(q, (q.shape[-1],)), F.rms_norm(k, (k.shape[-1],))
-    if rope is not None:
-        q, k = apply_rope(q, *rope, positions), apply_rope(k, *rope, positions)
-    return q, k
+        x = F.rms_norm(x, (x.shape[-1],))
+    return x if rope is None else apply_rope(x, *rope, positions)
+
+
+def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
+             qk_norm: bool) -> tuple[Tensor, Tensor]:
+    """`shape_heads` of the queries and of the keys."""
+    return shape_heads(q, rope, positions, qk_norm), shape_heads(k, rope, positions, qk_norm)
 
 
 class Head(nn.Module):
@@ -153,9 +156,11 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
         w = kv.qkv_weight if kv is not None and kv.qkv_weight is not None else self.qkv_weight()
-        q, k, v = F.linear(x, w).split(self.head_size, dim=2)  # (B, T, head_size) each
-        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        q, k = shape_qk(q, k, self.rope, token_positions(start, T, x.device, self.rope), self.qk_norm)
+        qkv = F.linear(x, w).view(B, T, 3 * H, D).transpose(1, 2)  # (B, 3H, T, D): queries, keys, values
+        qk, v = qkv[:, : 2 * H], qkv[:, 2 * H :]
+        if self.rope is not None or self.qk_norm:  # queries and keys together: half the elementwise calls
+            qk = shape_heads(qk, self.rope, token_positions(start, T, x.device, self.rope), self.qk_norm)
+        q, k = qk[:, :H], qk[:, H:]  # (B, H, T, D) each
         mask, causal = None, True
         if kv is not None:
             kv.keys[:, :, start : start + T] = k

@@ -22,6 +22,8 @@ from data.config import DataConfig
 from model.config import ModelConfig
 from training.schedule import SCHEDULES
 
+OPTIMIZERS = ("adamw", "muon")
+
 
 @dataclass
 class TrainConfig:
@@ -39,6 +41,11 @@ class TrainConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 = off
     grad_accum_steps: int = 1
+    optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest)
+    muon_lr: float = 0.02  # peak learning rate of the Muon group (train.lr stays AdamW's)
+    muon_momentum: float = 0.95
+    muon_weight_decay: float = 0.0
+    embedding_lr: float | None = None  # AdamW's rate for the embeddings under optimizer=muon; None = train.lr
     eval_interval: int = 250
     eval_steps: int = 40
     log_interval: int = 10
@@ -69,6 +76,11 @@ class TrainConfig:
         checks.number_in("train.beta2", self.beta2, 0, 1, high_open=True)
         checks.one_of("train.lr_schedule", self.lr_schedule, SCHEDULES)
         checks.one_of("train.dtype", self.dtype, ("auto", *DTYPES))
+        checks.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
+        checks.number_in("train.muon_lr", self.muon_lr, 0, inf, low_open=True)
+        checks.number_in("train.muon_momentum", self.muon_momentum, 0, 1, high_open=True)
+        checks.number_in("train.muon_weight_decay", self.muon_weight_decay, 0, inf)
+        checks.number_in("train.embedding_lr", self.embedding_lr, 0, inf, low_open=True, optional=True)
 
 
 @dataclass
@@ -80,6 +92,7 @@ class TrainJob:
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 1337
     device: str = "auto"  # auto (CUDA, then MPS, then CPU) | cpu | cuda | mps
+    recipe: str = "lecture"  # the recipe the run was composed from (configs/recipe/), stored in checkpoints
 
     def __post_init__(self) -> None:
         checks.seed("seed", self.seed)

@@ -1,8 +1,14 @@
-"""The optimizer factory: which parameters decay, and the optimizer that updates them.
+"""The optimizer factory: which parameters decay, which take Muon, and the optimizer that updates them.
 
 Design choices:
 - Weight decay on matrices only: never on biases, norm weights or embeddings (decaying an embedding
   pulls rare characters' vectors towards zero).
+- `train.optimizer=muon` gives the hidden matrices (every 2-D weight inside the blocks) to Muon and keeps
+  AdamW for the embeddings, the LM head, norms and biases: Muon's orthogonalised step suits a matrix that maps
+  one hidden space to another, not a lookup table or the final read-out. Every parameter is in exactly one
+  group (`param_groups`; tied weights are listed once).
+- Each group's learning rate is a multiple of `train.lr` (`lr_scale`), so the one schedule the loop sets
+  with `set_lr` moves all groups together (warmup, decay) while each keeps its own peak.
 - The fused AdamW kernel (CUDA, and the CPU since torch 2.4) updates every tensor in one call; on a small
   model the per-tensor loop of the default implementation costs several times more.
 """
@@ -12,23 +18,64 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from common.device import cpu_has_native_bf16
+from training.config import TrainConfig
+from training.muon import MuonAdamW
+
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's two groups: matrices that decay, and the rest (biases, norms, embeddings) that do not."""
+    groups = split_parameters(model, use_muon=False)
+    return [{"params": groups["decay"], "weight_decay": weight_decay}, {"params": groups["no_decay"], "weight_decay": 0.0}]
+
+
+def split_parameters(model: nn.Module, use_muon: bool) -> dict[str, list[nn.Parameter]]:
+    """{"muon": hidden matrices (empty unless use_muon), "decay": other matrices, "embeddings": ...,
+    "no_decay": norms and biases}; each trainable parameter in exactly one list."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, no_decay = [], []
-    for p in model.parameters():  # shared (tied) parameters are listed once
+    out: dict[str, list[nn.Parameter]] = {"muon": [], "decay": [], "embeddings": [], "no_decay": []}
+    for name, p in model.named_parameters():  # shared (tied) parameters are listed once
         if not p.requires_grad:
             continue
-        (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if id(p) in embeddings:
+            out["embeddings"].append(p)
+        elif p.dim() < 2:
+            out["no_decay"].append(p)
+        elif use_muon and name.startswith(("blocks.", "module.blocks.", "_orig_mod.blocks.")):
+            out["muon"].append(p)
+        else:
+            out["decay"].append(p)
+    if not use_muon:  # the lecture's grouping: embeddings never decay
+        out["no_decay"] = out.pop("embeddings") + out["no_decay"]
+        out["embeddings"] = []
+    return out
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                   device: torch.device) -> torch.optim.Optimizer:
+                   device: torch.device, train: TrainConfig | None = None) -> torch.optim.Optimizer:
+    """AdamW over `param_groups`, or with `train.optimizer == "muon"` a `MuonAdamW` over `split_parameters`."""
     fused = device.type in ("cuda", "cpu")
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
+    if train is None or train.optimizer == "adamw":
+        return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
+    split = split_parameters(model, use_muon=True)
+    emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
+    groups = [
+        {"params": split["muon"], "use_muon": True, "lr_scale": train.muon_lr / lr, "lr": train.muon_lr,
+         "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay},
+        {"params": split["decay"], "lr": lr, "weight_decay": weight_decay},
+        {"params": split["embeddings"], "lr_scale": emb_lr / lr, "lr": emb_lr, "weight_decay": 0.0},
+        {"params": split["no_decay"], "lr": lr, "weight_decay": 0.0},
+    ]
+    for g in groups[1:]:
+        g.update(use_muon=False, betas=betas)
+    # bfloat16 Newton-Schulz is fast on GPUs and on CPUs with bf16 instructions; on other CPUs it is emulated
+    # and can cost more than the model's own step, so there it runs in float32
+    native_bf16 = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
+    ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
+    return MuonAdamW([g for g in groups if g["params"]], ns_dtype=ns_dtype, fused=fused)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the schedule's learning rate; groups with an `lr_scale` take that multiple of it."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)

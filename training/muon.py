@@ -1,0 +1,102 @@
+"""Muon for the hidden weight matrices and AdamW for everything else, as one `torch.optim.Optimizer`.
+
+Design choices:
+- One optimizer object, not two: the training loop, `GradScaler`, gradient clipping, checkpoints and resume
+  all see a single `param_groups` / `state_dict`. A group with `use_muon=True` takes Muon's update, every
+  other group AdamW's (through PyTorch's own functional Adam with decoupled weight decay, fused where the
+  device supports it).
+- Muon is PyTorch's algorithm (`torch.optim.Muon`): Nesterov momentum, then the quintic Newton-Schulz
+  iteration with the same coefficients and five steps, decoupled weight decay, and the learning rate scaled
+  by sqrt(max(1, rows / cols)). Two things differ: the iteration runs in a dtype the caller chooses
+  (`torch.optim.Muon` always uses bfloat16, which on a CPU can cost more than the model's own step, so the
+  CPU orthogonalises in float32), and matrices of the same shape are orthogonalised together as one batch
+  (a model has many small per-head matrices; one batched product replaces dozens of tiny ones).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+from torch import Tensor
+from torch.optim.adam import adam
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's (Keller Jordan's) quintic
+NS_STEPS = 5
+
+
+def orthogonalize(g: Tensor, dtype: torch.dtype = torch.float32, steps: int = NS_STEPS, eps: float = 1e-7) -> Tensor:
+    """(..., m, n) matrices -> the nearest semi-orthogonal matrices, approximately (U S' V^T with S' near 1)."""
+    x = g.to(dtype)
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:  # iterate on the wide orientation: the Gram matrix is then the smaller one
+        x = x.mT
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral norm <= Frobenius norm <= 1
+    a, b, c = NS_COEFFICIENTS
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return (x.mT if tall else x).to(g.dtype)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Groups carry their own settings: Muon groups `lr, momentum, nesterov, weight_decay` and `use_muon=True`;
+    AdamW groups `lr, betas, eps, weight_decay`. `ns_dtype` is the Newton-Schulz precision."""
+
+    def __init__(self, groups: list[dict], ns_dtype: torch.dtype = torch.float32, fused: bool = False):
+        defaults = dict(lr=1e-3, use_muon=False, momentum=0.95, nesterov=True, betas=(0.9, 0.95), eps=1e-8,
+                        weight_decay=0.0)
+        super().__init__(groups, defaults)
+        for group in self.param_groups:
+            if group["use_muon"] and any(p.dim() != 2 for p in group["params"]):
+                raise ValueError("Muon updates 2-D matrices only; put other parameters in an AdamW group")
+        self.ns_dtype, self.fused = ns_dtype, fused
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                (self._muon if group["use_muon"] else self._adamw)(group, params)
+        return loss
+
+    def _muon(self, group: dict, params: list[Tensor]) -> None:
+        lr, m = group["lr"], group["momentum"]
+        by_shape: dict[tuple, list[Tensor]] = defaultdict(list)
+        for p in params:
+            by_shape[tuple(p.shape)].append(p)
+        for shape, ps in by_shape.items():
+            updates = []
+            for p in ps:
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - m)
+                updates.append(p.grad.lerp(buf, m) if group["nesterov"] else buf)
+            ortho = orthogonalize(torch.stack(updates), self.ns_dtype)
+            scaled_lr = lr * math.sqrt(max(1.0, shape[0] / shape[1]))
+            for p, o in zip(ps, ortho, strict=True):
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(o, alpha=-scaled_lr)
+
+    def _adamw(self, group: dict, params: list[Tensor]) -> None:
+        avgs, sqs, steps = [], [], []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device if self.fused else "cpu")
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            avgs.append(state["exp_avg"])
+            sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        beta1, beta2 = group["betas"]
+        adam(params, [p.grad for p in params], avgs, sqs, [], steps, fused=self.fused, decoupled_weight_decay=True,
+             amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
+             eps=group["eps"], maximize=False)
