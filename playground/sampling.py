@@ -28,12 +28,14 @@ TOP_ALTERNATIVES = 5
 
 
 def sampling_distribution(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
-    """The probabilities `sample_next` draws from for logits (B, V) -> (B, V), as float32."""
+    """The probabilities `sample_next` draws from for logits (B, V) -> (B, V), as float32.
+
+    It repeats `sample_next`'s filtering step by step (tests/test_serve.py checks that the two agree)."""
     logits = logits.float()
-    if temperature == 0:
+    if temperature < torch.finfo(torch.float32).tiny:  # greedy: no distribution of its own
         return torch.softmax(logits, dim=-1)
     if temperature != 1.0:
-        logits = logits / temperature
+        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -11,14 +11,19 @@ import warnings
 import httpx
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from common.errors import ConfigError
 from inference.checkpoint import Checkpoint, TrainingState, save_checkpoint
 from inference.generation import stream_samples
 from model import AttentionLanguageModel
+from model import sampling as sampler
 from model.inspect import attention_maps
 from playground.app import create_app
-from playground.config import ServeConfig
+from playground.config import ServeConfig, register_configs
+from playground.sampling import sampling_distribution
+from tests.conftest import ROOT
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 
 with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx is what the project installs
@@ -59,11 +64,8 @@ def client(runs):
 
 
 def parse_sse(text: str) -> list[tuple[str, dict]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.split("\n"))
-        events.append((fields["event"], json.loads(fields["data"])))
-    return events
+    blocks = [dict(line.split(": ", 1) for line in block.split("\n")) for block in text.strip().split("\n\n")]
+    return [(fields["event"], json.loads(fields["data"])) for fields in blocks]
 
 
 def expected(model, tok, prompt, n, seed, temperature=0.8, top_k=None, top_p=None) -> str:
@@ -102,8 +104,18 @@ def test_same_seed_gives_the_text_of_generate_py(client, runs, settings, run):
     assert sum(e["n_tokens"] for e in chars) == got["new_tokens"] == 40
 
 
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, 5, None), (1.3, None, 0.8),
+                                                     (0.5, 20, 0.9), (1e-30, None, None)])
+def test_reported_distribution_is_the_one_sample_next_draws_from(monkeypatch, temperature, top_k, top_p):
+    seen = []
+    monkeypatch.setattr(sampler, "sample_from", lambda probs, generator=None: seen.append(probs) or probs[:, :1])
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 4
+    sampler.sample_next(logits, temperature, top_k, top_p)
+    if seen:  # greedy draws nothing: the raw softmax is reported instead
+        assert torch.allclose(seen[0], sampling_distribution(logits, temperature, top_k, top_p))
+
+
 def test_char_events_carry_probability_and_alternatives(client):
-    """Probabilities under the sampler's own filtering; greedy reports the raw softmax; prompts edge cases."""
     body = {"run": "a", "prompt": "옛날에", "max_new_tokens": 30, "top_k": 4, "temperature": 1.0}
     events = [e for kind, e in parse_sse(client.post("/api/generate", json=body).text) if kind == "char"]
     assert len(events) == 30 and [e["pos"] for e in events] == list(range(3, 33))
@@ -155,8 +167,7 @@ def test_run_names_never_leave_runs_dir(runs, tmp_path):
 
 def test_ckpt_outside_runs_dir_is_the_default_run(runs, tmp_path):
     model, tok = make_run(tmp_path / "elsewhere", 4)
-    app = create_app(ServeConfig(runs_dir=str(runs[0]), ckpt=str(tmp_path / "elsewhere")), CPU)
-    with TestClient(app) as c:
+    with TestClient(create_app(ServeConfig(runs_dir=str(runs[0]), ckpt=str(tmp_path / "elsewhere")), CPU)) as c:
         listed = c.get("/api/runs").json()
         assert listed[0]["name"] == "@ckpt" and listed[0]["default"]
         got = c.post("/api/generate", json={"prompt": "옛날", "max_new_tokens": 8, "stream": False}).json()
@@ -280,11 +291,6 @@ def test_server_answers_while_a_run_is_busy(runs):
 
 
 def test_serve_config_schema_and_ranges():
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from playground.config import register_configs
-    from tests.conftest import ROOT
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = OmegaConf.to_object(compose(config_name="serve", overrides=["port=0"]))
