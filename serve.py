@@ -9,17 +9,27 @@ Design choices:
   sample on the page does not wait for the load.
 """
 
-from common.cli import quote_non_ascii_overrides, run_cli, run_hydra
+from common.cli import prepare_overrides, run_cli, run_hydra
 
 import socket
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from common.cli_help import register_help
 from playground.config import register_configs
 
+EXAMPLES = (
+    "python serve.py                                         # the newest run under runs/",
+    "python serve.py ckpt=runs/2026-11-22_17-14-32_model-tiny port=8080",
+    "python serve.py runs_dir=runs/2026-11-22_17-34-43_width  # the runs of one sweep",
+)
+SUMMARY = "serve.py: the playground in the browser (stream samples, probabilities, attention)."
+
 register_configs()
+register_help(Path(__file__).resolve().parent / "configs", "serve", SUMMARY, EXAMPLES)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -80,5 +90,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = quote_non_ascii_overrides(sys.argv[1:])
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
     run_hydra(main)
