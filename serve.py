@@ -61,11 +61,12 @@ def _run(cfg: DictConfig) -> None:
 
     import uvicorn
 
-    from playground.app import create_app
+    from playground.app import LOOPBACK_HOSTS, create_app
     from playground.config import ServeConfig
 
     config = config_object(cfg, ServeConfig)
-    app = create_app(config)
+    # On the loopback address only local names may reach the app (see playground/app.py); elsewhere any.
+    app = create_app(config, allowed_hosts=list(LOOPBACK_HOSTS) if config.host in LOOPBACK_HOSTS else None)
     pg = app.state.playground
     default = pg.registry.default_path()
     if default is None:

@@ -8,6 +8,8 @@ Design choices:
   disconnects, and a non-streaming request watches for the disconnect itself. The cancellation waits for
   the step in flight to end (worker threads are never abandoned), then closes the model's stream.
 - The page is three static files served from `playground/static`: no build step, no CDN, works offline.
+- Bound to the loopback address, the app also refuses requests whose Host header names another machine:
+  a web page on another site could otherwise reach it through a DNS name that resolves to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from common.device import pick_device
 from common.errors import UserError
@@ -36,6 +39,7 @@ from playground.sampling import Continuation, Params
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, validation_error
 
 STATIC = Path(__file__).resolve().parent / "static"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 
 
 @dataclass
@@ -133,11 +137,15 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
     return JSONResponse(result) if finished else Response(status_code=499)
 
 
-def create_app(cfg: ServeConfig, device: torch.device | None = None) -> FastAPI:
-    """The playground app for `cfg` (the device defaults to cfg.device)."""
+def create_app(cfg: ServeConfig, device: torch.device | None = None,
+               allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The playground app for `cfg` (the device defaults to cfg.device); `allowed_hosts` (None = any)
+    lists the Host header names it answers."""
     pg = Playground(cfg, device)
     app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.playground = pg
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:

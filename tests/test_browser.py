@@ -65,6 +65,9 @@ def test_serve_py_prints_the_url_and_binds_loopback(runs):  # noqa: F811 - the f
         listed = httpx.get(url + "api/runs", timeout=30).json()
         assert {r["name"] for r in listed} == {"a", "sweep/1", "jamo"}
         assert httpx.get(url, timeout=30).status_code == 200
+        # A page elsewhere reaching 127.0.0.1 through its own DNS name (DNS rebinding) is refused.
+        assert httpx.get(url + "api/runs", headers={"Host": "evil.example"}, timeout=30).status_code == 400
+        assert httpx.get(url.replace("127.0.0.1", "localhost") + "api/runs", timeout=30).status_code == 200
     finally:
         assert stop_server(proc) in (0, 130)
 
