@@ -119,8 +119,9 @@ def wait_for(driver, condition, timeout: float = 60, what: str = "the page"):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, f"timed out waiting for {what}")
 
 
-def sample_in_browser(driver, url: str, prompt: str, max_new_tokens: int, compare: bool = False) -> None:
-    """Open the page, type the prompt, generate, and wait until every pane is done."""
+def sample_in_browser(driver, url: str, prompt: str, max_new_tokens: int, compare: bool = False,
+                      wait: bool = True) -> None:
+    """Open the page, type the prompt, generate, and (if `wait`) wait until every pane is done."""
     from selenium.webdriver.common.by import By
 
     driver.get(url)
@@ -140,6 +141,8 @@ def sample_in_browser(driver, url: str, prompt: str, max_new_tokens: int, compar
         new MutationObserver(() => window.kocharBatches++).observe(
             document.querySelector('#pane-a .text'), {childList: true});""")
     driver.find_element(By.ID, "generate").click()
+    if not wait:
+        return
     wait_for(driver, lambda d: d.find_element(By.ID, "status").text.startswith(("완료", "오류")), 120, "sampling")
     assert driver.find_element(By.ID, "status").text.startswith("완료"), driver.find_element(By.ID, "status").text
 
@@ -169,7 +172,7 @@ def test_page_streams_a_korean_sample_and_shows_probabilities(runs, tmp_path):  
     from selenium.webdriver.common.by import By
 
     driver = browser_or_skip()
-    proc, url = start_server(f"runs_dir={runs[0]}", "ckpt=" + str(runs[0] / "a"))
+    proc, url = start_server(f"runs_dir={runs[0]}", "ckpt=" + str(runs[0] / "a"), "max_new_tokens_limit=50000")
     try:
         sample_in_browser(driver, url, "옛날에", 300)
         chars = driver.find_elements(By.CSS_SELECTOR, "#pane-a .ch")
@@ -183,6 +186,12 @@ def test_page_streams_a_korean_sample_and_shows_probabilities(runs, tmp_path):  
         assert show_attention(driver, 4) == 2 * 4 * (3 + 4)  # blocks x heads x the 7 tokens before it
         assert driver.save_screenshot(str(tmp_path / "playground.png"))
         assert (tmp_path / "playground.png").stat().st_size > 10_000
+        # Stop: the page aborts its request (the server stops sampling: tests/test_serve.py) and says so.
+        sample_in_browser(driver, url, "나는", 50_000, wait=False)
+        wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#pane-a .ch"), what="the first character")
+        driver.find_element(By.ID, "stop").click()
+        wait_for(driver, lambda d: d.find_element(By.ID, "status").text.startswith("멈춤"), what="the stop")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#pane-a .ch")) < 50_000
     finally:
         driver.quit()
         stop_server(proc)

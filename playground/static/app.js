@@ -126,7 +126,8 @@ function finish(pane, summary) {
 async function generate(event) {
   event.preventDefault();
   if (aborter) aborter.abort();
-  aborter = new AbortController();
+  const mine = new AbortController();
+  aborter = mine;
   const active = $("compare").checked && runs.length ? [panes.a, panes.b] : [panes.a];
   const selects = { a: $("run-a"), b: $("run-b") };
   active.forEach((pane) => resetPane(pane, selects[pane.key].value, $("prompt").value));
@@ -134,11 +135,15 @@ async function generate(event) {
   $("generate").disabled = true;
   $("stop").disabled = false;
   setStatus("생성 중… · sampling…");
-  const jobs = active.map((pane) => streamInto(pane, request(pane.run), aborter.signal));
+  const jobs = active.map((pane) => streamInto(pane, request(pane.run), mine.signal));
   const results = await Promise.allSettled(jobs);
+  if (aborter !== mine) return;  // a newer generation has the page now
   const failed = results.find((r) => r.status === "rejected" && r.reason.name !== "AbortError");
-  setStatus(failed ? "오류 · error: " + failed.reason.message : "완료 · done", Boolean(failed));
-  if (failed) active.forEach((pane) => { if (pane.meta.textContent.startsWith("생성")) pane.meta.textContent = ""; });
+  const stopped = results.some((r) => r.status === "rejected" && r.reason.name === "AbortError");
+  setStatus(failed ? "오류 · error: " + failed.reason.message : stopped ? "멈춤 · stopped" : "완료 · done",
+            Boolean(failed));
+  const unfinished = failed ? "" : "멈춤 · stopped";
+  active.forEach((pane) => { if (pane.meta.textContent.startsWith("생성")) pane.meta.textContent = unfinished; });
   $("generate").disabled = false;
   $("stop").disabled = true;
 }
