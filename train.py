@@ -62,4 +62,7 @@ if __name__ == "__main__":
     sys.argv[1:] = legacy_experiment_override(prepare_overrides(sys.argv[1:]))
     # A folder named on the command line is locked before Hydra writes its .hydra/ record into it.
     lock = run_cli(lambda: RunLock(folder_named(sys.argv[1:])))
-    run_hydra(main)
+    try:
+        run_hydra(main)
+    finally:
+        lock.release()  # however the run ends, so the next start finds no stale lock file

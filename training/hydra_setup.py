@@ -8,7 +8,8 @@ Design choices:
 - When that name is not the whole story (a character replaced, a path shortened, the name cut) a short hash
   of the overrides as typed follows it, so two different runs started in the same second never share a folder.
 - Names are cut in UTF-8 bytes, never inside a character: a file name may hold 255 bytes, and a Hangul
-  syllable takes three. `NAME_BYTES` leaves room for the date in front.
+  syllable takes three. Each value is cut first (`VALUE_BYTES`), so a long corpus name leaves room for the
+  other overrides; `NAME_BYTES` caps the whole and leaves room for the date in front.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from omegaconf import OmegaConf
 from common.overrides import PATH_KEYS
 
 NAME_BYTES = 200  # of the 255 a file name may hold: the rest is for the date and time in front of it
+VALUE_BYTES = 48  # of one override's value, so that every override shows in the name
 _HASH_CHARS = 6
 
 
@@ -47,7 +49,7 @@ def _readable(override: str) -> str:
         value = value[1:-1]
     if key in PATH_KEYS:
         value = os.path.basename(value.rstrip("/\\")) or value
-    return f"{key}-{value}"
+    return f"{key}-{_cut(value, VALUE_BYTES)}"  # a long file name must not push the other overrides out
 
 
 def _safe_name(overrides: str | Iterable[str] | None, exclude: Iterable[str] = ()) -> str:

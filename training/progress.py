@@ -23,13 +23,13 @@ class RunBar(tqdm):
     """`tqdm` over steps, or over seconds while a time budget is the limit that will stop the run."""
 
     def __init__(self, max_steps: int, step: int, max_seconds: float | None, elapsed: Callable[[], float],
-                 disable: bool = False):
+                 disable: bool = False, file=None):
         self.max_steps, self.max_seconds, self.clock = max_steps, max_seconds, elapsed
         self.step, self.first_step, self.first_time = step, step, elapsed()
         self.limit = "max_steps"
         self.shown: dict = {}
         super().__init__(total=max_steps, initial=step, disable=disable, desc="train", unit="step",
-                         dynamic_ncols=True)
+                         dynamic_ncols=True, file=file)
 
     def _seconds_bind(self, now: float) -> bool:
         """Whether the time budget will stop the run before the step limit, at this process's pace."""
@@ -80,5 +80,6 @@ class RunBar(tqdm):
 
 
 def progress_bar(max_steps: int, step: int, max_seconds: float | None, elapsed: Callable[[], float] | None = None,
-                 disable: bool = False) -> RunBar:
-    return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable)
+                 disable: bool = False, file=None) -> RunBar:
+    """The bar of a run at `step` of `max_steps`; `elapsed` is the run's clock (seconds, resumed time included)."""
+    return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable, file)
