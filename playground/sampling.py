@@ -6,9 +6,10 @@ Design choices:
 - The probability reported for a token is the one the sampler drew it with: the softmax of the logits after
   the same temperature, top-k and top-p filtering as `model.sampling.sample_next`. Greedy decoding
   (temperature 0) has no distribution of its own; the softmax of the raw logits stands in for it.
-- Events follow the tokenizer's stream decoder: one event per piece of text it releases (one character for
-  the character tokenizer; a whole syllable, three tokens, for the jamo one). Its probability is the product
-  of its tokens' and its alternatives are those of its first token.
+- Events follow the tokenizer's stream decoder, one per character: one token for the character tokenizer,
+  a whole syllable (three tokens) for the jamo one. When the decoder releases several characters at once,
+  each gets the tokens that spell it (found by decoding prefixes). A character's probability is the product
+  of its tokens', and its alternatives are those of its first token.
 - `Continuation` is blocking and not thread-safe; the server calls it from one worker thread at a time and
   holds the run's lock around each forward pass only.
 """
@@ -16,6 +17,7 @@ Design choices:
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +88,7 @@ class Continuation:
                                        params.top_p, True, generator)
         self._decoder = self.tokenizer.stream_decoder()
         self._pending: list[TokenRecord] = []
+        self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
         self.generated = 0  # tokens sampled so far
         self.pieces: list[str] = []
         self.events: list[dict] = []
@@ -109,7 +112,8 @@ class Continuation:
         return event
 
     def _release(self, piece: str) -> dict:
-        """The event for `piece`: the pending tokens it spells (the newest one may stay pending for the next)."""
+        """Events for `piece` from the pending tokens that spell it (the newest may stay pending for the next
+        piece); returns the first and queues the others."""
         ids = [t.id for t in self._pending]
         keep = 0
         if len(ids) > 1 and self.tokenizer.decode(ids) != piece and self.tokenizer.decode(ids[:-1]) == piece:
@@ -117,10 +121,22 @@ class Continuation:
         tokens = self._pending[: len(ids) - keep]
         self._pending = self._pending[len(ids) - keep:]
         pos = self.prompt_tokens + self.generated - len(ids)  # index of the event's first token in the sequence
-        return self._event(piece, tokens, pos)
+        start = 0
+        for i, ch in enumerate(piece):
+            # The shortest run of the remaining tokens that decodes to this character; the last takes the rest.
+            end = next((k for k in range(start + 1, len(tokens)) if i < len(piece) - 1
+                        and self.tokenizer.decode([t.id for t in tokens[start:k]]) == ch), None)
+            if end is None:  # the last character, or one no run of tokens spells alone: the rest together
+                self._ready.append(self._event(piece[i:], tokens[start:], pos + start))
+                break
+            self._ready.append(self._event(ch, tokens[start:end], pos + start))
+            start = end
+        return self._ready.popleft()
 
     def next_event(self) -> dict | None:
-        """Sample until the decoder releases text; that text's event, or None once the sample is complete."""
+        """Sample until the decoder releases text; its next character's event, or None once the sample is done."""
+        if self._ready:
+            return self._ready.popleft()
         while not self.finished:
             with self.cached.lock, torch.inference_mode():
                 step = next(self._steps, None)

@@ -23,7 +23,7 @@ function percent(p) {
 }
 
 function visible(text) {  // whitespace a reader can see in the tooltip and the attention grid
-  return text === "\n" ? "↵" : text === " " ? "␣" : text === "\t" ? "⇥" : text;
+  return text === "\n" ? "↵" : text === " " ? "␣" : text === "\t" ? "⇥" : text === "" ? "∅" : text;
 }
 
 function runLabel(run) {
