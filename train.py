@@ -38,9 +38,11 @@ def _run(cfg: DictConfig) -> None:
     try:
         with RunLock(run_dir):  # re-entrant: already held when the command line named the folder
             job = config_object(cfg, TrainJob)
+            from training.distributed import peer_loss_is_one_line
             from training.trainer import train  # torch and the model load only once the config is known to be good
 
-            result = train(job, run_dir)
+            with peer_loss_is_one_line(run_dir):  # under torchrun: a dead peer is one line, not a traceback
+                result = train(job, run_dir)
     except BaseException:
         remove_unused_run_dir(run_dir)  # a start that failed leaves no empty run behind
         raise

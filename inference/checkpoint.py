@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import pickle
+import re
 import warnings
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -165,7 +166,7 @@ def _write_failure(e: BaseException) -> str:
     if code is not None:
         return e.strerror or errno.errorcode.get(code, str(code))
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return f"write failed: {first}"
+    return "write failed: " + re.sub(r"^\[enforce fail at [^\]]*\][\s.]*", "", first)  # torch's C++ location
 
 
 def strip_compile_prefix(state_dict: dict) -> dict:

@@ -1,12 +1,28 @@
-"""torchrun / DistributedDataParallel support: NCCL on CUDA, gloo on the CPU."""
+"""torchrun / DistributedDataParallel support: NCCL on CUDA, gloo on the CPU.
+
+Design choices:
+- The same contract as one process where the workers control it: a signal stops every rank after its step,
+  rank 0 saves and prints the resume command once, each worker exits 143 (SIGTERM) or 130 (Ctrl-C).
+- A rank whose peer died (kill -9, a crash) fails in its next collective; `peer_loss_is_one_line` turns that
+  failure into one `error:` line per surviving rank instead of a traceback. The checkpoint on disk is whole
+  (it is only ever replaced atomically by rank 0).
+- What only torchrun's agent controls, and we do not: when it gets SIGTERM or Ctrl-C it forwards the signal to
+  the workers, waits for them, then raises its own SignalException (a traceback, exit status 1); when a worker
+  dies it prints its ChildFailedError report and exits 1.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 
 @dataclass
@@ -66,3 +82,28 @@ def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
 def cleanup(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _peer_gone(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, (dist.DistError, ConnectionError)) or any(
+        s in text for s in ("connection closed by peer", "connection reset", "broken pipe", "gloo"))
+
+
+@contextlib.contextmanager
+def peer_loss_is_one_line(run_dir: str) -> Iterator[None]:
+    """Under torchrun, a collective that fails because another rank is gone ends this rank with one line."""
+    try:
+        yield
+    except (RuntimeError, ConnectionError) as e:
+        if not (launched_by_torchrun() and dist.is_initialized() and _peer_gone(e)):
+            raise
+        rank = int(os.environ["RANK"])
+        first = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(e).split()))[:120]  # without gloo's source location
+        for bar in list(getattr(tqdm, "_instances", ())):  # so the line starts on its own
+            bar.close()
+        where = f"; the last checkpoint in {run_dir} is intact: resume with train.resume={run_dir}" if rank == 0 \
+            else ""
+        print(f"error: rank {rank} lost contact with another rank, which stopped or crashed ({first}){where}",
+              file=sys.stderr, flush=True)
+        os._exit(1)  # the process group cannot be shut down cleanly without the peer

@@ -23,9 +23,16 @@ from typing import Any
 
 from common.errors import UserError
 
-# Settings a checkpoint cannot honour a change of; model.* ones are read from the weights' own settings.
-FIXED = ("model.vocab_size", "model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
-         "model.num_blocks", "model.tie_weights", "data.tokenizer", "data.val_fraction", "seed")
+# Settings a checkpoint cannot honour a change of: every model.* key but these two (they leave the parameters
+# as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
+# the weights' own settings.
+MODEL_CHANGEABLE = ("model.dropout", "model.attention")
+FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "seed")
+
+
+def is_fixed(key: str) -> bool:
+    return key in FIXED_OTHER or key.startswith("model.") and key not in MODEL_CHANGEABLE
+
 NEVER_INHERITED = ("train.resume", "train.overwrite", "device")  # about this start, not about the run
 GROUPS = ("model", "data", "train")
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -106,20 +113,25 @@ def apply_checkpoint_settings(job, ckpt, overrides: Iterable[str] | None = None)
             old = _stored(ckpt, key)
         except KeyError:  # an older checkpoint without this setting: the command line's value stands
             continue
-        if not _is_typed(key, typed) or typed is None and key in FIXED:
+        if not _is_typed(key, typed) or typed is None and is_fixed(key):
             section, _, name = key.rpartition(".")
             setattr(getattr(job, section) if section else job, name, old)
             continue
         new = _current(job, key)
         if new is None and key == "model.vocab_size" or new == old:
             continue
-        if key in FIXED:
+        if is_fixed(key):
             raise UserError(f"{_shown(key, new)} cannot change when resuming: {ckpt.path} was trained with "
                             f"{_shown(key, old)}; drop the override to continue that run, or start a new run "
                             "(without train.resume) to train with it")
-        changed.append(f"{_shown(key, new)} (was {old})")
+        changed.append((_position(key, source), f"{_shown(key, new)} (was {old})"))
     job.model = replace(job.model, vocab_size=ckpt.model_config.vocab_size)
-    return changed
+    return [text for _, text in sorted(changed, key=lambda c: c[0])]  # in the order they were typed
+
+
+def _position(key: str, source: list[str] | None) -> int:
+    keys = list(typed_keys([o]) for o in source or [])
+    return next((i for i, k in enumerate(keys) if key in k or key.split(".")[0] in k), len(keys))
 
 
 def summary(ckpt, changed: list[str]) -> str:

@@ -33,7 +33,8 @@ class RunLock:
     """Held from creation until `release()` (or the end of a `with` block)."""
 
     def __init__(self, run_dir: str | os.PathLike | None):
-        self.key = _acquire(Path(run_dir)) if run_dir is not None and fcntl is not None else None
+        other_rank = int(os.environ.get("RANK", "0")) > 0  # under torchrun rank 0 holds it for the run
+        self.key = _acquire(Path(run_dir)) if run_dir is not None and fcntl is not None and not other_rank else None
 
     def release(self) -> None:
         key, self.key = self.key, None
@@ -93,8 +94,8 @@ def _acquire(run_dir: Path) -> str:
 def folder_named(argv: list[str]) -> Path | None:
     """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of
     an existing `train.resume`), else None (a new timestamped folder, or a sweep, or --help)."""
-    if int(os.environ.get("RANK", "0")) > 0 or any(a.startswith("-") for a in argv):
-        return None  # other DDP ranks write into temp folders; flags (--help, -m) run no single training
+    if any(a.startswith("-") for a in argv):
+        return None  # flags (--help, -m) run no single training
     found = None
     for arg in argv:
         key, _, value = arg.partition("=")

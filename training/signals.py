@@ -1,7 +1,14 @@
-"""SIGINT / SIGTERM during training: finish the current step, save, and exit with the signal's code."""
+"""SIGINT / SIGTERM during training: finish the current step, save, and exit with the signal's code.
+
+Design choices:
+- A second Ctrl-C aborts at once, except under torchrun: there a Ctrl-C reaches each worker twice, once from
+  the terminal and once forwarded by torchrun's agent, so a second one is not the user insisting (the agent
+  kills workers that take longer than its shutdown timeout anyway).
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 
 
@@ -22,7 +29,7 @@ class StopSignals:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.received and signum == signal.SIGINT:
+        if self.received and signum == signal.SIGINT and "TORCHELASTIC_RUN_ID" not in os.environ:
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
 
