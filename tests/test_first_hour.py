@@ -249,3 +249,17 @@ def test_the_resume_hint_after_ctrl_c_pastes_back(first_hour):
     r = _bash(f"{sys.executable} {ROOT}/train.py {hint.group(1)} train.max_steps={step + 2}", work, home)
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"step {step + 2}" in r.stdout
+
+
+@pytest.mark.parametrize("overrides,name", [((), "sweep"), (("experiment=width",), "width"),
+                                            (("+experiment=heads",), "heads")])
+def test_a_sweep_folder_names_its_experiment_or_says_sweep(overrides, name):
+    from hydra import compose, initialize_config_dir
+
+    from tests.test_readme_commands import compose_command  # noqa: F401 - registers the schemas and resolvers
+    from training.hydra_setup import legacy_experiment_override
+
+    compose_command("train.py", [])
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=legacy_experiment_override(list(overrides)), return_hydra_config=True)
+    assert re.fullmatch(rf"runs/\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_{name}", cfg.hydra.sweep.dir)

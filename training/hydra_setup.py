@@ -80,6 +80,11 @@ def _job_name(overrides: str | Iterable[str] | None, experiment: str = "", exclu
     return _safe_name(items, exclude) or "run"
 
 
+def _sweep_name(experiment: str | None) -> str:
+    """A sweep's folder names its experiment, or says `sweep` (`experiment: null` selects no experiment)."""
+    return _safe_name([f"x={experiment}"])[2:] if experiment else "sweep"
+
+
 def _run_dir(resume, default: str) -> str:
     """Where a run writes: the resumed run's folder, or `default`; other DDP ranks write nowhere visible."""
     rank = int(os.environ.get("RANK", "0"))
@@ -94,7 +99,7 @@ def _run_dir(resume, default: str) -> str:
 
 def register_resolvers() -> None:
     for name, fn in (("safe_name", _safe_name), ("override_suffix", _suffix), ("run_dir", _run_dir),
-                     ("job_name", _job_name)):
+                     ("job_name", _job_name), ("sweep_name", _sweep_name)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
