@@ -91,14 +91,15 @@ async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
 
 
 async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[str]:
-    """The SSE stream of one sample: a `char` event per piece of text, then `done` (or `error`)."""
+    """The SSE stream of one sample: a `char` event per character, then `done` (or `error`)."""
     steps = _steps(pg, cont)
     try:
         async for event in steps:
             yield _sse("char", event)
         yield _sse("done", cont.summary())
     except Exception as e:  # noqa: BLE001 - the stream has started: report in it, the status is already sent
-        yield _sse("error", {"error": f"sampling failed: {type(e).__name__}: {e}", "field": None})
+        yield _sse("error", {"error": f"sampling failed: {type(e).__name__}: {' '.join(str(e).split())}",
+                             "field": None})
     finally:
         await steps.aclose()
 
