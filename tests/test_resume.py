@@ -47,6 +47,7 @@ def _resume(*typed: str):
     ("seed=1", "seed=1", "seed=5"),
     ("model=small", "model.context_length=128", "model.context_length=32"),  # a group counts as typing its keys
     ("experiment=heads", "model.context_length=64", "model.context_length=32"),
+    ("recipe=modern", "model.position=rope", "model.position=learned"),  # through its chain of files
 ])
 def test_a_typed_change_the_checkpoint_cannot_honour_is_refused(typed, key, old):
     with pytest.raises(UserError) as e:
@@ -91,6 +92,7 @@ def test_settings_not_typed_are_the_checkpoints_not_the_yaml_defaults():
 def test_typed_keys_reads_groups_and_experiments():
     assert typed_keys(["model.num_heads=2", "+seed=3", "model=tiny"]) == {"model.num_heads", "seed", "model"}
     assert {"model", "model.context_length", "model.head_size", "train.max_steps"} <= typed_keys(["experiment=heads"])
+    assert {"model.position", "model.norm", "train.optimizer"} <= typed_keys(["recipe=modern"])
 
 
 # -- partial and inconsistent checkpoints (in-process) -------------------------------------------------------

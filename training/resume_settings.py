@@ -27,7 +27,7 @@ from common.errors import UserError
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
 # the weights' own settings.
 MODEL_CHANGEABLE = ("model.dropout", "model.attention")
-FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "seed")
+FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "seed", "train.optimizer")  # its state is per optimizer
 
 
 def is_fixed(key: str) -> bool:
@@ -47,28 +47,34 @@ def record_command_line(overrides: Iterable[str]) -> None:
 
 
 def typed_keys(overrides: Iterable[str]) -> set[str]:
-    """Dotted keys (or whole groups: `model`) the overrides set; `experiment=<name>` adds its file's keys."""
+    """Dotted keys (or whole groups: `model`) the overrides set; a global group (`experiment=`, `recipe=`) adds
+    every key its file, and the files it builds on, set."""
     keys: set[str] = set()
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         key = key.split("@")[0]
-        if key == "experiment":
-            keys |= _experiment_keys(value)
+        if key and "." not in key and key not in GROUPS and (CONFIGS / key).is_dir():
+            keys |= _group_keys(key, value)
         elif key:
             keys.add(key)
     return keys
 
 
-def _experiment_keys(name: str) -> set[str]:
+def _group_keys(group: str, name: str, depth: int = 0) -> set[str]:
     from omegaconf import OmegaConf
 
     try:
-        spec = OmegaConf.to_container(OmegaConf.load(CONFIGS / "experiment" / f"{name}.yaml"))
+        spec = OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{name}.yaml"))
     except Exception:  # noqa: BLE001 - an unreadable file: assume it may set anything
         return set(GROUPS) | {"seed"}
-    keys = {str(k).split("/")[-1] for d in spec.get("defaults", []) if isinstance(d, dict) for k in d}
-    for group in GROUPS:
-        keys |= {f"{group}.{k}" for k in (spec.get(group) or {})}
+    keys: set[str] = set()
+    for entry in spec.get("defaults", []):
+        if isinstance(entry, dict):  # `override /model: tiny` sets the whole model group
+            keys |= {str(k).split("/")[-1] for k in entry}
+        elif isinstance(entry, str) and entry != "_self_" and depth < 10:  # another file of this group
+            keys |= _group_keys(group, entry, depth + 1)
+    for section in GROUPS:
+        keys |= {f"{section}.{k}" for k in (spec.get(section) or {})}
     return keys | ({"seed"} if "seed" in spec else set())
 
 
