@@ -256,10 +256,10 @@ def test_the_resume_hint_after_ctrl_c_pastes_back(first_hour):
 def test_a_sweep_folder_names_its_experiment_or_says_sweep(overrides, name):
     from hydra import compose, initialize_config_dir
 
-    from tests.test_readme_commands import compose_command  # noqa: F401 - registers the schemas and resolvers
+    from tests.test_readme_commands import compose_command
     from training.hydra_setup import legacy_experiment_override
 
-    compose_command("train.py", [])
+    compose_command("train.py", [])  # registers the schemas and resolvers the entry script would
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=legacy_experiment_override(list(overrides)), return_hydra_config=True)
     assert re.fullmatch(rf"runs/\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_{name}", cfg.hydra.sweep.dir)
