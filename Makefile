@@ -27,7 +27,7 @@ $(error TORCH=$(TORCH) is not a known build; use TORCH=cpu or leave TORCH empty 
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-fast lint bench tensorboard clean
+.PHONY: help setup train test test-fast lint bench tensorboard clean serve
 
 help: ## list the targets and variables (the default target)
 	@echo "Targets:"
@@ -57,6 +57,9 @@ lint: setup ## check the code with ruff
 
 bench: setup ## print the speed benchmark's JSON; ARGS go to bench.py, e.g. ARGS=--quick
 	$(PY) bench.py $(ARGS)
+
+serve: setup ## start the browser playground on 127.0.0.1:8000; ARGS go to serve.py, e.g. ARGS=port=8080
+	$(PY) serve.py $(ARGS)
 
 tensorboard: setup ## serve TensorBoard for the runs in runs/
 	$(PY) -m tensorboard.main --logdir runs
