@@ -41,7 +41,7 @@ def test_default_run_directory_is_named_by_time_and_overrides(tmp_path):
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1
     name = runs[0].name
-    assert re.match(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_", name) and "model=tiny" in name and "/" not in name
+    assert re.match(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_", name) and "model-tiny" in name and "/" not in name
     g = cli(str(ROOT / "generate.py"), "max_new_tokens=5", cwd=tmp_path)  # newest run under runs/
     assert g.returncode == 0, g.stderr
 
