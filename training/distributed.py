@@ -79,6 +79,17 @@ def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
     return bool(t.item() > 0)
 
 
+def agreed_signal(received: str | None, info: DistInfo, device: torch.device) -> str | None:
+    """The stop signal any rank has received (SIGTERM over SIGINT), the same on every rank: a signal reaches
+    the ranks at slightly different moments, and they must all take the same branch of the loop."""
+    if not info.enabled:
+        return received
+    codes = {"SIGINT": 2.0, "SIGTERM": 15.0}
+    t = torch.tensor([codes.get(received or "", 0.0)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return {2: "SIGINT", 15: "SIGTERM"}.get(int(t.item()))
+
+
 def cleanup(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

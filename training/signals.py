@@ -34,5 +34,7 @@ class StopSignals:
         self.received = signal.Signals(signum).name
 
     def __exit__(self, *exc) -> None:
+        if self.received and "TORCHELASTIC_RUN_ID" in os.environ:
+            return  # stopping: torchrun's forwarded copy may still arrive, and must not abort the ending run
         for sig, old in self._old.items():
             signal.signal(sig, old)

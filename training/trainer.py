@@ -64,8 +64,9 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
             log_step(s, state, result, bar)
             out_of_time = bool(job.train.max_seconds) and state.elapsed() >= job.train.max_seconds
             halt = distributed.any_rank(out_of_time or signals.received is not None, s.dist, s.device)
-            if signals.received:
-                state.stopped = signals.received
+            stop_signal = distributed.agreed_signal(signals.received, s.dist, s.device) if halt else None
+            if stop_signal:  # every rank takes this branch together, whichever got the signal first
+                state.stopped = stop_signal
                 save(s, state, CKPT_NAME)
                 bar.close()
                 if s.dist.is_main:  # every rank got the signal; the resume command is printed once
