@@ -1,13 +1,17 @@
 """Generation throughput with and without the KV cache, and where a cached token's time goes.
 
 Design choices:
-- Batch 1, a short random prompt and a fixed sampling seed: the interactive case, the same tokens on
-  every side and every round.
-- Two uncached baselines: `uncached` reads the same windows as the cached path (so the logits match and
-  only the cache differs); `crop_every_step` is the classic loop that re-reads the last context_length
-  tokens at every step, which is more work and what most tutorials' numbers refer to.
-- The breakdown times the pieces of the cached path directly: the one-token decode step, and the
-  prefill that refills the cache each time the window jumps (reported per token it covers).
+- The `generate_*` keys (kept as they were): the lecture model, batch 1, an 8-token prompt, a fixed
+  sampling seed. Two uncached baselines: `uncached` reads the same windows as the cached path (so the logits
+  match and only the cache differs); `crop_every_step` re-reads the last context_length tokens at every step.
+- The `generation` report compares, for each position kind, cached generation with the crop-and-recompute
+  loop (nanoGPT's `generate`, run by our own uncached path with a window that moves one token per step):
+  500 new tokens from a 1-token prompt, batch 1 and batch 8 (tokens/s count every row's tokens). `learned`
+  is the lecture model (its cache is refilled when the window jumps); `rope` is recipe=modern's model
+  (rotary positions, RMSNorm, squared ReLU, query/key norm), whose cache slides. It also splits a cached
+  token's cost into the decode step, the sampling and the rest of the loop (`per_token_us`).
+- The breakdown times the pieces of the cached path directly; `loop` is what the whole stream costs per
+  token beyond the step and the sampling (Python in the loop, the token window, the prefill).
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from benchmarks.presets import model_kwargs
 from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
 from model.decode import DecodeStep
+from model.sampling import sample_next
 
 PROMPT_TOKENS = 8
 BREAKDOWN_ROUNDS = 5
+BATCHES = (1, 8)
+KINDS = {"learned": {}, "rope": dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, init="torch")}
 
 
 def _generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
                       window_shift: int | None = None) -> Callable[[], float]:
-    """A timer returning the tokens/s of generating `new_tokens` after `prompt` (warmed up once)."""
+    """A timer returning the tokens/s (all rows) of generating `new_tokens` after `prompt` (warmed up once)."""
 
     def generate() -> None:
         g = torch.Generator(device=prompt.device).manual_seed(0)
@@ -37,13 +44,17 @@ def _generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_t
             pass
 
     generate()
-    return lambda: new_tokens / seconds(generate, prompt.device)
+    return lambda: prompt.shape[0] * new_tokens / seconds(generate, prompt.device)
+
+
+def _model(preset: dict[str, int], vocab: int, device: torch.device, **options) -> AttentionLanguageModel:
+    torch.manual_seed(0)
+    return AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset), **options).to(device).eval()
 
 
 def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
     """Tokens/s of cached and uncached generation, their ratios, and the cached path's breakdown."""
-    torch.manual_seed(0)
-    model = AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset)).to(device).eval()
+    model = _model(preset, vocab, device)
     prompt = torch.randint(0, vocab, (1, PROMPT_TOKENS), device=device)
     tps = median_alternating({"cached": _generation_timer(model, prompt, new_tokens, True),
                               "uncached": _generation_timer(model, prompt, new_tokens, False),
@@ -57,6 +68,50 @@ def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, r
             **decode_breakdown(model, vocab, device)}
 
 
+def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.device, rounds: int,
+                             new_tokens: int) -> dict:
+    """The `generation` report: {kind: {batch_N: {cached, crop, ratio}, per_token_us: {...}}}."""
+    report: dict = {"new_tokens": new_tokens, "prompt_tokens": 1}
+    for kind, options in KINDS.items():
+        model = _model(preset, vocab, device, **options)
+        timers = {}
+        for b in BATCHES:
+            prompt = torch.randint(0, vocab, (b, 1), device=device)
+            timers[f"cached_{b}"] = _generation_timer(model, prompt, new_tokens, True)
+            timers[f"crop_{b}"] = _generation_timer(model, prompt, new_tokens, False, 1)
+        tps = median_alternating(timers, rounds)
+        report[kind] = {f"batch_{b}": {"cached_tokens_per_sec": round(tps[f"cached_{b}"], 1),
+                                       "crop_tokens_per_sec": round(tps[f"crop_{b}"], 1),
+                                       "cached_over_crop": round(tps[f"cached_{b}"] / tps[f"crop_{b}"], 2)}
+                        for b in BATCHES}
+        report[kind]["per_token_us"] = per_token_costs(model, vocab, device, 1e6 / tps["cached_1"])
+    return report
+
+
+@torch.inference_mode()
+def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.device, total_us: float) -> dict:
+    """Median microseconds per cached token (batch 1) of the decode step with a full cache, of sampling, and
+    of the rest of the loop (`total_us`, the measured cost of a whole token, minus the other two)."""
+    C = model.context_length
+    K = max(1, C // 4)  # steps per round, the last K positions of a window (where a cache spends its time)
+    ids = torch.randint(0, vocab, (1, C), device=device)
+    cache = model.new_cache(1, device)
+    step = DecodeStep(model, cache)
+    logits = torch.randn(1, vocab, device=device)
+    g = torch.Generator(device=device).manual_seed(0)
+    steps, draws = [], []
+    for _ in range(BREAKDOWN_ROUNDS):
+        cache.reset(0)
+        model(ids[:, : C - K], kv_cache=cache, start=0)
+        cache.advance(C - K)
+        for p in range(C - K, C):
+            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
+            draws.append(seconds(lambda: sample_next(logits, 1.0, None, None, g), device))
+    step_us, sampling_us = statistics.median(steps) * 1e6, statistics.median(draws) * 1e6
+    return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
+            "loop": round(total_us - step_us - sampling_us, 1)}
+
+
 @torch.inference_mode()
 def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
     """Median times of one cached decode step, of refilling the cache (per token), and of one uncached
@@ -67,9 +122,11 @@ def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.de
     step = DecodeStep(model, cache)
     steps, refills, full = [], [], []
     for _ in range(BREAKDOWN_ROUNDS):
+        cache.reset(0)
         refills.append(seconds(lambda: model(ids[:, : C - shift], kv_cache=cache, start=0, last_only=True), device))
+        cache.advance(C - shift)
         for p in range(C - shift, C):
-            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache, p), device))
+            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
         full.append(seconds(lambda: model(ids, last_only=True), device))
     return {"generate_decode_step_us": round(statistics.median(steps) * 1e6, 1),
             "generate_refill_us_per_token": round(statistics.median(refills) / shift * 1e6, 1),

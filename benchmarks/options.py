@@ -43,6 +43,7 @@ class BenchOptions:
     vocab_size: int | None
     corpus: Path | None
     smoke: bool
+    generation_only: bool = False
 
 
 def build_parser(description: str | None = None, prog: str = "bench.py") -> OneLineArgumentParser:
@@ -63,6 +64,8 @@ def build_parser(description: str | None = None, prog: str = "bench.py") -> OneL
     ap.add_argument("--corpus", default=None, help="text file for the tokenizer benchmark and the vocabulary "
                     "(default: ../shared/corpora/koconovel_dev.txt if present, else the built-in corpus)")
     ap.add_argument("--quick", action="store_true", help="2 rounds, no memory test")
+    ap.add_argument("--generation-only", action="store_true",
+                    help="only the `generation` report: cached against crop-and-recompute, both position kinds")
     ap.add_argument("--smoke", action="store_true",
                     help="a seconds-long run that only checks the benchmark works: the tiny preset, 1 round, "
                          "1 step, 16 new tokens, the built-in corpus, no memory test (the numbers mean nothing)")
@@ -111,4 +114,5 @@ def parse_options(argv: list[str], description: str | None = None) -> BenchOptio
         _check_count("--" + flag.replace("_", "-"), getattr(args, flag), minimum)
     pick = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
     return BenchOptions(device=args.device, dtype=args.dtype, vocab_size=args.vocab_size,
-                        corpus=_corpus_path(args.corpus, args.smoke), smoke=args.smoke, **pick)
+                        corpus=_corpus_path(args.corpus, args.smoke), smoke=args.smoke,
+                        generation_only=args.generation_only, **pick)

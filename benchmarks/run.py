@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from benchmarks.encoding_speed import bench_encoding
-from benchmarks.generation_speed import bench_generation
+from benchmarks.generation_speed import bench_cache_against_crop, bench_generation
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS, BenchOptions
 from benchmarks.presets import PRESETS
@@ -78,14 +78,18 @@ def run_benchmarks(opts: BenchOptions) -> dict:
     presets = [opts.preset] if opts.preset else (["default", "shakespeare"] if device.type == "cuda" else ["default"])
 
     result = {**machine(device), "vocab_size": vocab, "corpus": corpus_name}
+    generation_preset = PRESETS["tiny" if opts.smoke else "default"]
+    if opts.generation_only:
+        result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
+        return result
     peak = matmul_peak_flops(device, torch.float32, opts.rounds, small=opts.smoke)
     result["matmul_peak_flops_float32"] = round(peak)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     for preset in presets:
         result[preset] = bench_training(PRESETS[preset], vocab, device, dtypes, opts.rounds, opts.steps, peak)
-    generation_preset = PRESETS["tiny" if opts.smoke else "default"]
     result.update(bench_generation(generation_preset, vocab, device, opts.rounds, opts.new_tokens))
+    result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
     result.update(bench_encoding(text, opts.rounds))
     if opts.memory_mb:
         result.update(bench_big_corpus_memory(opts.memory_mb))

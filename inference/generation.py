@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import TextIO
 
 import torch
 
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer
+
+SEPARATOR = "\n" + "-" * 40 + "\n"  # between samples
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
@@ -26,30 +29,52 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
+BATCH_ROWS = 32  # samples generated together; more only add memory (the cache grows with the batch)
+
+
 def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int,
                    num_samples: int, temperature: float, top_k: int | None, top_p: float | None, seed: int,
                    device: torch.device, use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
-    """Write each sample to `out` as it is produced; the same seed gives the same text."""
+    """Write each sample to `out`; the same seed gives the same text.
+
+    The samples are generated as one batch (of up to BATCH_ROWS rows, then the next batch), each row drawn
+    independently from the one generator. The first row of a batch is written as it is produced, the others
+    when their batch ends. One sample gives the text a single generation always gave for its seed; with
+    several, row n's text differs from what the n-th of several separate generations gave (the rows share
+    the generator's stream), but is just as reproducible.
+    """
     ids = prompt_ids(tokenizer, prompt)
     generator = torch.Generator(device=device).manual_seed(seed)
-    texts = []
-    for n in range(num_samples):
-        if n:
-            out.write("\n" + "-" * 40 + "\n")
-        idx = torch.tensor([ids], dtype=torch.long, device=device)
-        out.write(prompt)
-        out.flush()
-        pieces = [prompt]
-        decoder = tokenizer.stream_decoder()
-        for nxt, _ in model.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator):
-            piece = decoder.feed(int(nxt[0, 0]))
-            if piece:
-                out.write(piece)
-                out.flush()
-                pieces.append(piece)
-        tail = decoder.flush()
-        out.write(tail + "\n")
-        out.flush()
-        pieces.append(tail)
-        texts.append("".join(pieces))
+    texts: list[str] = []
+    for first in range(0, num_samples, BATCH_ROWS):
+        rows = min(BATCH_ROWS, num_samples - first)
+        idx = torch.tensor([ids] * rows, dtype=torch.long, device=device)
+        stream = model.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator)
+        texts += _write_batch(stream, tokenizer, prompt, rows, out, separate_first=first > 0)
     return texts
+
+
+def _write_batch(stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int, out: TextIO,
+                 separate_first: bool) -> list[str]:
+    """Decode a batch's rows; row 0 is written as it streams, the others once the batch is done."""
+    if separate_first:
+        out.write(SEPARATOR)
+    out.write(prompt)
+    out.flush()
+    pieces = [[prompt] for _ in range(rows)]
+    decoders = [tokenizer.stream_decoder() for _ in range(rows)]
+    for nxt, _ in stream:
+        for n, token in enumerate(nxt[:, 0].tolist()):
+            piece = decoders[n].feed(token)
+            if piece:
+                pieces[n].append(piece)
+                if n == 0:
+                    out.write(piece)
+                    out.flush()
+    for n in range(rows):
+        pieces[n].append(decoders[n].flush())
+    out.write(pieces[0][-1] + "\n")
+    for n in range(1, rows):
+        out.write(SEPARATOR + "".join(pieces[n]) + "\n")
+    out.flush()
+    return ["".join(p) for p in pieces]

@@ -13,7 +13,7 @@ Design choices:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
@@ -25,7 +25,7 @@ from model.attention import ATTENTION_KINDS
 from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
-from model.kv_cache import KVCache
+from model.kv_cache import KVCache, TokenWindow
 from model.sampling import check_sampling_args, sample_next
 
 
@@ -133,20 +133,21 @@ class AttentionLanguageModel(nn.Module):
     def window_start(self, length: int, shift: int) -> int:
         """First index of the window the model reads when the sequence holds `length` tokens.
 
-        Learned positions stop at context_length, so a longer sequence is read through a window that jumps
-        forward `shift` tokens at a time (holding between context_length - shift + 1 and context_length
-        tokens). Cached and uncached generation use the same windows, hence give the same logits; the
-        cache is refilled only when the window jumps. shift=1 is the classic "crop to the last
-        context_length tokens" at every step.
+        Positions stop at context_length, so a longer sequence is read through a window that jumps forward
+        `shift` tokens at a time (holding between context_length - shift + 1 and context_length tokens).
+        Cached and uncached generation use the same windows, hence give the same logits. shift=1 is the
+        classic "crop to the last context_length tokens" at every step: what a rotary model does by default,
+        its cache sliding one token at a time; learned positions refill the cache when the window jumps.
         """
         C = self.context_length
         return 0 if length <= C else shift * math.ceil((length - C) / shift)
 
     @property
     def window_shift(self) -> int:
-        """The default `shift` of `window_start`: a quarter of the context, so the model always reads at least
+        """The default `shift` of `window_start`. Rotary positions: 1, the KV cache slides (a ring) and never
+        recomputes anything. Learned positions: a quarter of the context, so the model always reads at least
         three quarters of it while the cache is refilled only every context_length / 4 tokens."""
-        return max(1, self.context_length // 4)
+        return 1 if self.position_embedding is None else max(1, self.context_length // 4)
 
     def new_cache(self, batch_size: int, device: torch.device) -> KVCache:
         """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
@@ -170,7 +171,11 @@ class AttentionLanguageModel(nn.Module):
         generator: torch.Generator | None = None,
         window_shift: int | None = None,
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        """Yield (next ids (B, 1), their logits (B, V)) for each new token. idx: (B, T) prompt, T >= 1."""
+        """Yield (next ids (B, 1), their logits (B, V)) for each new token. idx: (B, T) prompt, T >= 1.
+
+        The B rows are sampled independently, in one batch. Only the last context_length ids are kept, so
+        max_new_tokens may be as large as one likes.
+        """
         check_sampling_args(max_new_tokens, temperature, top_k, top_p)
         if idx.dim() != 2 or idx.shape[1] < 1:
             raise ValueError("idx must be (batch, length) with length >= 1")
@@ -178,31 +183,41 @@ class AttentionLanguageModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            B, T0 = idx.shape
-            seq = torch.empty(B, T0 + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled as we go
-            seq[:, :T0] = idx
-            cache = self.new_cache(B, idx.device) if use_cache else None
-            # The fused path decodes through DecodeStep; `heads` keeps the lecture's modules all the way.
-            step = DecodeStep(self, cache) if cache is not None and self.attention == "fused" else None
-            for L in range(T0, T0 + max_new_tokens):  # L = tokens so far
-                s = self.window_start(L, shift)
-                if cache is None:
-                    logits, _ = self(seq[:, s:L], last_only=True)
-                elif cache.length == 0 or s != cache.window_start:
-                    cache.window_start, cache.length = s, 0  # window jumped: refill it in one pass
-                    logits, _ = self(seq[:, s:L], kv_cache=cache, start=0, last_only=True)
-                elif step is not None:  # one new token since the last step
-                    logits = step(seq[:, L - 1 : L], cache, cache.length)
-                else:
-                    logits, _ = self(seq[:, s + cache.length : L], kv_cache=cache, start=cache.length, last_only=True)
-                if cache is not None:
-                    cache.length = L - s
-                logits = logits[:, -1].float()  # (B, V)
+            tokens = TokenWindow(idx, self.context_length)
+            next_logits = self._logits_source(idx, use_cache, shift)
+            for length in range(idx.shape[1], idx.shape[1] + max_new_tokens):
+                logits = next_logits(tokens, length)[:, -1].float()  # (B, V)
                 nxt = sample_next(logits, temperature, top_k, top_p, generator)
-                seq[:, L : L + 1] = nxt
+                tokens.append(nxt)
                 yield nxt, logits
         finally:
             self.train(was_training)
+
+    def _logits_source(self, idx: Tensor, use_cache: bool, shift: int) -> Callable[[TokenWindow, int], Tensor]:
+        """A function (tokens, length) -> the logits (B, 1, V) that follow the sequence's first `length` ids."""
+        if not use_cache:
+            return lambda tokens, length: self(tokens.last(length - self.window_start(length, shift)),
+                                               last_only=True)[0]
+        cache = self.new_cache(idx.shape[0], idx.device)
+        sliding = shift == 1 and self.position_embedding is None  # rotary keys stay valid as the window moves
+        # The fused path, and every sliding cache, steps through DecodeStep; `heads` with learned positions
+        # keeps the lecture's modules all the way.
+        step = DecodeStep(self, cache) if sliding or self.attention == "fused" else None
+
+        def logits(tokens: TokenWindow, length: int) -> Tensor:
+            start = self.window_start(length, shift)
+            if cache.position == 0 or (not sliding and start != cache.window_start):
+                cache.reset(start)  # first step, or the window jumped: (re)fill it in one pass
+                out = self(tokens.last(length - start), kv_cache=cache, start=0, last_only=True)[0]
+                cache.advance(length - start)
+                return out
+            if step is not None:  # one new token since the last step
+                return step(tokens.last(1), cache)
+            out = self(tokens.last(1), kv_cache=cache, start=cache.position, last_only=True)[0]
+            cache.advance(1)
+            return out
+
+        return logits
 
     @torch.inference_mode()
     def generate(

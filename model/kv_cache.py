@@ -1,4 +1,18 @@
-"""Per-block key/value buffers for incremental generation."""
+"""Per-block key/value buffers for incremental generation, and the token ids the window still needs.
+
+Design choices:
+- Each block has one buffer (B, 2, num_heads, context_length, head_dim), allocated once per generation at
+  full context length; `keys[i]` and `values[i]` are its two halves, so a one-token step writes both in
+  one copy. Nothing is reallocated per token, however long the generation.
+- The cache counts `position`: positions written since it was last (re)filled. Position p lives in slot
+  p % context_length. With learned positions the window is refilled before it outgrows the context, so
+  slot == position. With rotary positions the cache is a ring: once full, each new key overwrites the
+  oldest, and keys stay valid because they were rotated at their own position when written (attention
+  depends only on distances). A one-token query sees every slot, so their order in memory is irrelevant.
+- `TokenWindow` keeps only the last context_length ids of each sequence (what a refill or an uncached
+  step reads), in a buffer twice that long that is compacted when full: generation never holds the whole
+  output, so its memory does not grow with max_new_tokens.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +32,7 @@ class LayerKV:
 
 
 class KVCache:
-    """Keys and values of every block for positions 0..length-1 of the current window.
-
-    Each block has one buffer (B, 2, num_heads, context_length, head_dim), allocated once at full context
-    length; `keys[i]` and `values[i]` are its two halves, so a one-token step writes both in one copy.
-    """
+    """Keys and values of every block for the positions of the current window (see the module docstring)."""
 
     def __init__(self, num_blocks: int, batch_size: int, num_heads: int, context_length: int, head_dim: int,
                  device: torch.device, dtype: torch.dtype):
@@ -31,12 +41,50 @@ class KVCache:
         self.keys = [b[:, 0] for b in self.buffers]  # (B, num_heads, context_length, head_dim) each
         self.values = [b[:, 1] for b in self.buffers]
         self.qkv_weights: list[Tensor | None] = [None] * num_blocks
-        self.length = 0  # positions filled
-        self.window_start = 0  # absolute index, in the whole sequence, of cache position 0
+        self.context_length = context_length
+        self.position = 0  # positions written since the last (re)fill; the next one goes to slot position % C
+        self.window_start = 0  # absolute index, in the whole sequence, of position 0
+
+    @property
+    def length(self) -> int:
+        """Slots holding a key: every position written, up to context_length."""
+        return min(self.position, self.context_length)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.buffers[0].dtype
 
+    def reset(self, window_start: int) -> None:
+        """Empty the cache for a window starting at `window_start` (the buffers are reused)."""
+        self.window_start, self.position = window_start, 0
+
+    def advance(self, n: int) -> None:
+        """Record that `n` more positions were written."""
+        self.position += n
+
     def layer(self, i: int) -> LayerKV:
         return LayerKV(self.keys[i], self.values[i], self.qkv_weights[i])
+
+
+class TokenWindow:
+    """The last `size` token ids of each of B sequences, appended to in place."""
+
+    def __init__(self, idx: Tensor, size: int):
+        """idx: (B, T) the prompt; only its last `size` ids are kept."""
+        kept = idx[:, -size:]
+        self.size = size
+        self.buffer = torch.empty(idx.shape[0], 2 * size, dtype=idx.dtype, device=idx.device)
+        self.end = kept.shape[1]
+        self.buffer[:, : self.end] = kept
+
+    def append(self, ids: Tensor) -> None:
+        """ids: (B, 1), the next token of each sequence."""
+        if self.end == self.buffer.shape[1]:  # full: keep the newest size - 1 ids, at the front
+            self.buffer[:, : self.size - 1] = self.buffer[:, self.end - self.size + 1 : self.end]
+            self.end = self.size - 1
+        self.buffer[:, self.end : self.end + 1] = ids
+        self.end += 1
+
+    def last(self, n: int) -> Tensor:
+        """The newest n ids (n <= size): (B, n), a view valid until the next `append`."""
+        return self.buffer[:, self.end - n : self.end]

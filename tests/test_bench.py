@@ -24,7 +24,8 @@ TOP_KEYS = {"device", "device_name", "torch", "vocab_size", "corpus", "matmul_pe
             "generate_refill_us_per_token", "generate_uncached_full_window_us", "encode_chars", "encode_seconds",
             "encode_chars_per_sec", "encode_python_loop_chars_per_sec", "encode_speedup_over_python_loop",
             "encode_speedup_over_python_loop_int64", "encode_table_build_seconds_once_per_process",
-            "encode_seconds_prenormalized", "encode_speedup_over_python_loop_prenormalized", "peak_rss_mb"}
+            "encode_seconds_prenormalized", "encode_speedup_over_python_loop_prenormalized", "peak_rss_mb",
+            "generation"}
 MEMORY_KEYS = {"big_corpus_mb", "big_corpus_train_seconds", "big_corpus_peak_rss_mb"}
 
 
