@@ -12,12 +12,13 @@ Design choices:
 - Every architecture switch is computed here too (LayerNorm or RMSNorm, learned or rotary positions,
   query/key norm, GELU, squared ReLU or SwiGLU). The cost of a step is mostly the number of small ops, so
   each switch is computed in as few as it allows:
-  - an RMSNorm's gain is folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] * W)`),
-    leaving three elementwise ops instead of torch.rms_norm's composite of six; LayerNorm keeps its own
-    one-op kernel, with its weights;
+  - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite of six),
+    and its sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] *
+    W)`); LayerNorm keeps its own one-op kernel, with its weights;
   - queries and keys are normalised and rotated together, and the rotation is one product with a (D, D)
     matrix per position (`_Rotations`), built by `apply_rope` itself from the identity, so it is the
-    modules' rotation by construction.
+    modules' rotation by construction (it also carries the query/key norm's sqrt(D)).
+- Folding and reordering round differently from the modules: logits agree to float32 rounding (tested).
 - Positions come from the cache (`KVCache.position`); position p is written to slot p % context_length and
   the query attends to every filled slot, which makes the same step serve learned positions (refilled
   before p reaches the context) and the rotary ring (which never refills).
@@ -25,6 +26,7 @@ Design choices:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,47 +41,50 @@ from model.rope import apply_rope, rope_tables
 ROTATION_CHUNK = 64  # rotation matrices are built for this many positions at a time
 
 
-@dataclass
 class _Norm:
-    """A LayerNorm applied with its own weight and bias, or an RMSNorm whose gain the next matrix carries."""
+    """A LayerNorm applied with its own weight and bias, or an RMSNorm computed as `unit_rms` (x / sqrt(n)
+    times its torch.rms_norm value), whose sqrt(n) and gain the next matrix carries (`fold`)."""
 
-    rms: bool
-    shape: tuple
-    weight: Tensor | None
-    bias: Tensor | None
-    eps: float | None
+    def __init__(self, norm: nn.Module, dtype: torch.dtype):
+        self.rms, self.size = isinstance(norm, nn.RMSNorm), norm.normalized_shape[-1]
+        # plain attributes: reading them through the nn.Module at every step costs more than the norm
+        self.shape, self.weight, self.eps = norm.normalized_shape, norm.weight, norm.eps
+        self.bias = getattr(norm, "bias", None)
+        self.floor = _floor(self.size, norm.eps, dtype, norm.weight.device) if self.rms else None
 
-    @classmethod
-    def of(cls, norm: nn.Module) -> _Norm:
-        if isinstance(norm, nn.RMSNorm):
-            return cls(True, norm.normalized_shape, None, None, norm.eps)
-        return cls(False, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-
-    def fold(self, norm: nn.Module, w_t: Tensor) -> Tensor:
+    def fold(self, w_t: Tensor) -> Tensor:
         """w_t (E, out), the matrix applied to this norm's output -> the matrix to apply to `self(x)`."""
-        return norm.weight.detach()[:, None] * w_t if self.rms else w_t
+        if not self.rms:
+            return w_t
+        return (self.weight.detach() * math.sqrt(self.size))[:, None] * w_t
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.rms:
-            return rms(x, self.eps)
+            return unit_rms(x, self.floor)
         return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)  # F.layer_norm adds a wrapper
 
 
-def rms(x: Tensor, eps: float | None = None) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) over the last dimension, without a gain: torch.rms_norm's value (eps None =
-    the dtype's machine epsilon, as there) in fewer ops."""
-    eps = torch.finfo(x.dtype).eps if eps is None else eps
-    return x * torch.rsqrt(torch.linalg.vecdot(x, x).unsqueeze(-1) * (1.0 / x.shape[-1]) + eps)
+def _floor(size: int, eps: float | None, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """sqrt(size * eps) for `unit_rms` (eps None = the dtype's machine epsilon, as torch.rms_norm takes it)."""
+    eps = torch.finfo(dtype).eps if eps is None else eps
+    return torch.tensor(math.sqrt(size * eps), dtype=dtype, device=device)
+
+
+def unit_rms(x: Tensor, floor: Tensor) -> Tensor:
+    """x / sqrt(sum(x^2) + floor^2) over the last dimension (n values): with floor = sqrt(n * eps) this is
+    torch.rms_norm(x, eps) / sqrt(n), in three ops instead of its composite's six."""
+    return x / torch.hypot(torch.linalg.vector_norm(x, dim=-1, keepdim=True), floor)
 
 
 class _Rotations:
     """`rotation(p)`: a (D, D) matrix R with x @ R == apply_rope(x, ..., p), for any absolute position p.
 
-    Built ROTATION_CHUNK positions at a time, so memory stays constant however far the ring slides.
+    Built ROTATION_CHUNK positions at a time, so memory stays constant however far the ring slides; `scale`
+    multiplies them (the sqrt(head_dim) that `unit_rms` leaves out of a query/key norm).
     """
 
-    def __init__(self, head_dim: int, dtype: torch.dtype, device: torch.device):
-        self.head_dim, self.dtype, self.device = head_dim, dtype, device
+    def __init__(self, head_dim: int, dtype: torch.dtype, device: torch.device, scale: float = 1.0):
+        self.head_dim, self.dtype, self.device, self.scale = head_dim, dtype, device, scale
         self.first, self.table = 0, None
 
     def __call__(self, p: int) -> Tensor:
@@ -89,7 +94,7 @@ class _Rotations:
             cos, sin = rope_tables(D, n, start=self.first)
             rows = torch.eye(D, dtype=torch.float32)[:, None].expand(D, n, D)  # basis vector j at each position
             rotated = apply_rope(rows, cos, sin, torch.arange(n))  # (D, n, D): row j rotated at each position
-            self.table = rotated.transpose(0, 1).to(self.device, self.dtype).contiguous()  # (n, D, D)
+            self.table = (rotated.transpose(0, 1) * self.scale).to(self.device, self.dtype).contiguous()
         return self.table[p - self.first]
 
 
@@ -108,17 +113,16 @@ class _BlockWeights:
     gelu: str
 
     @classmethod
-    def of(cls, block: Block, qkv_weight: Tensor, matrix_dtype: torch.dtype) -> _BlockWeights:
-        def t(w: Tensor, norm: nn.Module | None = None) -> Tensor:
+    def of(cls, block: Block, qkv_weight: Tensor, matrix_dtype: torch.dtype, x_dtype: torch.dtype) -> _BlockWeights:
+        def t(w: Tensor, norm: _Norm | None = None) -> Tensor:
             w_t = w.detach().t()
-            if norm is not None:
-                w_t = _Norm.of(norm).fold(norm, w_t)
-            return w_t.to(matrix_dtype).contiguous()
+            return (w_t if norm is None else norm.fold(w_t)).to(matrix_dtype).contiguous()
 
         a, f = block.attn, block.ffwd
-        return cls(ln1=_Norm.of(block.ln1), qkv_t=t(qkv_weight, block.ln1), proj_t=t(a.proj.weight),
-                   proj_b=a.proj.bias, ln2=_Norm.of(block.ln2), fc_t=t(f.fc.weight, block.ln2), fc_b=f.fc.bias,
-                   fc2_t=t(f.proj.weight), fc2_b=f.proj.bias, mlp=f.kind, gelu=f.act.approximate)
+        ln1, ln2 = _Norm(block.ln1, x_dtype), _Norm(block.ln2, x_dtype)
+        return cls(ln1=ln1, qkv_t=t(qkv_weight, ln1), proj_t=t(a.proj.weight), proj_b=a.proj.bias, ln2=ln2,
+                   fc_t=t(f.fc.weight, ln2), fc_b=f.fc.bias, fc2_t=t(f.proj.weight), fc2_b=f.proj.bias, mlp=f.kind,
+                   gelu=f.act.approximate)
 
 
 class DecodeStep:
@@ -136,13 +140,17 @@ class DecodeStep:
         self.position_embedding = None if pe is None else pe.weight
         qkv = [w if w is not None else b.attn.qkv_weight() for b, w in zip(model.blocks, cache.qkv_weights,
                                                                                strict=True)]
-        self.blocks = [_BlockWeights.of(b, w, dtype) for b, w in zip(model.blocks, qkv, strict=True)]
-        self.ln_f = _Norm.of(model.ln_f)
-        self.lm_head_t = self.ln_f.fold(model.ln_f, model.lm_head.weight.detach().t()).to(dtype).contiguous()
+        x_dtype = self.token_embedding.dtype  # the residual stream's, which the norms see
+        self.blocks = [_BlockWeights.of(b, w, dtype, x_dtype) for b, w in zip(model.blocks, qkv, strict=True)]
+        self.ln_f = _Norm(model.ln_f, x_dtype)
+        self.lm_head_t = self.ln_f.fold(model.lm_head.weight.detach().t()).to(dtype).contiguous()
         attn = model.blocks[0].attn
         self.num_heads, self.head_dim, self.qk_norm = attn.num_heads, attn.head_dim, attn.qk_norm
         device = self.token_embedding.device
-        self.rotations = _Rotations(self.head_dim, dtype, device) if attn.rope is not None else None
+        # queries and keys come out of the matrices in the cache's dtype: their norm takes its epsilon
+        self.qk_floor = _floor(self.head_dim, None, dtype, device) if self.qk_norm else None
+        self.qk_scale = math.sqrt(self.head_dim) if self.qk_norm else 1.0
+        self.rotations = _Rotations(self.head_dim, dtype, device, self.qk_scale) if attn.rope is not None else None
 
     def __call__(self, ids: Tensor, cache: KVCache) -> Tensor:
         """ids: (B, 1), the tokens at position `cache.position` -> logits (B, 1, V), as
@@ -165,8 +173,10 @@ class DecodeStep:
     def _qk(self, qk: Tensor, p: int) -> Tensor:
         """Queries and keys (B, 2, H, D) of position p as attention compares them (`shape_qk`'s result)."""
         if self.qk_norm:
-            qk = rms(qk)
-        return qk if self.rotations is None else qk @ self.rotations(p)
+            qk = unit_rms(qk, self.qk_floor)
+            if self.rotations is None:
+                return qk * self.qk_scale
+        return qk if self.rotations is None else qk @ self.rotations(p)  # the rotations carry qk_scale
 
     def _step(self, ids: Tensor, cache: KVCache) -> Tensor:
         B, H, D = ids.shape[0], self.num_heads, self.head_dim
