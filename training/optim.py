@@ -26,7 +26,8 @@ from training.muon import MuonAdamW
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW's two groups: matrices that decay, and the rest (biases, norms, embeddings) that do not."""
     groups = split_parameters(model, use_muon=False)
-    return [{"params": groups["decay"], "weight_decay": weight_decay}, {"params": groups["no_decay"], "weight_decay": 0.0}]
+    return [{"params": groups["decay"], "weight_decay": weight_decay},
+            {"params": groups["no_decay"], "weight_decay": 0.0}]
 
 
 def split_parameters(model: nn.Module, use_muon: bool) -> dict[str, list[nn.Parameter]]:
