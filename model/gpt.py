@@ -185,9 +185,18 @@ class AttentionLanguageModel(nn.Module):
         try:
             tokens = TokenWindow(idx, self.context_length)
             next_logits = self._logits_source(idx, use_cache, shift)
+            # A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would
+            # only add a fork/join to each (and spin against other processes), so they run on one thread;
+            # the caller's thread count is back before each token is yielded.
+            threads = 1 if use_cache and idx.device.type == "cpu" else torch.get_num_threads()
             for length in range(idx.shape[1], idx.shape[1] + max_new_tokens):
-                logits = next_logits(tokens, length)[:, -1].float()  # (B, V)
-                nxt = sample_next(logits, temperature, top_k, top_p, generator)
+                caller_threads = torch.get_num_threads()
+                torch.set_num_threads(threads)
+                try:
+                    logits = next_logits(tokens, length)[:, -1].float()  # (B, V)
+                    nxt = sample_next(logits, temperature, top_k, top_p, generator)
+                finally:
+                    torch.set_num_threads(caller_threads)
                 tokens.append(nxt)
                 yield nxt, logits
         finally:
