@@ -18,7 +18,8 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def make(*args: str) -> subprocess.CompletedProcess:
     # Under `make test` the outer make's flags would reach this one through the environment.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "TORCH_SPEC")}
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "TORCH_SPEC")
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env=env)
 

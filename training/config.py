@@ -29,7 +29,7 @@ OPTIMIZERS = ("adamw", "muon")
 class TrainConfig:
     batch_size: int = 8
     max_steps: int | None = None  # None = max_epochs passes over the training split
-    max_epochs: float = 20.0
+    max_epochs: float = 10.0
     max_seconds: float | None = None  # wall-clock budget; the first of max_steps / max_seconds stops the run
     lr: float = 2.0e-3
     min_lr: float = 1.0e-4

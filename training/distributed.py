@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from common.overrides import shell_path
+
 
 @dataclass
 class DistInfo:
@@ -113,8 +115,8 @@ def peer_loss_is_one_line(run_dir: str) -> Iterator[None]:
         first = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(e).split()))[:120]  # without gloo's source location
         for bar in list(getattr(tqdm, "_instances", ())):  # so the line starts on its own
             bar.close()
-        where = f"; the last checkpoint in {run_dir} is intact: resume with train.resume={run_dir}" if rank == 0 \
-            else ""
+        hint = f"; the last checkpoint in {run_dir} is intact: resume with train.resume={shell_path(run_dir)}"
+        where = hint if rank == 0 else ""
         print(f"error: rank {rank} lost contact with another rank, which stopped or crashed ({first}){where}",
               file=sys.stderr, flush=True)
         os._exit(1)  # the process group cannot be shut down cleanly without the peer

@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
 from common.fsutil import atomic_rename
+from common.overrides import shell_path
 from data.corpus import load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
@@ -103,8 +104,8 @@ def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | Non
     if job.train.resume:
         return load_checkpoint(resolve_checkpoint(job.train.resume))
     if is_main and (run_dir / CKPT_NAME).exists() and not job.train.overwrite:
-        raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={run_dir} to continue it, "
-                        "train.overwrite=true to start over, or another hydra.run.dir")
+        raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={shell_path(run_dir)} to continue "
+                        "it, train.overwrite=true to start over, or another hydra.run.dir")
     return None
 
 

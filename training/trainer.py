@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from common.errors import UserError
+from common.overrides import shell_path
 from inference.checkpoint import BEST_NAME, CKPT_NAME, Checkpoint, TrainingState, save_checkpoint, strip_compile_prefix
 from training import distributed
 from training.config import TrainJob
@@ -71,7 +72,7 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
                 bar.close()
                 if s.dist.is_main:  # every rank got the signal; the resume command is printed once
                     tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
-                               f"train.resume={s.run_dir}")
+                               f"train.resume={shell_path(s.run_dir)}")
                 break
             if state.step % job.train.eval_interval == 0 or state.step == s.max_steps or halt:
                 validate(s, state)
@@ -149,7 +150,7 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
                "hparam/params": s.raw_model.num_parameters()}
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
-                      "seed": s.job.seed}, metrics, state.step)
+                      "seed": s.job.seed, "recipe": s.job.recipe}, metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
     return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,
