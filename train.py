@@ -3,6 +3,7 @@
 from common.cli import config_object, prepare_overrides, run_cli, run_hydra, shell_path
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def _run(cfg: DictConfig) -> None:
     except BaseException:
         remove_unused_run_dir(run_dir)  # a start that failed leaves no empty run behind
         raise
+    if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports the run
+        sys.exit(130 if result.stopped == "SIGINT" else 143 if result.stopped == "SIGTERM" else 0)
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
     # The folder is printed so it pastes back as it stands: ckpt=<it>, train.resume=<it>, hydra.run.dir=<it>.

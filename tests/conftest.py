@@ -1,3 +1,4 @@
+import signal
 import sys
 from pathlib import Path
 
@@ -29,3 +30,15 @@ def small_corpus(tmp_path) -> Path:
     p = tmp_path / "corpus.txt"
     p.write_text(text * 30, encoding="utf-8")
     return p
+
+
+@pytest.fixture(autouse=True)
+def sigint_reaches_children():
+    """A test run started in the background by a script (`pytest ... &`) inherits SIGINT *ignored*, and so would
+    every process it starts: Python then never raises KeyboardInterrupt. Give the children the default action."""
+    old = signal.getsignal(signal.SIGINT)
+    if old == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python handler: children start with SIG_DFL
+    yield
+    if old == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, old)

@@ -35,17 +35,6 @@ from training.run_lock import LOCK_NAME, RunLock, folder_named
 ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
 
 
-@pytest.fixture(autouse=True)
-def sigint_reaches_children():
-    """A test run started in the background by a script (`pytest ... &`) inherits SIGINT *ignored*, and so would
-    every process it starts: Python then never raises KeyboardInterrupt. Give the children the default action."""
-    old = signal.getsignal(signal.SIGINT)
-    if old == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python handler: children start with SIG_DFL
-    yield
-    if old == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, old)
-
 
 @pytest.fixture
 def corpus(tmp_path) -> Path:

@@ -110,7 +110,8 @@ def validate(s: Session, state: LoopState) -> None:
     s.logger.scalars(state.step, {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est})
     s.logger.snapshot(state.step)
     s.logger.flush()
-    tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
+    if s.dist.is_main:
+        tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
     save(s, state, CKPT_NAME)
