@@ -19,6 +19,16 @@ def shared_corpus() -> Path:
 
 
 @pytest.fixture
+def corpus(tmp_path) -> Path:
+    """About 2,000 characters of the tests' own Korean text (tests.helpers.KOREAN, eight times)."""
+    from tests.helpers import KOREAN
+
+    p = tmp_path / "corpus.txt"
+    p.write_text(KOREAN * 8, encoding="utf-8")
+    return p
+
+
+@pytest.fixture
 def small_corpus(tmp_path) -> Path:
     """A few KB of Korean text written for the tests (ours, not from any corpus)."""
     text = (

@@ -206,3 +206,13 @@ def train_job(tmp_path: Path, *overrides: str):
     """A TrainJob for a tiny, quickly evaluated CPU run whose token cache stays under tmp_path."""
     return config_object("train", "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0",
                          "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", *overrides)
+
+
+# A tiny training that only a signal or a fault stops (crash-safety and fault tests).
+ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()

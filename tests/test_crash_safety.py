@@ -6,7 +6,6 @@ Everything goes through the real `train.py` / `generate.py` command lines.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import re
@@ -19,21 +18,7 @@ import torch
 
 from common.errors import UserError
 from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
-from tests.helpers import KOREAN, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
-
-ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
-
-
-
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    p = tmp_path / "corpus.txt"
-    p.write_text(KOREAN * 8, encoding="utf-8")
-    return p
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, sha256_of, start, stderr_lines
 
 
 @pytest.mark.slow
@@ -119,7 +104,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cor
     r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=1000",
             f"data.path={corpus}", f"hydra.run.dir={run}")
     assert r.returncode == 0, r.stderr
-    before = {name: _sha(run / name) for name in ("ckpt.pt", "best.pt")}
+    before = {name: sha256_of(run / name) for name in ("ckpt.pt", "best.pt")}
 
     r = cli("tests/fault_nan.py", "5", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
             "train.lr_decay_steps=1000", f"data.path={corpus}")
@@ -128,7 +113,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cor
     errors = [line for line in stderr_lines(r.stderr) if line.startswith("error:")]
     assert len(errors) == 1 and errors[0] == stderr_lines(r.stderr)[-1], r.stderr
     assert "the loss became nan at step 5" in errors[0] and "last good checkpoint is kept" in errors[0]
-    assert {name: _sha(run / name) for name in before} == before  # byte for byte
+    assert {name: sha256_of(run / name) for name in before} == before  # byte for byte
     assert load_checkpoint(run / "ckpt.pt").step == 4
 
 
