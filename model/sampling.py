@@ -23,17 +23,14 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
         raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 
-def sample_next(
-    logits: Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
-    if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
-        return logits.argmax(dim=-1, keepdim=True)
+def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
+                   top_p: float | None = None) -> Tensor:
+    """The distribution `sample_next` draws from: logits (B, V) -> float32 probabilities (B, V), after
+    temperature, top-k and top-p. Greedy decoding (a temperature that rounds to 0 in float32) draws from
+    nothing; the softmax of the raw logits stands in for it, for callers that show probabilities."""
     logits = logits.float()
+    if temperature < torch.finfo(torch.float32).tiny:
+        return torch.softmax(logits, dim=-1)
     if temperature != 1.0:
         # Shift the largest logit to 0 before dividing: a tiny temperature then sends the others to -inf
         # (probability 0) instead of overflowing to inf - inf = NaN, so it approaches greedy as it should.
@@ -48,7 +45,20 @@ def sample_next(
         drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return sample_from(torch.softmax(logits, dim=-1), generator)
+    return torch.softmax(logits, dim=-1)
+
+
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
+    if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
+        return logits.argmax(dim=-1, keepdim=True)
+    return sample_from(sampling_probs(logits, temperature, top_k, top_p), generator)
 
 
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:

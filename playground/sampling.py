@@ -3,9 +3,9 @@
 Design choices:
 - Tokens come from `model.stream` with the prompt ids of `inference.generation.prompt_ids` and a generator
   seeded as `generate.py` seeds it, so a seed gives the text `generate.py` prints for it.
-- The probability reported for a token is the one the sampler drew it with: the softmax of the logits after
-  the same temperature, top-k and top-p filtering as `model.sampling.sample_next`. Greedy decoding
-  (temperature 0) has no distribution of its own; the softmax of the raw logits stands in for it.
+- The probability reported for a token is the one the sampler drew it with: `model.sampling.sampling_probs`,
+  the very distribution `sample_next` draws from. Greedy decoding (temperature 0) has no distribution of its
+  own; the softmax of the raw logits stands in for it.
 - Events follow the tokenizer's stream decoder, one per character: one token for the character tokenizer,
   a whole syllable (three tokens) for the jamo one. When the decoder releases several characters at once,
   each gets the tokens that spell it (found by decoding prefixes). A character's probability is the product
@@ -24,30 +24,10 @@ import torch
 from torch import Tensor
 
 from inference.generation import prompt_ids
+from model.sampling import sampling_probs
 from playground.cache import CachedRun
 
 TOP_ALTERNATIVES = 5
-
-
-def sampling_distribution(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
-    """The probabilities `sample_next` draws from for logits (B, V) -> (B, V), as float32.
-
-    It repeats `sample_next`'s filtering step by step (tests/test_serve.py checks that the two agree)."""
-    logits = logits.float()
-    if temperature < torch.finfo(torch.float32).tiny:  # greedy: no distribution of its own
-        return torch.softmax(logits, dim=-1)
-    if temperature != 1.0:
-        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p  # the rule sample_next applies
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return torch.softmax(logits, dim=-1)
 
 
 @dataclass
@@ -96,7 +76,7 @@ class Continuation:
 
     def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
         p = self.params
-        probs = sampling_distribution(logits[None], p.temperature, p.top_k, p.top_p)[0]
+        probs = sampling_probs(logits[None], p.temperature, p.top_k, p.top_p)[0]
         probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
         top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
                for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]

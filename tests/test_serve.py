@@ -22,7 +22,6 @@ from model import sampling as sampler
 from model.inspect import attention_maps
 from playground.app import create_app
 from playground.config import ServeConfig, register_configs
-from playground.sampling import sampling_distribution
 from tests.conftest import ROOT
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 
@@ -112,7 +111,7 @@ def test_reported_distribution_is_the_one_sample_next_draws_from(monkeypatch, te
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 4
     sampler.sample_next(logits, temperature, top_k, top_p)
     if seen:  # greedy draws nothing: the raw softmax is reported instead
-        assert torch.allclose(seen[0], sampling_distribution(logits, temperature, top_k, top_p))
+        assert torch.allclose(seen[0], sampler.sampling_probs(logits, temperature, top_k, top_p))
 
 
 def test_char_events_carry_probability_and_alternatives(client):
