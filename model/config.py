@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from common import checks
 from common.errors import ConfigError
 
 ATTENTION_KINDS = ("heads", "fused")
@@ -48,23 +49,17 @@ class ModelConfig:
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
         for name in sizes + (("vocab_size",) if self.vocab_size is not None else ()):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.{name}={value!r} is invalid: it must be a positive integer")
+            checks.positive_int(f"model.{name}", getattr(self, name))
         if self.head_size % self.num_heads:
             raise ConfigError(f"model.head_size={self.head_size} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head_size that is a multiple of num_heads")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout!r} is invalid: it must be in [0, 1)")
-        if self.attention not in ATTENTION_KINDS:
-            raise ConfigError(f"model.attention={self.attention} is invalid: use one of {', '.join(ATTENTION_KINDS)}")
+        checks.number_in("model.dropout", self.dropout, 0, 1, high_open=True)
         for name in ("tie_weights", "qk_norm", "zero_init_proj"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
-        for name, kinds in (("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS), ("init", INITS)):
-            if getattr(self, name) not in kinds:
-                raise ConfigError(f"model.{name}={getattr(self, name)} is invalid: use one of {', '.join(kinds)}")
+        for name, kinds in (("attention", ATTENTION_KINDS), ("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
+                            ("init", INITS)):
+            checks.one_of(f"model.{name}", getattr(self, name), kinds)
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "
                               f"{self.head_dim}; change model.head_size or model.num_heads")
