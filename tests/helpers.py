@@ -210,9 +210,3 @@ def train_job(tmp_path: Path, *overrides: str):
 
 # A tiny training that only a signal or a fault stops (crash-safety and fault tests).
 ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
-
-
-def sha256_of(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()

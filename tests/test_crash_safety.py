@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from common.errors import UserError
+from common.fsutil import file_sha256
 from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
-from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, sha256_of, start, stderr_lines
+from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
 
 
 @pytest.mark.slow
@@ -104,7 +105,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cor
     r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=1000",
             f"data.path={corpus}", f"hydra.run.dir={run}")
     assert r.returncode == 0, r.stderr
-    before = {name: sha256_of(run / name) for name in ("ckpt.pt", "best.pt")}
+    before = {name: file_sha256(run / name) for name in ("ckpt.pt", "best.pt")}
 
     r = cli("tests/fault_nan.py", "5", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
             "train.lr_decay_steps=1000", f"data.path={corpus}")
@@ -113,7 +114,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cor
     errors = [line for line in stderr_lines(r.stderr) if line.startswith("error:")]
     assert len(errors) == 1 and errors[0] == stderr_lines(r.stderr)[-1], r.stderr
     assert "the loss became nan at step 5" in errors[0] and "last good checkpoint is kept" in errors[0]
-    assert {name: sha256_of(run / name) for name in before} == before  # byte for byte
+    assert {name: file_sha256(run / name) for name in before} == before  # byte for byte
     assert load_checkpoint(run / "ckpt.pt").step == 4
 
 

@@ -16,6 +16,7 @@ import torch
 
 import inference.checkpoint as checkpoint_module
 from common.errors import UserError
+from common.fsutil import file_sha256
 from inference.checkpoint import Checkpoint, CheckpointWriteError, load_checkpoint, save_checkpoint
 from tests.helpers import (
     ENDLESS,
@@ -25,7 +26,6 @@ from tests.helpers import (
     _env,
     assert_one_line_error,
     cli,
-    sha256_of,
     start,
     stderr_lines,
     tiny_model,
@@ -50,7 +50,7 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_says_so(tmp_path, monk
     ckpt = Checkpoint(model.config, model.state_dict(), {"kind": "char", "chars": []})
     path = tmp_path / "ckpt.pt"
     save_checkpoint(ckpt, path)
-    before = sha256_of(path)
+    before = file_sha256(path)
 
     def failing_save(obj, f):
         f.write(b"half a checkpoint")
@@ -64,7 +64,7 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_says_so(tmp_path, monk
     assert e.value.exit_code == 1 and isinstance(e.value, UserError)
     with pytest.raises(CheckpointWriteError, match="nothing was written"):
         save_checkpoint(ckpt, tmp_path / "best.pt")
-    assert sha256_of(path) == before and not list(tmp_path.glob(".*.tmp")) and not (tmp_path / "best.pt").exists()
+    assert file_sha256(path) == before and not list(tmp_path.glob(".*.tmp")) and not (tmp_path / "best.pt").exists()
 
 
 @pytest.mark.slow
@@ -134,11 +134,12 @@ def test_a_second_training_into_a_busy_folder_is_refused_before_it_writes(tmp_pa
     reader = LineReader(proc)
     try:
         reader.wait_for("step 2:")  # the first training runs and has checkpointed
-        record = {p: sha256_of(p) for p in (run / ".hydra").iterdir()}
+        record = {p: file_sha256(p) for p in (run / ".hydra").iterdir()}
         for extra in (("train.overwrite=true", f"hydra.run.dir={run}"), (f"train.resume={run}",)):
             r = cli("train.py", *TINY, *extra, f"data.path={corpus}")
             assert_one_line_error(r, f"another training (process {proc.pid}) is using {run}")
-        assert {p: sha256_of(p) for p in (run / ".hydra").iterdir()} == record  # not even Hydra's record was rewritten
+        # not even Hydra's record was rewritten
+        assert {p: file_sha256(p) for p in (run / ".hydra").iterdir()} == record
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
@@ -157,12 +158,12 @@ def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
     r = cli("train.py", *TINY, "train.max_steps=2", "train.eval_interval=2", f"data.path={corpus}",
             f"hydra.run.dir={run}")
     assert r.returncode == 0, r.stderr
-    before = {p.name: sha256_of(p) for p in run.iterdir() if p.is_file()}
+    before = {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()}
     assert any(name.startswith("events.out.tfevents.") for name in before)
     for bad in (f"data.path={tmp_path / 'corpus.tx'}", f"data.path={tmp_path}", "model.context_length=100000"):
         r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=2", bad, f"hydra.run.dir={run}")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert {p.name: sha256_of(p) for p in run.iterdir() if p.is_file()} == before, bad
+        assert {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()} == before, bad
     assert load_checkpoint(run / "ckpt.pt").step == 2
     assert all(torch.isfinite(v).all() for v in load_checkpoint(run / "ckpt.pt").model.values())
 

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from common.errors import UserError
+from common.fsutil import file_sha256
 from inference.checkpoint import Checkpoint, TrainingState, load_checkpoint
 from inference.loading import model_from_checkpoint
 from model.config import ModelConfig
-from tests.helpers import TINY, assert_one_line_error, cli, cli_all, config_object, sha256_of, tiny_model, train_job
+from tests.helpers import TINY, assert_one_line_error, cli, cli_all, config_object, tiny_model, train_job
 from tokenizer import KoreanCharTokenizer
 from training.resume_settings import apply_checkpoint_settings, summary, typed_keys
 
@@ -169,7 +170,7 @@ def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_co
     r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=100",
             f"data.path={small_corpus}", f"hydra.run.dir={run}")
     assert r.returncode == 0, r.stderr
-    before = sha256_of(run / "ckpt.pt")
+    before = file_sha256(run / "ckpt.pt")
     partial = tmp_path / "partial" / "ckpt.pt"
     partial.parent.mkdir()
     payload = torch.load(run / "ckpt.pt", weights_only=True)
@@ -183,7 +184,7 @@ def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_co
                       ("generate.py", "device=cpu", f"ckpt={partial}", "max_new_tokens=5", "prompt=봄"),
                       ("train.py", "device=cpu", f"train.resume={run}", "train.max_steps=6", "train.lr=0.001",
                        "model.dropout=0.1"))
-    assert all(sha256_of(c / "ckpt.pt") == before for c in copies)
+    assert all(file_sha256(c / "ckpt.pt") == before for c in copies)
     for r, (key, old) in zip(results, [("model.num_heads=2", "model.num_heads=4"),
                                        ("model.context_length=64", "model.context_length=32"),
                                        ("model.embedding_size=32", "model.embedding_size=64"),
@@ -199,7 +200,7 @@ def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_co
     assert "step 6: train loss" in applied.stdout and "step 5:" not in applied.stdout
     config = load_checkpoint(run / "ckpt.pt").config
     assert config["data"]["path"] == str(small_corpus) and config["train"]["lr"] == 0.001
-    assert config["train"]["batch_size"] == 2 and before != sha256_of(run / "ckpt.pt")
+    assert config["train"]["batch_size"] == 2 and before != file_sha256(run / "ckpt.pt")
 
 
 @pytest.mark.slow
@@ -210,11 +211,11 @@ def test_resuming_from_best_keeps_the_newer_ckpt_under_its_own_name(tmp_path, sm
     shutil.copy(run / "ckpt.pt", tmp_path / "step2.pt")
     assert cli(*base, "train.max_steps=4", f"train.resume={run}").returncode == 0
     shutil.copy(tmp_path / "step2.pt", run / "best.pt")  # as if the loss had risen after step 2
-    newer = sha256_of(run / "ckpt.pt")
+    newer = file_sha256(run / "ckpt.pt")
     r = cli(*base, "train.max_steps=3", f"train.resume={run / 'best.pt'}")
     assert r.returncode == 0, r.stderr
     assert "note: resuming from best.pt (step 2); the run's newer ckpt.pt (step 4) is kept as ckpt.step4.pt\n" \
         in r.stdout
-    assert sha256_of(run / "ckpt.step4.pt") == newer
+    assert file_sha256(run / "ckpt.step4.pt") == newer
     assert load_checkpoint(run / "ckpt.pt").step == 3
     ModelConfig.from_dict(load_checkpoint(run / "ckpt.step4.pt").model_config.to_dict())
