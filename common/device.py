@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
+from common.checks import DEVICES
 from common.errors import UserError
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
