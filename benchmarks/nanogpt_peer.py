@@ -1,0 +1,199 @@
+"""nanoGPT beside us: train nanoGPT's own `model.py` for a wall-clock budget, as its `train.py` would, and
+score a held-out file exactly as `evaluate.py` scores our runs.
+
+    python benchmarks/nanogpt_peer.py --nanogpt ~/src/nanoGPT --corpus train.txt --heldout heldout.txt \
+        --seconds 300 [--seed 1337] [--out runs/peer/nanogpt]
+
+Prints one JSON line: steps, tokens seen, tokens/s, the held-out loss and bits per character.
+
+Design choices:
+- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it
+  yourself); its `model.py` is imported from there, never copied.
+- The loop is `train.py`'s, line for line in what it costs: a fresh `np.memmap` per batch, AdamW from
+  `configure_optimizers`, gradient clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters`
+  batches of both splits every `eval_interval` steps, and a checkpoint at every evaluation. Its defaults are
+  `train.py`'s (`bias=False`, betas 0.9/0.95, weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile),
+  with the lecture model's sizes and rate (128 wide, 4 blocks, 4 heads, context 128, batch 8, lr 2e-3, 100
+  warmup steps, dropout 0). The cosine decays over the time budget rather than a step count, so the rate
+  reaches its floor when the clock runs out, as ours does.
+- Data: our char tokenizer over the corpus (so both sides have the same vocabulary and the same characters
+  are left out of the held-out score), the first 90% of the ids as nanoGPT's `train.bin`, the rest `val.bin`.
+- The held-out score is `inference.scoring`'s: every token predicted once in non-overlapping windows of
+  the context length, bits per character over the characters the vocabulary knows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+    from common.errors import UserError
+
+    ap = OneLineArgumentParser(prog="nanogpt_peer.py", description=__doc__.split("\n\nDesign")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nanogpt", required=True, help="a checkout of github.com/karpathy/nanoGPT")
+    ap.add_argument("--corpus", required=True, help="the training text (its first 90%% trains, the rest validates)")
+    ap.add_argument("--heldout", required=True, help="text none of the runs trained on, scored at the end")
+    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget (default 300)")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--out", default="runs/peer/nanogpt", help="where its bins and checkpoint go")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
+    args = ap.parse_args(argv)
+    if not (Path(args.nanogpt).expanduser() / "model.py").is_file():
+        raise UserError(f"--nanogpt {args.nanogpt}: no model.py there; clone github.com/karpathy/nanoGPT first")
+    for name in ("corpus", "heldout"):
+        if not Path(getattr(args, name)).expanduser().is_file():
+            raise UserError(f"--{name} {getattr(args, name)}: not found or not a file")
+    if not args.seconds > 0:
+        raise UserError(f"--seconds must be > 0, got {args.seconds}")
+    return args
+
+
+SETTINGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, bias=False, dropout=0.0, batch_size=8,
+                learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, weight_decay=0.1, beta1=0.9, beta2=0.95,
+                grad_clip=1.0, eval_interval=2000, eval_iters=200, log_interval=1)
+
+
+def settings(overrides: list[str]) -> dict:
+    from common.errors import UserError
+
+    s = dict(SETTINGS)
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key not in s:
+            raise UserError(f"--set {item}: unknown setting; known: {', '.join(s)}")
+        s[key] = type(s[key])(value) if not isinstance(s[key], bool) else value.lower() in ("1", "true")
+    return s
+
+
+def import_nanogpt(folder: Path):
+    spec = importlib.util.spec_from_file_location("nanogpt_model", folder / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_bins(corpus: Path, out: Path):
+    """nanoGPT's data folder (train.bin, val.bin as uint16) from our char tokenizer; returns the tokenizer."""
+    import numpy as np
+
+    from data.corpus import load_corpus
+
+    c = load_corpus(corpus, cache_dir=out / "cache")
+    n_train = int(len(c.tokens) * 0.9)
+    out.mkdir(parents=True, exist_ok=True)
+    np.asarray(c.tokens[:n_train], dtype=np.uint16).tofile(out / "train.bin")
+    np.asarray(c.tokens[n_train:], dtype=np.uint16).tofile(out / "val.bin")
+    return c.tokenizer
+
+
+def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, seed: int):
+    """nanoGPT's train.py loop, stopped by the clock; returns (model, steps, tokens/s)."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    model = gpt_module.GPT(gpt_module.GPTConfig(block_size=s["block_size"], vocab_size=vocab_size,
+                                                n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"],
+                                                dropout=s["dropout"], bias=s["bias"]))
+    optimizer = model.configure_optimizers(s["weight_decay"], s["learning_rate"], (s["beta1"], s["beta2"]), "cpu")
+    B, T = s["batch_size"], s["block_size"]
+
+    def get_batch(split: str):
+        d = np.memmap(data / f"{split}.bin", dtype=np.uint16, mode="r")  # train.py re-opens it every batch
+        ix = torch.randint(len(d) - T, (B,))
+        x = torch.stack([torch.from_numpy(d[i:i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + T].astype(np.int64)) for i in ix])
+        return x, y
+
+    @torch.no_grad()
+    def estimate_loss():
+        model.eval()
+        out = {k: float(torch.tensor([model(*get_batch(k))[1].item() for _ in range(s["eval_iters"])]).mean())
+               for k in ("train", "val")}
+        model.train()
+        return out
+
+    def lr_at(step: int, fraction: float) -> float:  # train.py's get_lr, decaying over the time budget
+        lr, lo, warm = s["learning_rate"], s["min_lr"], s["warmup_iters"]
+        if step < warm:
+            return lr * (step + 1) / (warm + 1)
+        return lo + 0.5 * (1.0 + math.cos(math.pi * min(1.0, fraction))) * (lr - lo)
+
+    step, started = 0, time.perf_counter()
+    X, Y = get_batch("train")
+    while (elapsed := time.perf_counter() - started) < seconds:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, elapsed / seconds)
+        if step % s["eval_interval"] == 0:
+            losses = estimate_loss()
+            if step:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, data / "ckpt.pt")
+            print(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}", file=sys.stderr)
+        _, loss = model(X, Y)
+        X, Y = get_batch("train")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % s["log_interval"] == 0:
+            loss.item()
+        step += 1
+    seconds_run = time.perf_counter() - started
+    return model, step, step * B * T / seconds_run
+
+
+def score(model, tokenizer, heldout: Path, context_length: int) -> dict:
+    """`evaluate.py`'s numbers for nanoGPT's model (which returns full logits only when given targets)."""
+    import contextlib
+
+    import torch
+    from torch import nn
+
+    from inference.scoring import evaluate_file
+
+    class FullLogits(nn.Module):
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt, self.context_length = gpt, context_length
+
+        def forward(self, idx):
+            idx = idx.contiguous()
+            return self.gpt(idx, idx)[0], None
+
+    return evaluate_file(FullLogits(model), tokenizer, heldout, None, 32, torch.device("cpu"),
+                         contextlib.nullcontext, progress=False)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    s = settings(args.set)
+    out = Path(args.out)
+    tokenizer = write_bins(Path(args.corpus).expanduser(), out)
+    gpt_module = import_nanogpt(Path(args.nanogpt).expanduser())
+    model, steps, tps = train(gpt_module, s, tokenizer.vocab_size, out, args.seconds, args.seed)
+    result = score(model.eval(), tokenizer, Path(args.heldout).expanduser(), s["block_size"])
+    print(json.dumps({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds, "steps": steps,
+                      "tokens": steps * s["batch_size"] * s["block_size"], "tokens_per_sec": round(tps, 1),
+                      "heldout_loss": result["loss"], "heldout_bpc": result["bpc"], "heldout_chars": result["chars"],
+                      "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None, "settings": s}), flush=True)
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
