@@ -36,7 +36,7 @@ from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
-from training.config import TrainJob
+from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
 from training.state import restore_rng, seed_everything
@@ -60,9 +60,10 @@ class Session:
     scaler: torch.amp.GradScaler
     sampler: BatchSampler
     logger: RunLogger
-    max_steps: int
-    decay_steps: int
+    max_steps: int | None  # None: only the time budget stops the run
+    decay_steps: int | None  # None: the schedule follows the clock (train.max_seconds)
     tokens_per_step: int
+    step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -80,7 +81,7 @@ class LoopState:
     train_loss: float = math.nan
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
-    stopped: str = "max_steps"  # max_steps | max_seconds | SIGINT | SIGTERM
+    stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | SIGINT | SIGTERM
     started: float = field(default_factory=time.perf_counter)
     last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
 
@@ -97,6 +98,16 @@ def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
 def epochs_to_steps(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
     """Steps for `epochs` passes over the training split (the default when train.max_steps is null)."""
     return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
+
+
+def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple[int | None, str]:
+    """(the step the run stops at, which key set it). Under a time budget passes over the data stop the run
+    only when train.max_epochs was given: the time the user gives is the time used."""
+    if t.max_steps is not None:
+        return t.max_steps, "max_steps"
+    if t.max_epochs is None and t.max_seconds:
+        return None, "max_seconds"
+    return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
 def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | None:
@@ -228,8 +239,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
-    max_steps = t.max_steps if t.max_steps is not None else \
-        epochs_to_steps(t.max_epochs, len(train_tokens), tokens_per_step)
+    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
     commit_run_dir(job, run_dir, resumed, changed, dist)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
@@ -238,5 +248,5 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                  val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
-                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step)
+                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit)
     return session, state
