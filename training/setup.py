@@ -36,6 +36,7 @@ from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
+from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
@@ -64,6 +65,7 @@ class Session:
     decay_steps: int | None  # None: the schedule follows the clock (train.max_seconds)
     tokens_per_step: int
     step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
+    auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -138,6 +140,8 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None) -> A
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
+    if config.dropout is None:  # auto: resolved once the run's limits (and speed) are known
+        config = replace(config, dropout=0.0)
     model = AttentionLanguageModel(config)
     if resumed is not None:
         model.load_state_dict(resumed.model)
@@ -235,11 +239,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
         print_first_batch(sampler, dist)
+    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
+    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     model = torch.compile(raw_model) if t.compile else raw_model
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
-    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
-    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
     commit_run_dir(job, run_dir, resumed, changed, dist)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
@@ -248,5 +253,5 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                  val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
-                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit)
+                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto)
     return session, state

@@ -156,8 +156,9 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     metrics = {"hparam/val_loss": state.val_loss, "hparam/val_bpc": val_bpc,
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
                "hparam/params": s.raw_model.num_parameters()}
+    auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
-                      "seed": s.job.seed, "recipe": s.job.recipe}, metrics, state.step)
+                      "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto}, metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
     return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,
