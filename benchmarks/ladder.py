@@ -111,7 +111,7 @@ def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Na
         return {"error": (proc.stderr.strip().splitlines() or ["nanogpt_peer.py failed"])[-1]}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
-            "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
+            "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
 
 
 def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
@@ -125,19 +125,26 @@ def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: a
     if "error" in trained:
         return {**record, **trained}
     scored = evaluate(run_dir, heldout)
-    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "params": parameters(run_dir), **({"error": scored["error"]} if "error" in scored else {})}
+    facts = run_facts(run_dir)
+    if facts.get("tokens_per_step"):
+        facts["tokens"] = trained["steps"] * facts.pop("tokens_per_step")
+    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"), **facts,
+            **({"error": scored["error"]} if "error" in scored else {})}
 
 
-def parameters(run_dir: Path) -> int | None:
+def run_facts(run_dir: Path) -> dict:
+    """Parameters, tokens per step and the dropout the run trained with, from its checkpoint."""
+    import torch
+
     from inference.loading import load_run
 
     try:
-        import torch
-
-        return load_run(run_dir, torch.device("cpu")).model.num_parameters()
-    except Exception:  # noqa: BLE001 - a count is a nicety; the run's error, if any, is reported elsewhere
-        return None
+        run = load_run(run_dir, torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - facts are a nicety; the run's error, if any, is reported elsewhere
+        return {}
+    t = run.checkpoint.config.get("train", {})
+    tokens = t.get("batch_size", 0) * run.model.context_length * t.get("grad_accum_steps", 1)
+    return {"params": run.model.num_parameters(), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
 
 
 def same_run(a: dict, b: dict) -> bool:

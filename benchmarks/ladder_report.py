@@ -36,6 +36,7 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
         table.setdefault(corpus, []).append({
             "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
             "tokens_per_sec": tps[len(tps) // 2] if tps else None, "steps": statistics.fmean(r["steps"] for r in runs),
+            "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
             "max_load": max(r.get("load_before", 0.0) for r in runs)})
     for rows in table.values():
         peer = next((row["bpc"] for row in rows if row["rung"] == "nanogpt"), None)
@@ -48,11 +49,13 @@ def markdown(table: dict[str, list[dict]], budget: str) -> str:
     lines = []
     for corpus, rows in table.items():
         lines += [f"**{corpus}** ({budget} per run; held-out bits per character, mean ± half-range over seeds)", "",
-                  "| run | held-out bpc | vs nanoGPT | tokens/s | steps | seeds |", "|---|---:|---:|---:|---:|---:|"]
+                  "| run | held-out bpc | vs nanoGPT | tokens seen | tokens/s | steps | seeds |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for row in rows:
             gap = "" if row["gap"] is None else f"{row['gap']:+.3f}"
             tps = "" if row["tokens_per_sec"] is None else f"{row['tokens_per_sec']:,.0f}"
-            lines.append(f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {tps} | "
+            seen = f"{row['tokens'] / 1e6:.2f}M" if row["tokens"] else ""
+            lines.append(f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {seen} | {tps} | "
                          f"{row['steps']:,.0f} | {row['seeds']} |")
         loads = max(row["max_load"] for row in rows)
         lines += ["", f"Highest 1-minute load average before a run: {loads:.2f}.", ""]
