@@ -67,8 +67,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def budget(args: argparse.Namespace) -> dict:
-    return {"steps": args.steps} if args.steps else {"seconds": args.seconds}
+def budget(args: argparse.Namespace) -> str:
+    """The budget every run of this campaign gets, as the results record it: "300 s" or "1500 steps"."""
+    return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
 
 
 def load_average() -> float:
@@ -117,7 +118,7 @@ def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Na
 def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
     train, heldout = paths
     run_dir = Path(args.out) / corpus / f"{rung}-seed{seed}"
-    record = {"corpus": corpus, "rung": rung, "seed": seed, **budget(args), "set": args.set,
+    record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
               "load_before": load_average()}
     if rung == "nanogpt":
         return {**record, **run_peer(seed, train, heldout, run_dir, args)}
@@ -148,7 +149,7 @@ def run_facts(run_dir: Path) -> dict:
 
 
 def same_run(a: dict, b: dict) -> bool:
-    keys = ("corpus", "rung", "seed", "steps", "seconds", "set")
+    keys = ("corpus", "rung", "seed", "budget", "set")
     return all(a.get(k) == b.get(k) for k in keys) and "error" not in a
 
 
@@ -167,7 +168,7 @@ def main(argv: list[str]) -> None:
         paths = split_heldout(path, out / "splits", args.heldout)
         for seed in range(1337, 1337 + args.seeds):
             for rung in rungs:
-                want = {"corpus": name, "rung": rung, "seed": seed, **budget(args), "set": args.set}
+                want = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
                 if any(same_run(d, want) for d in done):
                     continue
                 record = one_run(name, rung, seed, paths, args)

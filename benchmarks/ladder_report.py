@@ -86,8 +86,7 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
 
 def report(results: list[dict], args: argparse.Namespace, out: Path) -> None:
     budget = f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
-    chosen = [r for r in results if r.get("set", "") == args.set
-              and (r.get("steps") == args.steps if args.steps else r.get("seconds") == args.seconds)]
+    chosen = [r for r in results if r.get("set", "") == args.set and r.get("budget") == budget]
     text = markdown(summarise(chosen), budget)
     print(text)
     (out / "ladder.md").write_text(text, encoding="utf-8")
