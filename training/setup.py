@@ -228,7 +228,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
     seed_everything(job.seed)
     corpus = load_data(job, tokenizer_from_dict(resumed.tokenizer) if resumed else None, resumed)
-    train_tokens, val_tokens = corpus.split(job.data.val_fraction)
+    train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed).to(device)
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
