@@ -43,8 +43,11 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     kind = "char"
 
-    def __init__(self, chars: Iterable[str]):
+    def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         chars = sorted(set(chars))
+        base = set(chars)
+        self.added: list[str] = [c for c in dict.fromkeys(added) if c not in base]
+        chars = chars + self.added  # characters added by fine-tuning keep the ids after the original ones
         for c in chars:
             if len(c) != 1:
                 raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
@@ -122,13 +125,26 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self.chars}
+        base = self.chars[: len(self.chars) - len(self.added)]
+        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": base}
+        return {**d, "added": self.added} if self.added else d
 
     @classmethod
     def from_dict(cls, d: dict) -> KoreanCharTokenizer:
-        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list):
+        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list) \
+                or not isinstance(d.get("added", []), list):
             raise UserError("not a kochar-gpt character tokenizer vocabulary")
-        return cls(d["chars"])
+        return cls(d["chars"], d.get("added", ()))
+
+    def extended(self, chunks: Iterable[str]) -> KoreanCharTokenizer:
+        """This vocabulary plus every character of `chunks` it lacks, which take the next ids (in code point
+        order): every id of this tokenizer keeps its meaning."""
+        seen: set[int] = set()
+        for chunk in chunks:
+            seen.update(np.unique(code_points(unicodedata.normalize("NFC", chunk))).tolist())
+        new = sorted(chr(c) for c in seen if not self._table[c])
+        base = self.chars[: len(self.chars) - len(self.added)]
+        return KoreanCharTokenizer(base, self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
         """Decode ids one at a time as they are generated (each id is one whole character)."""

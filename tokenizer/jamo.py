@@ -115,6 +115,14 @@ def text_from_jamo_codes(codes: np.ndarray) -> str:
     return text_from_code_points(out[out >= 0])
 
 
+def _token_code(name: str) -> int:
+    if name in _PART_BY_NAME:
+        return _PART_BY_NAME[name]
+    if isinstance(name, str) and len(name) == 1:
+        return ord(name)
+    raise UserError(f"jamo tokenizer vocabulary entry {name!r} is neither a character nor a jamo part")
+
+
 def _code_name(code: int) -> str:
     return PART_NAMES[code - PART_BASE] if code >= PART_BASE else chr(code)
 
@@ -124,23 +132,20 @@ class KoreanJamoTokenizer(JsonVocabulary):
 
     kind = "jamo"
 
-    def __init__(self, tokens: Iterable[str]):
-        codes = set()
-        for name in tokens:
-            if name in _PART_BY_NAME:
-                codes.add(_PART_BY_NAME[name])
-            elif isinstance(name, str) and len(name) == 1:
-                codes.add(ord(name))
-            else:
-                raise UserError(f"jamo tokenizer vocabulary entry {name!r} is neither a character nor a jamo part")
-        self._codes = np.array(sorted(codes), dtype=np.int64)
+    def __init__(self, tokens: Iterable[str], added: Iterable[str] = ()):
+        base = sorted({_token_code(name) for name in tokens})
+        known = set(base)
+        extra = [c for c in dict.fromkeys(_token_code(name) for name in added) if c not in known]
+        self._codes = np.array(base + extra, dtype=np.int64)  # tokens added by fine-tuning come last
         self.tokens: list[str] = [_code_name(int(c)) for c in self._codes]
-        chars = self._codes[self._codes < PART_BASE]
+        self.added: list[str] = self.tokens[len(base):]
+        ids = np.arange(1, len(self._codes) + 1, dtype=np.int32)
+        is_char = self._codes < PART_BASE
+        chars = self._codes[is_char]
         self._char_table = np.zeros(int(chars.max()) + 1 if len(chars) else 1, dtype=np.int32)
-        self._char_table[chars] = np.arange(1, len(chars) + 1, dtype=np.int32)
+        self._char_table[chars] = ids[is_char]
         self._part_table = np.zeros(NUM_PARTS, dtype=np.int32)
-        parts = self._codes[self._codes >= PART_BASE]
-        self._part_table[parts - PART_BASE] = np.arange(len(chars) + 1, len(self._codes) + 1, dtype=np.int32)
+        self._part_table[self._codes[~is_char] - PART_BASE] = ids[~is_char]
         self._decode_codes = np.concatenate([[ord(UNK_DECODED)], self._codes]).astype(np.int64)
 
     # -- construction -------------------------------------------------------------------------
@@ -204,13 +209,26 @@ class KoreanJamoTokenizer(JsonVocabulary):
 
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "tokens": self.tokens}
+        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN,
+             "tokens": self.tokens[: len(self.tokens) - len(self.added)]}
+        return {**d, "added": self.added} if self.added else d
 
     @classmethod
     def from_dict(cls, d: dict) -> KoreanJamoTokenizer:
-        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("tokens"), list):
+        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("tokens"), list) \
+                or not isinstance(d.get("added", []), list):
             raise UserError("not a kochar-gpt jamo tokenizer vocabulary")
-        return cls(d["tokens"])
+        return cls(d["tokens"], d.get("added", ()))
+
+    def extended(self, chunks: Iterable[str]) -> KoreanJamoTokenizer:
+        """This vocabulary plus every token of `chunks` it lacks (characters, or syllable parts never seen),
+        which take the next ids: every id of this tokenizer keeps its meaning."""
+        seen: set[int] = set()
+        for chunk in chunks:
+            seen.update(np.unique(jamo_codes(unicodedata.normalize("NFC", chunk))).tolist())
+        known = set(self._codes.tolist())
+        new = [_code_name(c) for c in sorted(seen - known)]
+        return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
 
     def stream_decoder(self) -> JamoStreamDecoder:
         """Decode ids one at a time as they are generated, printing each syllable once it is complete."""

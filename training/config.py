@@ -53,6 +53,7 @@ class TrainConfig:
     dtype: str = "auto"
     compile: bool = False
     resume: str | None = None
+    init_from: str | None = None  # a run or checkpoint whose weights start a new run (fine-tuning)
     overwrite: bool = False
     sample_chars: int = 200  # characters of the sample printed at the end (0 = none)
     sample_prompts: list[str] = field(default_factory=lambda: ["옛날에", "나는"])

@@ -47,6 +47,11 @@ def record_command_line(overrides: Iterable[str]) -> None:
     _command_line = [str(o) for o in overrides]
 
 
+def typed_command_line() -> set[str] | None:
+    """The keys typed on train.py's command line, or None when no command line was recorded (a Python caller)."""
+    return None if _command_line is None else typed_keys(_command_line)
+
+
 def typed_keys(overrides: Iterable[str]) -> set[str]:
     """Dotted keys (or whole groups: `model`) the overrides set; a global group (`experiment=`, `recipe=`) adds
     every key its file, and the files it builds on, set."""

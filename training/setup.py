@@ -30,7 +30,7 @@ from common.device import autocast, enable_fast_matmul, pick_device, resolve_dty
 from common.errors import UserError
 from common.fsutil import atomic_rename
 from common.overrides import shell_path
-from data.corpus import load_corpus
+from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
 from model import AttentionLanguageModel
@@ -38,6 +38,7 @@ from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
+from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
 from training.state import restore_rng, seed_everything
@@ -66,6 +67,7 @@ class Session:
     tokens_per_step: int
     step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
     auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
+    init_record: dict | None = None  # train.init_from: the source checkpoint, its step, the tokens added
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -122,21 +124,29 @@ def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | Non
     return None
 
 
-def load_data(job: TrainJob, tokenizer: Tokenizer | None, resumed: Checkpoint | None):
-    corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
+def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | None) -> tuple[Corpus, InitSource | None]:
+    """The corpus (and, with train.init_from, how the source's vocabulary grew to read it)."""
+    init = None
+    if source is not None:
+        corpus, init = load_init_data(job, source)
+    else:
+        tokenizer = tokenizer_from_dict(resumed.tokenizer) if resumed else None
+        corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
     if resumed is not None and corpus.num_unknown:
         raise UserError(f"the corpus {corpus.path} has {corpus.num_unknown} characters outside the vocabulary of "
-                        f"{resumed.path}; resume with the data.path the run was trained on")
+                        f"{resumed.path}; resume with the data.path the run was trained on (or start a new run "
+                        f"from it with train.init_from={shell_path(resumed.path)})")
     C, vf = job.model.context_length if resumed is None else resumed.model_config.context_length, job.data.val_fraction
     if len(corpus.tokens) < min_corpus_tokens(C, vf):
         per_char = len(corpus.tokens) / max(1, corpus.num_chars)  # users think in characters, not tokens
         raise UserError(f"the corpus {corpus.path} is too short: {corpus.num_chars} characters, but "
                         f"model.context_length={C} with data.val_fraction={vf} needs at least "
                         f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters")
-    return corpus
+    return corpus, init
 
 
-def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None) -> AttentionLanguageModel:
+def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
+                init: InitSource | None = None) -> AttentionLanguageModel:
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
@@ -145,6 +155,8 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None) -> A
     model = AttentionLanguageModel(config)
     if resumed is not None:
         model.load_state_dict(resumed.model)
+    elif init is not None:
+        model.load_state_dict(grown_state(init.checkpoint.model, vocab_size, config.tie_weights))
     return model
 
 
@@ -225,11 +237,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     dtype = resolve_dtype(t.dtype, device)
     enable_fast_matmul(device)
     resumed = open_resume(job, run_dir, dist.is_main)
+    source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
     seed_everything(job.seed)
-    corpus = load_data(job, tokenizer_from_dict(resumed.tokenizer) if resumed else None, resumed)
+    corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
-    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed).to(device)
+    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)
@@ -246,6 +259,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
     commit_run_dir(job, run_dir, resumed, changed, dist)
+    if init is not None and dist.is_main:
+        print(init.line(), flush=True)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
         corpus.tokenizer.save(run_dir / "vocab.json")
@@ -253,5 +268,6 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                  val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
-                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto)
+                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto,
+                      init.record() if init else (resumed.config.get("init_from") if resumed else None))
     return session, state

@@ -130,8 +130,9 @@ def save(s: Session, state: LoopState, name: str) -> None:
         raise TrainingDiverged("the model weights are not finite; the last good checkpoint was kept")
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size)
+    config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(s.raw_model.state_dict()), s.tokenizer.to_dict(),
-                      s.tokens_per_char, asdict(s.job), training)
+                      s.tokens_per_char, config, training)
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
     except UserError:
@@ -158,7 +159,8 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                "hparam/params": s.raw_model.num_parameters()}
     auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
-                      "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto}, metrics, state.step)
+                      "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto, "init": s.init_record or {}},
+                     metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
     return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,

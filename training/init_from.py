@@ -1,0 +1,109 @@
+"""Starting a new run from another run's weights: `train.init_from=<run or checkpoint>` (fine-tuning).
+
+Design choices:
+- A new run in every way but its first weights: its own folder, step 0, a fresh optimizer and schedule; the
+  learning rate, dropout, batch size, limits and optimizer come from this command line and the config, as
+  for any run ("finetuning is no different than training, start from a pretrained model").
+- The architecture (and tokenizer kind) is the source run's. A model key typed on this command line that
+  contradicts it is refused in one line naming every such key; keys not typed take the source's values.
+  `model.dropout` and `model.attention` leave the parameters as they are, so they stay the user's.
+- The new text may hold characters the source never saw. The tokenizer is extended (the new ones take the
+  next ids; every old id keeps its meaning), the embedding gets new rows (the mean of the known rows: a
+  generic character) and the output layer new rows copied from `<unk>`'s, which the source learned to
+  predict almost never. Every known character's logit is unchanged, and each new character starts as
+  likely as `<unk>` was, so the predictions on known text barely move before the first step.
+- The run records where it started: `train.init_from` in its config, and `init_from` (source checkpoint,
+  its step, the characters added) in its checkpoints and TensorBoard's HParams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from common.errors import UserError
+from data.corpus import Corpus, load_corpus
+from data.sources import corpus_files
+from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from tokenizer import tokenizer_from_dict
+from training.config import TrainJob
+from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
+
+GROWN = ("token_embedding.weight", "lm_head.weight")  # the parameters with a row per token
+
+
+@dataclass
+class InitSource:
+    checkpoint: Checkpoint
+    added: list[str]  # tokens of the new text the source never saw
+
+    def record(self) -> dict:
+        return {"from": str(self.checkpoint.path), "step": self.checkpoint.step, "added_tokens": len(self.added)}
+
+    def line(self) -> str:
+        shown = "".join(self.added[:20]).replace("\n", "\\n") + ("..." if len(self.added) > 20 else "")
+        added = f"; {len(self.added)} character(s) it never saw were added to the vocabulary ({shown})" \
+            if self.added else "; the new text holds no character it had not seen"
+        return f"init_from {self.checkpoint.path} (step {self.checkpoint.step}): a new run from its weights{added}"
+
+
+def load_source(job: TrainJob) -> Checkpoint | None:
+    """The checkpoint `train.init_from` names, with the architecture it fixes applied to `job`; None without."""
+    if not job.train.init_from:
+        return None
+    if job.train.resume:
+        raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
+    source = load_checkpoint(resolve_checkpoint(job.train.init_from))
+    adopt_architecture(job, source)
+    return source
+
+
+def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
+    """Give `job` the source's model settings and tokenizer kind; a typed contradiction is one UserError."""
+    typed = typed_command_line()
+    wanted = dict(source.model_config.to_dict(), vocab_size=None)
+    conflicts = []
+    for key, value in wanted.items():
+        dotted = f"model.{key}"
+        if dotted in MODEL_CHANGEABLE or key == "vocab_size":
+            continue
+        if typed is not None and (dotted in typed or "model" in typed) and getattr(job.model, key) != value:
+            conflicts.append(f"{dotted}={getattr(job.model, key)} (the source has {value})")
+    kind = source.tokenizer.get("kind", "char") if isinstance(source.tokenizer, dict) else "char"
+    if typed is not None and "data.tokenizer" in typed and job.data.tokenizer != kind:
+        conflicts.append(f"data.tokenizer={job.data.tokenizer} (the source has {kind})")
+    if conflicts:
+        raise UserError(f"train.init_from={job.train.init_from} fixes the architecture, but this command line "
+                        f"changes it: {'; '.join(conflicts)}; drop those overrides")
+    keep = {k: getattr(job.model, k) for k in ("dropout", "attention")}
+    job.model = replace(source.model_config, vocab_size=None, **keep)
+    job.data.tokenizer = kind
+
+
+def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSource]:
+    """The new corpus under the source's tokenizer, extended by whatever the new text holds that it lacks."""
+    tokenizer = tokenizer_from_dict(source.tokenizer)
+    corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir)
+    added: list[str] = []
+    if corpus.num_unknown:
+        bigger = tokenizer.extended(corpus_files(corpus.path).chunks())
+        added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])):]
+        corpus = load_corpus(job.data.path, bigger, job.data.cache_dir)
+    return corpus, InitSource(source, added)
+
+
+def grown_state(weights: dict[str, torch.Tensor], vocab_size: int, tied: bool) -> dict[str, torch.Tensor]:
+    """The source's weights with rows for the tokens added after its vocabulary (see the module docstring;
+    with tied weights one matrix serves both ends, and `<unk>`'s row keeps the predictions)."""
+    out = dict(weights)
+    for name in GROWN:
+        if name not in out:
+            continue
+        old = out[name]
+        extra = vocab_size - old.shape[0]
+        if extra <= 0:
+            continue
+        row = old.mean(dim=0) if name == "token_embedding.weight" and not tied else old[0]  # row 0 is <unk>
+        out[name] = torch.cat([old, row.expand(extra, -1).clone()])
+    return out
