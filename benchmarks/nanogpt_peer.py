@@ -48,6 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--corpus", required=True, help="the training text (its first 90%% trains, the rest validates)")
     ap.add_argument("--heldout", required=True, help="text none of the runs trained on, scored at the end")
     ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget (default 300)")
+    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--out", default="runs/peer/nanogpt", help="where its bins and checkpoint go")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -101,8 +102,8 @@ def write_bins(corpus: Path, out: Path):
     return c.tokenizer
 
 
-def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, seed: int):
-    """nanoGPT's train.py loop, stopped by the clock; returns (model, steps, tokens/s)."""
+def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, steps: int | None, seed: int):
+    """nanoGPT's train.py loop, stopped by the clock (or after `steps`); returns (model, steps, seconds)."""
     import numpy as np
     import torch
 
@@ -136,9 +137,12 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, seed
 
     step, started = 0, time.perf_counter()
     X, Y = get_batch("train")
-    while (elapsed := time.perf_counter() - started) < seconds:
+    while True:
+        progress = (time.perf_counter() - started) / seconds if steps is None else step / steps
+        if progress >= 1:
+            break
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, elapsed / seconds)
+            group["lr"] = lr_at(step, progress)
         if step % s["eval_interval"] == 0:
             losses = estimate_loss()
             if step:
@@ -153,8 +157,7 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, seed
         if step % s["log_interval"] == 0:
             loss.item()
         step += 1
-    seconds_run = time.perf_counter() - started
-    return model, step, step * B * T / seconds_run
+    return model, step, time.perf_counter() - started
 
 
 def score(model, tokenizer, heldout: Path, context_length: int) -> dict:
@@ -185,10 +188,13 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     tokenizer = write_bins(Path(args.corpus).expanduser(), out)
     gpt_module = import_nanogpt(Path(args.nanogpt).expanduser())
-    model, steps, tps = train(gpt_module, s, tokenizer.vocab_size, out, args.seconds, args.seed)
+    model, steps, seconds = train(gpt_module, s, tokenizer.vocab_size, out, args.seconds, args.steps, args.seed)
+    tps = steps * s["batch_size"] * s["block_size"] / seconds
     result = score(model.eval(), tokenizer, Path(args.heldout).expanduser(), s["block_size"])
-    print(json.dumps({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds, "steps": steps,
-                      "tokens": steps * s["batch_size"] * s["block_size"], "tokens_per_sec": round(tps, 1),
+    print(json.dumps({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds,
+                      "seconds_run": round(seconds, 1),
+                      "steps": steps, "tokens": steps * s["batch_size"] * s["block_size"],
+                      "tokens_per_sec": round(tps, 1),
                       "heldout_loss": result["loss"], "heldout_bpc": result["bpc"], "heldout_chars": result["chars"],
                       "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None, "settings": s}), flush=True)
 

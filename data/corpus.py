@@ -1,25 +1,30 @@
-"""Turn a corpus file into token ids once, cached on disk as a memory-mapped array.
+"""Turn a corpus (a file, a folder of files or a glob: data/sources.py) into token ids once, cached on disk
+as a memory-mapped array.
 
 Design choices:
-- The cache (see `data.token_cache`) is keyed by a hash of the corpus bytes and of the tokenizer
-  vocabulary, so an edited file or another vocabulary never reads stale ids, and a second run starts
-  without re-tokenising. Every cache file is checked when opened; a damaged one is rebuilt, never used.
+- The cache (see `data.token_cache`) is keyed by a hash of the corpus bytes (for several files: of their
+  paths, sizes and contents) and of the tokenizer vocabulary, so an edited file or another vocabulary never
+  reads stale ids, and a second run starts without re-tokenising. Every cache file is checked when opened;
+  a damaged one is rebuilt, never used.
 - Ids are stored as uint16 (uint32 when the vocabulary needs it) and read through `np.memmap`, so a 1 GB
   corpus never sits in memory as Python objects.
-- The cache lives in `.cache/` beside the corpus, or in the user's cache folder
-  (`common.fsutil.user_cache_dir`) when the corpus's folder is read-only; `data.cache_dir` overrides both.
+- `data.val_files` holds out whole documents of a folder corpus (the cache records where each one starts).
+- The cache lives in `.cache/` beside a corpus file or inside a folder corpus (whose walk skips hidden
+  folders), or in the user's cache folder (`common.fsutil.user_cache_dir`) when that folder is read-only;
+  `data.cache_dir` overrides both.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import UserError
-from common.fsutil import file_sha256, user_cache_dir
+from common.fsutil import user_cache_dir
+from data.sources import corpus_files
 from data.text import detect_encoding
 from data.token_cache import token_ids, vocabulary
 from tokenizer import TOKENIZER_KINDS, Tokenizer
@@ -34,12 +39,43 @@ class Corpus:
     tokens: np.ndarray  # (N,) uint16/uint32, usually a read-only memmap
     num_chars: int  # characters of the text (a jamo tokenizer makes more tokens than characters)
     num_unknown: int
+    files: list[str] = field(default_factory=list)  # each document's path as data.path names it (folders, globs)
+    doc_starts: list[int] = field(default_factory=lambda: [0])  # the first token of each document
 
-    def split(self, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-        """The first (1 - val_fraction) of the tokens for training, the last val_fraction for validation."""
-        n_val = int(round(len(self.tokens) * val_fraction))
-        n_train = len(self.tokens) - n_val
-        return self.tokens[:n_train], self.tokens[n_train:]
+    def split(self, val_fraction: float, val_files: int | list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The first (1 - val_fraction) of the tokens for training, the last val_fraction for validation; or,
+        with `val_files`, whole documents held out: the last `val_files` of them, or those named."""
+        if val_files is None:
+            n_val = int(round(len(self.tokens) * val_fraction))
+            n_train = len(self.tokens) - n_val
+            return self.tokens[:n_train], self.tokens[n_train:]
+        held = held_out_documents(self.files, val_files, self.path)
+        ends = self.doc_starts[1:] + [len(self.tokens)]
+        spans = [(self.doc_starts[i], ends[i]) for i in range(len(self.files))]
+        if held == list(range(len(self.files) - len(held), len(self.files))):  # a tail: no copy
+            cut = spans[held[0]][0]
+            return self.tokens[:cut], self.tokens[cut:]
+        train = [self.tokens[a:b] for i, (a, b) in enumerate(spans) if i not in held]
+        return np.concatenate(train), np.concatenate([self.tokens[a:b] for a, b in (spans[i] for i in held)])
+
+
+def held_out_documents(files: list[str], val_files: int | list[str], path: Path) -> list[int]:
+    """Indices of the documents `data.val_files` holds out (sorted); every impossible request is one line."""
+    if isinstance(val_files, int):
+        if not 0 < val_files < len(files):
+            raise UserError(f"data.val_files={val_files} is invalid: {path} holds {len(files)} file(s), so hold out "
+                            f"between 1 and {len(files) - 1} of them (or use data.val_fraction)")
+        return list(range(len(files) - val_files, len(files)))
+    wanted = {str(Path(os.path.expanduser(str(v)))) for v in val_files}
+    held = sorted(i for i, f in enumerate(files) if f in wanted or str(path / f) in wanted
+                  or Path(f).name in wanted)
+    known = {f for f in files} | {Path(f).name for f in files} | {str(path / f) for f in files}
+    missing = sorted(w for w in wanted if w not in known)
+    if missing:
+        raise UserError(f"data.val_files names {', '.join(missing[:3])}, not among the {len(files)} files of {path}")
+    if not held or len(held) == len(files):
+        raise UserError(f"data.val_files must hold out some but not all of the {len(files)} files of {path}")
+    return held
 
 
 def resolve_corpus_path(path: str | os.PathLike | None) -> Path:
@@ -47,10 +83,11 @@ def resolve_corpus_path(path: str | os.PathLike | None) -> Path:
     return EMBEDDED_CORPUS if path in (None, "", "default") else Path(path).expanduser()
 
 
-def default_cache_dir(corpus_path: Path) -> Path:
-    """`.cache/` beside the corpus when that folder is writable, else the user's cache folder."""
-    beside = corpus_path.parent / ".cache"
-    if os.access(corpus_path.parent, os.W_OK) or os.access(beside, os.W_OK):
+def default_cache_dir(home: Path) -> Path:
+    """`.cache/` in the corpus's folder (beside a file; inside a folder corpus) when that folder is writable,
+    else the user's cache folder."""
+    beside = home / ".cache"
+    if os.access(home, os.W_OK) or os.access(beside, os.W_OK):
         return beside
     return user_cache_dir()
 
@@ -61,21 +98,25 @@ def load_corpus(
     cache_dir: str | os.PathLike | None = None,
     tokenizer_kind: str = "char",
 ) -> Corpus:
-    """Tokenise `path` (building a `tokenizer_kind` vocabulary from it unless `tokenizer` is given), using the cache."""
+    """Tokenise what `path` names (a file, folder or glob; building a `tokenizer_kind` vocabulary from it unless
+    `tokenizer` is given), using the cache."""
     if tokenizer is None and tokenizer_kind not in TOKENIZER_KINDS:
         raise UserError(f"data.tokenizer={tokenizer_kind} is invalid: use one of {', '.join(TOKENIZER_KINDS)}")
-    path = resolve_corpus_path(path)
-    detect_encoding(path)  # clear errors for missing, directory, binary or undecodable files
-    digest = file_sha256(path)
-    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir(path)
+    source = corpus_files(resolve_corpus_path(path))
+    for f in source.files:
+        detect_encoding(f)  # clear errors for missing, directory, binary or undecodable files
+    digest = source.digest()
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir(source.home)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create the token cache folder {cache}: {e.strerror or e}; pass "
                         "data.cache_dir=<a writable folder>") from None
     if tokenizer is None:
-        tokenizer = vocabulary(cache, path, digest, tokenizer_kind)
-    cached = token_ids(cache, path, digest, tokenizer)
+        tokenizer = vocabulary(cache, source, digest, tokenizer_kind)
+    cached = token_ids(cache, source, digest, tokenizer)
     if cached.num_chars == 0:
-        raise UserError(f"corpus file is empty: {path}")
-    return Corpus(path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown)
+        raise UserError(f"corpus {'file ' if source.single else ''}is empty: {source.path}")
+    files = [source.relative(f) for f in source.files]
+    return Corpus(source.path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown, files,
+                  cached.doc_starts)

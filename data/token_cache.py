@@ -36,7 +36,7 @@ import numpy as np
 
 from common.errors import UserError
 from common.fsutil import atomic_write
-from data.text import iter_text_chunks
+from data.sources import CorpusFiles
 from tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 VOCAB_FORMAT = "kochar-gpt/token-cache-vocabulary"
@@ -54,6 +54,7 @@ class CachedTokens:
     tokens: np.ndarray  # (N,) uint16/uint32, a read-only memmap (an empty array for an empty corpus)
     num_chars: int
     num_unknown: int
+    doc_starts: list[int]  # the first token of each file's text (one entry per file of the corpus)
 
 
 def id_dtype(tokenizer: Tokenizer) -> np.dtype:
@@ -61,8 +62,8 @@ def id_dtype(tokenizer: Tokenizer) -> np.dtype:
     return np.dtype(np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
 
 
-def _warn(file: Path, why: _Damaged, corpus: Path) -> None:
-    warnings.warn(f"token cache file {file} is damaged ({why}); rebuilding it from {corpus}", stacklevel=4)
+def _warn(file: Path, why: _Damaged, corpus: CorpusFiles) -> None:
+    warnings.warn(f"token cache file {file} is damaged ({why}); rebuilding it from {corpus.path}", stacklevel=4)
 
 
 def _write(file: Path, data) -> None:
@@ -91,7 +92,7 @@ def _read_json(file: Path, fmt: str) -> dict:
 
 
 # -- the vocabulary built from the corpus ---------------------------------------------------------------
-def vocabulary(cache: Path, corpus: Path, digest: str, kind: str) -> Tokenizer:
+def vocabulary(cache: Path, corpus: CorpusFiles, digest: str, kind: str) -> Tokenizer:
     """The `kind` vocabulary of `corpus` (sha256 `digest`): from the cache when it is sound, else built."""
     file = cache / f"{corpus.name}.{digest[:16]}.{kind}.vocab.json"
     if file.exists():
@@ -99,7 +100,7 @@ def vocabulary(cache: Path, corpus: Path, digest: str, kind: str) -> Tokenizer:
             return _load_vocabulary(file, digest, kind)
         except _Damaged as why:
             _warn(file, why, corpus)
-    tokenizer = build_tokenizer(kind, iter_text_chunks(corpus))
+    tokenizer = build_tokenizer(kind, corpus.chunks())
     record = {"format": VOCAB_FORMAT, "version": VERSION, "corpus_sha256": digest,
               "fingerprint": tokenizer.fingerprint(), "tokenizer": tokenizer.to_dict()}
     _write(file, json.dumps(record, ensure_ascii=False))
@@ -124,7 +125,7 @@ def _load_vocabulary(file: Path, digest: str, kind: str) -> Tokenizer:
 
 
 # -- token ids and their metadata -----------------------------------------------------------------------
-def token_ids(cache: Path, corpus: Path, digest: str, tokenizer: Tokenizer) -> CachedTokens:
+def token_ids(cache: Path, corpus: CorpusFiles, digest: str, tokenizer: Tokenizer) -> CachedTokens:
     """The ids of `corpus` under `tokenizer`: from the cache when every check passes, else tokenised again."""
     dtype = id_dtype(tokenizer)
     stem = f"{corpus.name}.{digest[:16]}.{tokenizer.fingerprint()}"
@@ -160,6 +161,10 @@ def _load_meta(file: Path, expected: dict) -> dict:
     counts = [d.get(k) for k in ("num_tokens", "num_chars", "num_unknown", "max_id", "id_sum")]
     if not all(isinstance(n, int) and n >= 0 for n in counts) or d["num_tokens"] < d["num_chars"]:
         raise _Damaged("its counts are not consistent")
+    starts = d.setdefault("doc_starts", [0])  # caches of one file written before folders were read lack it
+    if not (isinstance(starts, list) and all(isinstance(n, int) and 0 <= n <= d["num_tokens"] for n in starts)
+            and starts == sorted(starts)):
+        raise _Damaged("its document offsets are not consistent")
     if d["max_id"] >= d["vocab_size"]:
         raise _Damaged(f"largest id {d['max_id']} is outside the vocabulary of {d['vocab_size']}")
     return d
@@ -187,16 +192,19 @@ def _open_tokens(file: Path, meta: dict, dtype: np.dtype, check: bool = True) ->
             raise _Damaged(f"id {max_id} is outside the vocabulary of {meta['vocab_size']}")
         if (max_id, unknown, total) != (meta["max_id"], meta["num_unknown"], meta["id_sum"]):
             raise _Damaged("its ids differ from those the metadata records")
-    return CachedTokens(tokens, meta["num_chars"], meta["num_unknown"])
+    return CachedTokens(tokens, meta["num_chars"], meta["num_unknown"], list(meta["doc_starts"]))
 
 
-def _build(corpus: Path, tokenizer: Tokenizer, tokens_file: Path, meta_file: Path, expected: dict) -> dict:
+def _build(corpus: CorpusFiles, tokenizer: Tokenizer, tokens_file: Path, meta_file: Path, expected: dict) -> dict:
     dtype = id_dtype(tokenizer)
     stats = {"num_tokens": 0, "num_chars": 0, "num_unknown": 0, "max_id": 0, "id_sum": 0}
+    starts = [None] * len(corpus.files)
 
     def encoded() -> Iterator[bytes]:
-        for chunk in iter_text_chunks(corpus):
-            ids = tokenizer.encode(chunk, normalized=True)  # iter_text_chunks gives NFC already
+        for doc, chunk in corpus.document_chunks():
+            if starts[doc] is None:
+                starts[doc] = stats["num_tokens"]
+            ids = tokenizer.encode(chunk, normalized=True)  # the chunks are NFC already
             stats["num_chars"] += len(chunk)  # NFC chunks: one str item per character
             if len(ids):
                 max_id, unknown, total = _scan(ids)
@@ -207,7 +215,10 @@ def _build(corpus: Path, tokenizer: Tokenizer, tokens_file: Path, meta_file: Pat
             yield ids.astype(dtype).tobytes()
 
     _write(tokens_file, encoded())
-    meta = {"format": META_FORMAT, "version": VERSION, **expected, **stats}
+    for i in range(len(starts) - 1, -1, -1):  # a file without text starts where the next one does
+        if starts[i] is None:
+            starts[i] = starts[i + 1] if i + 1 < len(starts) else stats["num_tokens"]
+    meta = {"format": META_FORMAT, "version": VERSION, **expected, **stats, "doc_starts": starts}
     meta["sha256"] = _self_hash(meta)
     _write(meta_file, json.dumps(meta, indent=1) + "\n")
     return meta

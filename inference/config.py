@@ -41,7 +41,7 @@ class GenerateConfig:
 
 @dataclass
 class EvalData:
-    path: str | None = None  # the text file to score; required
+    path: str | None = None  # the text to score (a file, a folder or a glob); required
 
 
 @dataclass

@@ -28,7 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from common.errors import UserError
-from data.text import iter_text_chunks
+from data.sources import corpus_files
 from tokenizer import UNK_ID, Tokenizer
 
 
@@ -138,7 +138,7 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
     """Score the text file `path`; the numbers `evaluate.py` prints."""
     context_length = model.context_length
     stride = context_length if stride in (None, "") else int(stride)
-    text = encode_for_scoring(tokenizer, iter_text_chunks(path))
+    text = encode_for_scoring(tokenizer, corpus_files(path).chunks())  # a file, or a folder's documents
     if text.num_chars == 0:
         raise UserError(f"{path} has nothing to score: it needs at least two characters the model knows")
     score = score_tokens(model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx,

@@ -36,7 +36,7 @@ class ModelConfig:
     head_size: int = 128  # all heads together: each head has head_size / num_heads dimensions
     num_heads: int = 4
     num_blocks: int = 4
-    dropout: float = 0.0
+    dropout: float | None = 0.0  # None (null in YAML) = auto: training resolves it (training/auto_settings.py)
     attention: str = "fused"  # fused (one QKV projection + SDPA) | heads (the lecture's Head modules)
     tie_weights: bool = False
     position: str = "learned"  # learned (GPT-2's position embedding) | rope (rotary, inside attention)
@@ -53,7 +53,7 @@ class ModelConfig:
         if self.head_size % self.num_heads:
             raise ConfigError(f"model.head_size={self.head_size} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head_size that is a multiple of num_heads")
-        checks.number_in("model.dropout", self.dropout, 0, 1, high_open=True)
+        checks.number_in("model.dropout", self.dropout, 0, 1, high_open=True, optional=True)
         for name in ("tie_weights", "qk_norm", "zero_init_proj"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")

@@ -41,6 +41,8 @@ class AttentionLanguageModel(nn.Module):
             raise TypeError("pass a ModelConfig or keyword settings, not both")
         if config.vocab_size is None:
             raise ConfigError("vocab_size must be set (ModelConfig.with_vocab(tokenizer.vocab_size))")
+        if config.dropout is None:
+            raise ConfigError("model.dropout=null (auto) is resolved by training; pass a number to build a model")
         self.config = config
         c = config
         self.context_length = c.context_length
@@ -81,6 +83,15 @@ class AttentionLanguageModel(nn.Module):
         for b in self.blocks:
             b.attn.attention = attention
         self.config = replace(self.config, attention=attention)
+
+    def set_dropout(self, p: float) -> None:
+        """Set every dropout probability (residual, MLP, attention weights); the parameters are unchanged."""
+        for m in self.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = p
+            if hasattr(m, "dropout_p"):
+                m.dropout_p = p
+        self.config = replace(self.config, dropout=p)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once

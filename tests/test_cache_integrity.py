@@ -114,7 +114,8 @@ def test_a_sound_cache_is_checked_without_tokenising_again(tmp_path, corpus, kin
     def forbidden(*args, **kwargs):
         raise AssertionError("the cache was rebuilt instead of read")
 
-    monkeypatch.setattr(token_cache, "iter_text_chunks", forbidden)
+    monkeypatch.setattr(token_cache.CorpusFiles, "document_chunks", forbidden)
+    monkeypatch.setattr(token_cache.CorpusFiles, "chunks", forbidden)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = load_corpus(corpus, cache_dir=tmp_path / "cache", tokenizer_kind=kind)

@@ -91,6 +91,6 @@ def test_one_user_cache_folder(tmp_path, monkeypatch):
     assert user_cache_dir() == tmp_path / "xdg" / "kochar-gpt"
     assert prepare.default_cache_dir() == tmp_path / "xdg" / "kochar-gpt" / "corpora"
     text = tmp_path / "novel.txt"
-    assert corpus.default_cache_dir(text) == tmp_path / ".cache"
+    assert corpus.default_cache_dir(text.parent) == tmp_path / ".cache"
     monkeypatch.setattr(corpus.os, "access", lambda path, mode: False)  # a read-only folder, even for root
-    assert corpus.default_cache_dir(text) == tmp_path / "xdg" / "kochar-gpt"
+    assert corpus.default_cache_dir(text.parent) == tmp_path / "xdg" / "kochar-gpt"

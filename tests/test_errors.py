@@ -31,7 +31,7 @@ NEEDED = min_corpus_tokens(32, 0.1)  # model=tiny has context_length 32; data.va
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     # the corpus
     "corpus_missing": (TRAIN, ("data.path={d}/nope.txt",), ("corpus file not found", "nope.txt")),
-    "corpus_is_directory": (TRAIN, ("data.path={d}/adir",), ("is a directory",)),
+    "corpus_is_empty_folder": (TRAIN, ("data.path={d}/adir",), ("folder with no text files", "holds nothing")),
     "corpus_empty": (TRAIN, ("data.path={d}/empty.txt",), ("empty",)),
     "corpus_too_short": (TRAIN, ("data.path={d}/short.txt",),
                          ("too short", "7 characters", f"needs at least {NEEDED}")),

@@ -23,14 +23,15 @@ from model.config import ModelConfig
 from training.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "muon")
+DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 
 
 @dataclass
 class TrainConfig:
     batch_size: int = 8
-    max_steps: int | None = None  # None = max_epochs passes over the training split
-    max_epochs: float = 10.0
-    max_seconds: float | None = None  # wall-clock budget; the first of max_steps / max_seconds stops the run
+    max_steps: int | None = None  # None = max_epochs passes over the training split (or the time budget alone)
+    max_epochs: float | None = None  # None = DEFAULT_EPOCHS passes, or no pass limit when max_seconds is set
+    max_seconds: float | None = None  # wall-clock budget; the first limit reached stops the run
     lr: float = 2.0e-3
     min_lr: float = 1.0e-4
     lr_schedule: str = "cosine"
@@ -66,7 +67,7 @@ class TrainConfig:
         checks.positive_int("train.max_steps", self.max_steps, minimum=0, optional=True)
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)
         inf = float("inf")
-        checks.number_in("train.max_epochs", self.max_epochs, 0, inf, low_open=True)
+        checks.number_in("train.max_epochs", self.max_epochs, 0, inf, low_open=True, optional=True)
         checks.number_in("train.max_seconds", self.max_seconds, 0, inf, low_open=True, optional=True)
         checks.number_in("train.lr", self.lr, 0, inf, low_open=True)
         checks.number_in("train.min_lr", self.min_lr, 0, self.lr)

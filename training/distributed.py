@@ -72,6 +72,15 @@ def all_reduce_mean(value: float, info: DistInfo, device: torch.device) -> float
     return t.item() / info.world_size
 
 
+def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:
+    """The largest of every rank's `value`, on every rank (so all ranks resolve the same setting)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
     """True on every rank when it is true on one (used to stop all ranks together)."""
     if not info.enabled:

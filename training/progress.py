@@ -2,6 +2,7 @@
 
 Design choices:
 - Without a time budget the bar counts steps toward `max_steps` (from `max_epochs` when that is null).
+- With a time budget and no step limit at all (`max_steps` None) the bar counts seconds from the start.
 - With `train.max_seconds` the bar estimates, after every step, whether the steps or the seconds run out
   first (from this process's steps per second). When the seconds do, the bar counts seconds toward the budget,
   so its percentage and ETA are true, and shows the step count beside the loss; it switches back if the
@@ -22,7 +23,7 @@ _SECONDS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s [{elap
 class RunBar(tqdm):
     """`tqdm` over steps, or over seconds while a time budget is the limit that will stop the run."""
 
-    def __init__(self, max_steps: int, step: int, max_seconds: float | None, elapsed: Callable[[], float],
+    def __init__(self, max_steps: int | None, step: int, max_seconds: float | None, elapsed: Callable[[], float],
                  disable: bool = False, file=None):
         self.max_steps, self.max_seconds, self.clock = max_steps, max_seconds, elapsed
         self.step, self.first_step, self.first_time = step, step, elapsed()
@@ -30,9 +31,13 @@ class RunBar(tqdm):
         self.shown: dict = {}
         super().__init__(total=max_steps, initial=step, disable=disable, desc="train", unit="step",
                          dynamic_ncols=True, file=file)
+        if max_steps is None and max_seconds:
+            self._switch("max_seconds", self.first_time)
 
     def _seconds_bind(self, now: float) -> bool:
         """Whether the time budget will stop the run before the step limit, at this process's pace."""
+        if self.max_steps is None:
+            return True
         done, spent = self.step - self.first_step, now - self.first_time
         if done <= 0 or spent <= 0:
             return False
@@ -79,7 +84,7 @@ class RunBar(tqdm):
         return d
 
 
-def progress_bar(max_steps: int, step: int, max_seconds: float | None, elapsed: Callable[[], float] | None = None,
-                 disable: bool = False, file=None) -> RunBar:
+def progress_bar(max_steps: int | None, step: int, max_seconds: float | None,
+                 elapsed: Callable[[], float] | None = None, disable: bool = False, file=None) -> RunBar:
     """The bar of a run at `step` of `max_steps`; `elapsed` is the run's clock (seconds, resumed time included)."""
     return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable, file)

@@ -27,7 +27,8 @@ from common.errors import UserError
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
 # the weights' own settings.
 MODEL_CHANGEABLE = ("model.dropout", "model.attention")
-FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "seed", "train.optimizer")  # its state is per optimizer
+# train.optimizer: its state is per optimizer
+FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer")
 
 
 def is_fixed(key: str) -> bool:

@@ -21,3 +21,18 @@ def lr_at(progress_step: float, lr: float, min_lr: float, warmup_steps: int, tot
         return min_lr
     ratio = (progress_step - warmup_steps) / max(1e-9, total_steps - warmup_steps)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def lr_at_fraction(step: int, fraction: float, lr: float, min_lr: float, warmup_steps: int,
+                   schedule: str = "cosine") -> float:
+    """Linear warmup over the first `warmup_steps` steps, then the decay by the `fraction` of the run done.
+
+    A run whose only limit is a time budget knows how far along it is (elapsed / budget), not how many steps it
+    will make: the decay follows that fraction, so the rate reaches `min_lr` when the time runs out.
+    """
+    if schedule == "constant":
+        return lr
+    if warmup_steps > 0 and step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    ratio = min(1.0, max(0.0, fraction))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)

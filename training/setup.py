@@ -36,7 +36,8 @@ from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
-from training.config import TrainJob
+from training.auto_settings import AutoDropout, apply_auto_dropout
+from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
 from training.state import restore_rng, seed_everything
@@ -60,9 +61,11 @@ class Session:
     scaler: torch.amp.GradScaler
     sampler: BatchSampler
     logger: RunLogger
-    max_steps: int
-    decay_steps: int
+    max_steps: int | None  # None: only the time budget stops the run
+    decay_steps: int | None  # None: the schedule follows the clock (train.max_seconds)
     tokens_per_step: int
+    step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
+    auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -80,7 +83,7 @@ class LoopState:
     train_loss: float = math.nan
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
-    stopped: str = "max_steps"  # max_steps | max_seconds | SIGINT | SIGTERM
+    stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | SIGINT | SIGTERM
     started: float = field(default_factory=time.perf_counter)
     last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
 
@@ -97,6 +100,16 @@ def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
 def epochs_to_steps(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
     """Steps for `epochs` passes over the training split (the default when train.max_steps is null)."""
     return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
+
+
+def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple[int | None, str]:
+    """(the step the run stops at, which key set it). Under a time budget passes over the data stop the run
+    only when train.max_epochs was given: the time the user gives is the time used."""
+    if t.max_steps is not None:
+        return t.max_steps, "max_steps"
+    if t.max_epochs is None and t.max_seconds:
+        return None, "max_seconds"
+    return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
 def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | None:
@@ -127,6 +140,8 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None) -> A
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
+    if config.dropout is None:  # auto: resolved once the run's limits (and speed) are known
+        config = replace(config, dropout=0.0)
     model = AttentionLanguageModel(config)
     if resumed is not None:
         model.load_state_dict(resumed.model)
@@ -213,7 +228,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
     seed_everything(job.seed)
     corpus = load_data(job, tokenizer_from_dict(resumed.tokenizer) if resumed else None, resumed)
-    train_tokens, val_tokens = corpus.split(job.data.val_fraction)
+    train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed).to(device)
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
@@ -224,12 +239,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
         print_first_batch(sampler, dist)
+    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
+    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     model = torch.compile(raw_model) if t.compile else raw_model
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
-    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
-    max_steps = t.max_steps if t.max_steps is not None else \
-        epochs_to_steps(t.max_epochs, len(train_tokens), tokens_per_step)
     commit_run_dir(job, run_dir, resumed, changed, dist)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
@@ -238,5 +253,5 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                  val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
-                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step)
+                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto)
     return session, state

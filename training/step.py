@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from common.errors import UserError
 from training.optim import set_lr
-from training.schedule import lr_at
+from training.schedule import lr_at, lr_at_fraction
 from training.setup import LoopState, Session
 
 
@@ -36,8 +36,12 @@ def compute_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 
 
 def learning_rate(s: Session, state: LoopState) -> float:
-    """The schedule follows the steps, or under train.max_seconds the clock, whichever is further along."""
+    """The schedule follows the steps, or under train.max_seconds the clock, whichever is further along; with
+    no step limit at all, the clock alone."""
     t = s.job.train
+    if s.decay_steps is None:
+        return lr_at_fraction(state.step, state.elapsed() / t.max_seconds, t.lr, t.min_lr, t.warmup_steps,
+                              t.lr_schedule)
     progress = state.step
     if t.max_seconds:
         progress = max(state.step, s.decay_steps * state.elapsed() / t.max_seconds)

@@ -33,6 +33,9 @@ from training.signals import StopSignals
 from training.state import capture_rng
 from training.step import StepResult, TrainingDiverged, train_step
 
+LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
+               "max_seconds": "the time budget train.max_seconds used"}
+
 
 @dataclass
 class TrainResult:
@@ -44,7 +47,7 @@ class TrainResult:
     best_val_loss: float
     tokens_per_sec: float
     seconds: float
-    stopped: str  # "max_steps", "max_seconds", "SIGINT", "SIGTERM"
+    stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
     sample: str = ""
 
 
@@ -54,8 +57,9 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     # Counts steps, or seconds when train.max_seconds will stop the run first (training/progress.py).
     bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, disable=not s.dist.is_main)
     s.raw_model.train()
+    state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     with StopSignals() as signals:
-        while state.step < s.max_steps:
+        while s.max_steps is None or state.step < s.max_steps:
             try:
                 result = train_step(s, state)
             except TrainingDiverged:
@@ -139,19 +143,22 @@ def save(s: Session, state: LoopState, name: str) -> None:
 def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     """The final evaluation if none ran, the closing sample, HParams, and the result line's numbers."""
     t = s.job.train
-    completed = state.stopped in ("max_steps", "max_seconds")
+    completed = state.stopped in ("max_steps", "max_epochs", "max_seconds")
     if math.isnan(state.val_loss) and completed:  # zero steps run (resumed at the end)
         _, state.val_loss = evaluate(s)
     sample = ""
     if s.dist.is_main and completed and t.sample_chars > 0:
         sample = sample_chars(s.raw_model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
         s.logger.text("samples/final", sample, state.step)
+    s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
+                  f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)
     val_bpc = bits_per_char(state.val_loss, s.tokens_per_char)
     metrics = {"hparam/val_loss": state.val_loss, "hparam/val_bpc": val_bpc,
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
                "hparam/params": s.raw_model.num_parameters()}
+    auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
-                      "seed": s.job.seed, "recipe": s.job.recipe}, metrics, state.step)
+                      "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto}, metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
     return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,

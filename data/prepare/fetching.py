@@ -1,38 +1,27 @@
-"""Download a public Korean corpus into a local cache and turn it into one training text file.
-
-    python -m data.prepare koconovel [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
-    python -m data.prepare --list
-
-Prints the `data.path=...` override to train on the prepared file (on stdout; progress goes to stderr).
+"""Downloading a corpus's files into the cache, validating them, and writing the prepared text.
 
 Design choices:
 - Downloads (`data.download`) are safe to interrupt and resume, and a file gets its final name only once
   complete and valid.
-- Nothing is trusted before it is validated as what it claims to be: UTF-8 text in the source's format
-  (for KoCoNovel, every line a JSON record with a "text" string), not empty, not an HTML page. A mirror
-  that answers with anything else is refused in one line, and nothing of it is kept or recorded.
+- Nothing is trusted before it is validated as what it claims to be (`sources.CorpusSource.extract`): UTF-8
+  text in the source's format, not empty, not an HTML page. A mirror that answers with anything else is
+  refused in one line, and nothing of it is kept or recorded.
 - A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates
   is recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use
   must match that record, so a file changing on the server is noticed.
 - `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned
   record (with one warning), because the user asked to trust the source again; one that does not validate
   changes nothing (the verified copy and its record stay). Pinned checksums are never overridden.
-- `--base-url` takes an http(s):// or file:// URL or a local folder holding the files.
-- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically.
+- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document
+  of the source is its own file in a folder (a corpus `data.path` can name), in the source's order.
 """
 
 from __future__ import annotations
 
-from common.cli import run_cli
-
-import argparse
-import json
 import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -41,78 +30,10 @@ from tqdm import tqdm
 from common.errors import UserError
 from common.fsutil import atomic_write, file_sha256, user_cache_dir
 from data.download import BadContent, base_url_of, download
+from data.prepare.sources import CorpusSource, RemoteFile
 from data.text import normalize
 
 BASE_URL_ENV = "KOCHAR_CORPUS_BASE_URL"
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str  # relative to the source's base URL; also where it is kept under the cache
-    sha256: str | None = None  # None: recorded on the first download that validates
-
-
-@dataclass(frozen=True)
-class CorpusSource:
-    name: str
-    description: str
-    license: str
-    citation: str
-    base_url: str
-    files: tuple[RemoteFile, ...]
-    extract: Callable[[str, str], str]  # (file path, file text) -> the plain text it holds; BadContent if not
-    output: str  # name of the prepared text file
-    separator: str = "\n\n"  # between the texts of two files (a blank line between two novels)
-
-
-def _koconovel_text(path: str, raw: str) -> str:
-    """A KoCoNovel text.jsonl: one {"doc_id", "text"} object per line, in reading order."""
-    parts = []
-    for n, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-            if not isinstance(doc["text"], str):
-                raise TypeError("its text is not a string")
-            parts.append(doc["text"].strip("\n"))
-        except (ValueError, KeyError, TypeError) as e:
-            raise BadContent(f"{path} line {n} is not a KoCoNovel text record ({type(e).__name__}: {e})") from None
-    if not parts:
-        raise BadContent(f"{path} holds no KoCoNovel text record")
-    return "\n".join(parts)
-
-
-# The 50 novels in the corpus's own order (list_of_novels.csv). Pinned to the commit that added the
-# text.jsonl files, so the bytes, and hence their checksums, never change under us.
-_KOCONOVEL_NOVELS = (
-    "1_Ms._B_and_Love_Letters", "2_A_Sweetheart", "3_A_Fictional_Rogue_Girl", "4_Wedding", "5_Kyung-hee",
-    "6_A_Strange_Monk", "7_The_Woman", "8_Dark_Moon", "9_A_Field_of_Beans_Where_Gold_is_Buried", "10_Rich_Mine",
-    "11_The_Daedong_River_Whispers", "12_City_and_Ghost", "13_Ddaraji", "14_Manmubang", "15_When_the_Sun_Rises",
-    "16_When_Buckwheat_Flowers_Blossom", "17_Good_Sentences", "18_The_Unknown_Woman", "19_The_Mother_and_the_Son",
-    "20_Anemone", "21_The_Death_of_Park_Chum-ji", "22_The_Mute_Samurai", "23_Spring_Spring",
-    "24_The_Father_and_the_Son", "25_Fire", "26_A_Poverty-Stricken_Wife", "27_The_Son-in-Law", "28_A_Boy_s_Woes",
-    "29_The_Calf", "30_Purehearted_Prince_Hodong", "31_Society_Authorizing_Alcohol", "32_The_Newspaper_and_the_Cage",
-    "33_Miracles_of_Coincidence", "34_A_Lucky_Day", "35_Enemies_to_Benefactors", "36_Presence", "37_Girl_of_Doubt",
-    "38_Eisig_and_Doseung", "39_The_Rose_is_Diseased", "40_Passionate_Princess_Nangnang", "41_Jeong-hee", "42_Youth",
-    "43_The_Bachelor_and_the_Blind_Eel", "44_Escape_Chronicles", "45_Break_at_Dawn", "46_Sunrise",
-    "47_Floral_Tribute", "48_The_Bull_and_the_Goblin", "49_Later_Baekje_Chronicles", "50_Baptism_of_Soil",
-)
-
-KOCONOVEL = CorpusSource(
-    name="koconovel",
-    description="KoCoNovel: 50 Korean novels and short stories of the 1910s-1930s (public domain, from Korean "
-                "Wikisource, spelling modernised), one sentence per line, a blank line between novels",
-    license="CC BY-SA 4.0 (https://creativecommons.org/licenses/by-sa/4.0/)",
-    citation='Kyuhee Kim, Surin Lee and Sangah Lee (2024), "KoCoNovel: Annotated Dataset of Character '
-             'Coreference in Korean Novels", arXiv:2404.01140. https://github.com/storidient/KoCoNovel',
-    base_url="https://raw.githubusercontent.com/storidient/KoCoNovel/806e3f0f0c1df80c5ba28bdd9f25804d04f41933/",
-    files=tuple(RemoteFile(f"data/jsonl/{novel}/text.jsonl") for novel in _KOCONOVEL_NOVELS),
-    extract=_koconovel_text,
-    output="koconovel.txt",
-)
-
-REGISTRY: dict[str, CorpusSource] = {s.name: s for s in (KOCONOVEL,)}
 
 
 def default_cache_dir() -> Path:
@@ -195,8 +116,12 @@ def _base_url(source: CorpusSource, base_url: str | None) -> str:
 
 
 def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url: str | None = None,
-            force: bool = False, progress: bool = True) -> Path:
-    """Download (or re-use) every file of `source`, validate it, and write the prepared text; return its path."""
+            force: bool = False, progress: bool = True, files: bool = False) -> Path:
+    """Download (or re-use) every file of `source`, validate it, and write the prepared text; return its path
+    (with `files`, the folder holding one text file per document)."""
+    if files and not source.documents:
+        raise UserError(f"{source.name} is one stream of short texts, not documents: --files is for corpora of "
+                        "documents (koconovel); drop --files")
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     folder = root / source.name
     raw = folder / "raw"
@@ -233,42 +158,22 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     if counts["replaced"]:
         warnings.warn(f"--force: the recorded sha256 of {counts['replaced']} file(s) in {sums_file} changed to "
                       "those of the new downloads, which validated", stacklevel=2)
-    output = folder / source.output
-    _write(output, normalize(source.separator.join(t.strip("\n") for t in texts)) + "\n")
+    output = write_documents(folder, source, texts) if files else folder / source.output
+    if not files:
+        _write(output, normalize(source.separator.join(t.strip("\n") for t in texts)) + "\n")
     _write(folder / "SOURCE.txt",
            f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n")
     return output
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m data.prepare", description=__doc__.split("\n\n")[0])
-    p.add_argument("name", nargs="?", help=f"the corpus to prepare: {', '.join(REGISTRY)}")
-    p.add_argument("--cache-dir", help=f"where corpora are kept (default {default_cache_dir()})")
-    p.add_argument("--base-url", help="download from a mirror: an http(s):// or file:// URL, or a local folder "
-                                      f"(or set {BASE_URL_ENV})")
-    p.add_argument("--force", action="store_true",
-                   help="download every file again, and trust anew each one that validates")
-    p.add_argument("--list", action="store_true", help="list the corpora this command knows")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _parse(argv)
-    if args.list:
-        for s in REGISTRY.values():
-            print(f"{s.name}: {s.description}\n    license: {s.license}\n    cite: {s.citation}")
-        return
-    if not args.name:
-        raise UserError(f"name the corpus to prepare: python -m data.prepare {'|'.join(REGISTRY)} (or --list)")
-    if args.name not in REGISTRY:
-        raise UserError(f"unknown corpus {args.name!r}; known: {', '.join(REGISTRY)} (python -m data.prepare --list)")
-    source = REGISTRY[args.name]
-    path = prepare(source, args.cache_dir, args.base_url, args.force, progress=not args.quiet)
-    print(f"{source.name}: {path} ({path.stat().st_size:,} bytes). License {source.license}; "
-          f"cite {source.citation}", file=sys.stderr)
-    print(f"data.path={path}")
-
-
-if __name__ == "__main__":
-    run_cli(main)
+def write_documents(folder: Path, source: CorpusSource, texts: list[str]) -> Path:
+    """One file per document under `folder/files/`, named so that sorted path order is the source's order."""
+    out = folder / "files"
+    out.mkdir(parents=True, exist_ok=True)
+    width = len(str(len(texts)))
+    for i, (remote, text) in enumerate(zip(source.files, texts, strict=True), 1):
+        name = Path(remote.path).parent.name or Path(remote.path).stem
+        _write(out / f"{i:0{width}d}_{name}.txt", normalize(text.strip("\n")) + "\n")
+    return out

@@ -1,0 +1,185 @@
+"""The ladder, measured so that it reproduces: every rung on every corpus, several seeds, one after another,
+scored on held-out text, beside nanoGPT; one command regenerates the table and the picture.
+
+    python -m benchmarks.ladder --corpus koconovel=../shared/corpora/koconovel_dev.txt \
+        --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300 --seeds 2 --nanogpt ~/src/nanoGPT
+    python -m benchmarks.ladder ... --steps 1500      # a fixed step count instead: load-independent results
+
+Every run prints one JSON line and is appended to OUT/results.jsonl; a run already there (same corpus, rung,
+seed, budget and overrides) is not repeated, so an interrupted campaign continues where it stopped. At the
+end the table (mean and spread over seeds of the held-out bits per character, the gap to nanoGPT, tokens/s,
+steps) is printed and written to OUT/ladder.md; `--docs` also replaces the tables in docs/en/ladder.md and
+docs/ko/ladder.md and redraws docs/images/ladder.png (benchmarks/ladder_report.py).
+
+Design choices:
+- A rung is a recipe (configs/recipe/) trained exactly as `python train.py recipe=<rung> data.path=...`
+  would train it, with `train.max_seconds` as the only limit; nothing else is pinned, so the lecture rung is
+  the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
+- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
+  nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail.
+- Runs go one after another, never in parallel; the 1-minute load average before each run is recorded and
+  a warning printed when the machine is not idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")
+RESULT = re.compile(r"run: \S+\s+step (?P<step>\d+)\s+val loss \S+\s+val bpc \S+\s+(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+    from common.errors import UserError
+
+    ap = OneLineArgumentParser(prog="ladder.py", description=__doc__.split("\n\nEvery run")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH")
+    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget of each run (default 300)")
+    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per rung (default 2: 1337, 1338)")
+    ap.add_argument("--rungs", default=",".join(RUNGS), help="comma-separated recipes (default: the ladder)")
+    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
+    ap.add_argument("--nanogpt", default=None, help="a nanoGPT checkout: train it beside the rungs")
+    ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default="runs/ladder", help="runs, splits and results go here (default runs/ladder)")
+    ap.add_argument("--docs", action="store_true", help="rewrite the docs' ladder tables and docs/images/ladder.png")
+    args = ap.parse_args(argv)
+    for spec in args.corpus:
+        name, _, path = spec.partition("=")
+        if not re.fullmatch(r"[\w.-]+", name) or not Path(path).expanduser().is_file():
+            raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+    unknown = [r for r in args.rungs.split(",") if not (ROOT / "configs" / "recipe" / f"{r}.yaml").is_file()]
+    if unknown:
+        raise UserError(f"--rungs: no recipe {', '.join(unknown)} in configs/recipe/")
+    if args.seeds < 1 or (args.steps is not None and args.steps < 1) or not args.seconds > 0:
+        raise UserError("--seeds, --steps and --seconds must be positive")
+    return args
+
+
+def budget(args: argparse.Namespace) -> str:
+    """The budget every run of this campaign gets, as the results record it: "300 s" or "1500 steps"."""
+    return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
+
+
+def load_average() -> float:
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: the machine is not idle (1-minute load {load:.2f}); timings will be low", file=sys.stderr)
+    return round(load, 2)
+
+
+def evaluate(ckpt: Path, heldout: Path) -> dict:
+    cmd = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={ckpt}", f"data.path={heldout}", "progress=false"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": (proc.stderr.strip().splitlines() or ["evaluate.py failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.Namespace) -> dict:
+    """One `train.py` run of a recipe; its closing numbers from the result line and TensorBoard."""
+    from benchmarks.tb_read import read_scalars
+
+    limit = [f"train.max_steps={args.steps}"] if args.steps else [f"train.max_seconds={args.seconds}"]
+    cmd = [sys.executable, str(ROOT / "train.py"), f"recipe={rung}", f"data.path={train}", f"seed={seed}", *limit,
+           f"hydra.run.dir={run_dir}", "train.overwrite=true", *args.set.split()]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    m = RESULT.search(proc.stdout)
+    if proc.returncode or m is None:
+        return {"error": (proc.stderr.strip().splitlines() or ["no result line"])[-1]}
+    tps = sorted(v for _, v in read_scalars(run_dir).get("train/tokens_per_sec", []))
+    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"],
+            "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None}
+
+
+def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "nanogpt_peer.py"), "--nanogpt", args.nanogpt, "--corpus",
+           str(train), "--heldout", str(heldout), "--seed", str(seed), "--out", str(out)]
+    cmd += ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": (proc.stderr.strip().splitlines() or ["nanogpt_peer.py failed"])[-1]}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
+            "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
+
+
+def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
+    train, heldout = paths
+    run_dir = Path(args.out) / corpus / f"{rung}-seed{seed}"
+    record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
+              "load_before": load_average()}
+    if rung == "nanogpt":
+        return {**record, **run_peer(seed, train, heldout, run_dir, args)}
+    trained = train_rung(rung, seed, train, run_dir, args)
+    if "error" in trained:
+        return {**record, **trained}
+    scored = evaluate(run_dir, heldout)
+    facts = run_facts(run_dir)
+    if facts.get("tokens_per_step"):
+        facts["tokens"] = trained["steps"] * facts.pop("tokens_per_step")
+    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"), **facts,
+            **({"error": scored["error"]} if "error" in scored else {})}
+
+
+def run_facts(run_dir: Path) -> dict:
+    """Parameters, tokens per step and the dropout the run trained with, from its checkpoint."""
+    import torch
+
+    from inference.loading import load_run
+
+    try:
+        run = load_run(run_dir, torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - facts are a nicety; the run's error, if any, is reported elsewhere
+        return {}
+    t = run.checkpoint.config.get("train", {})
+    tokens = t.get("batch_size", 0) * run.model.context_length * t.get("grad_accum_steps", 1)
+    return {"params": run.model.num_parameters(), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
+
+
+def same_run(a: dict, b: dict) -> bool:
+    keys = ("corpus", "rung", "seed", "budget", "set")
+    return all(a.get(k) == b.get(k) for k in keys) and "error" not in a
+
+
+def main(argv: list[str]) -> None:
+    from benchmarks.heldout import split_heldout
+    from benchmarks.ladder_report import report
+
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_file = out / "results.jsonl"
+    done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
+    rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",")
+    for spec in args.corpus:
+        name, _, path = spec.partition("=")
+        paths = split_heldout(path, out / "splits", args.heldout)
+        for seed in range(1337, 1337 + args.seeds):
+            for rung in rungs:
+                want = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
+                if any(same_run(d, want) for d in done):
+                    continue
+                record = one_run(name, rung, seed, paths, args)
+                print(json.dumps(record, ensure_ascii=False), flush=True)
+                with results_file.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done.append(record)
+    report(done, args, out)
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""The ladder's table and picture from its results (benchmarks/ladder.py writes them; this only reads).
+
+Design choices:
+- One row per rung and corpus: the mean held-out bits per character over the seeds, the spread (half the
+  range, so "4.21 ± 0.02" covers every seed), the gap to nanoGPT's mean, median tokens/s and mean steps.
+- The docs pages keep their prose; only the text between `<!-- ladder:begin -->` and `<!-- ladder:end -->`
+  is replaced, in English and Korean (the table itself is numbers and names, the same in both).
+- The picture needs matplotlib, which only this report uses: without it the tables are still written and
+  one line says how to install it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_PAGES = (ROOT / "docs" / "en" / "ladder.md", ROOT / "docs" / "ko" / "ladder.md")
+PICTURE = ROOT / "docs" / "images" / "ladder.png"
+MARKERS = re.compile(r"(<!-- ladder:begin -->\n).*?(<!-- ladder:end -->)", re.S)
+
+
+def summarise(results: list[dict]) -> dict[str, list[dict]]:
+    """{corpus: [row per rung, in the order first seen]} over the results without errors."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        if "error" not in r and r.get("heldout_bpc") is not None:
+            groups.setdefault((r["corpus"], r["rung"]), []).append(r)
+    table: dict[str, list[dict]] = {}
+    for (corpus, rung), runs in groups.items():
+        bpcs = [r["heldout_bpc"] for r in runs]
+        tps = sorted(r["tokens_per_sec"] for r in runs if r.get("tokens_per_sec"))
+        table.setdefault(corpus, []).append({
+            "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
+            "tokens_per_sec": tps[len(tps) // 2] if tps else None, "steps": statistics.fmean(r["steps"] for r in runs),
+            "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
+            "max_load": max(r.get("load_before", 0.0) for r in runs)})
+    for rows in table.values():
+        peer = next((row["bpc"] for row in rows if row["rung"] == "nanogpt"), None)
+        for row in rows:
+            row["gap"] = None if peer is None else row["bpc"] - peer
+    return table
+
+
+def markdown(table: dict[str, list[dict]], budget: str) -> str:
+    lines = []
+    for corpus, rows in table.items():
+        lines += [f"**{corpus}** ({budget} per run; held-out bits per character, mean ± half-range over seeds)", "",
+                  "| run | held-out bpc | vs nanoGPT | tokens seen | tokens/s | steps | seeds |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            gap = "" if row["gap"] is None else f"{row['gap']:+.3f}"
+            tps = "" if row["tokens_per_sec"] is None else f"{row['tokens_per_sec']:,.0f}"
+            seen = f"{row['tokens'] / 1e6:.2f}M" if row["tokens"] else ""
+            lines.append(f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {seen} | {tps} | "
+                         f"{row['steps']:,.0f} | {row['seeds']} |")
+        loads = max(row["max_load"] for row in rows)
+        lines += ["", f"Highest 1-minute load average before a run: {loads:.2f}.", ""]
+    return "\n".join(lines)
+
+
+def draw(table: dict[str, list[dict]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: docs/images/ladder.png not redrawn: pip install matplotlib", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, len(table), figsize=(6 * len(table), 4), squeeze=False)
+    for ax, (corpus, rows) in zip(axes[0], table.items(), strict=True):
+        names = [row["rung"] for row in rows]
+        ax.barh(names, [row["bpc"] for row in rows], xerr=[row["spread"] for row in rows], color="#4c72b0")
+        low = min(row["bpc"] - row["spread"] for row in rows)
+        ax.set_xlim(low - 0.1, max(row["bpc"] + row["spread"] for row in rows) + 0.05)
+        ax.invert_yaxis()
+        ax.set_title(f"{corpus}: held-out bits per character (lower is better)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def report(results: list[dict], args: argparse.Namespace, out: Path) -> None:
+    budget = f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
+    chosen = [r for r in results if r.get("set", "") == args.set and r.get("budget") == budget]
+    text = markdown(summarise(chosen), budget)
+    print(text)
+    (out / "ladder.md").write_text(text, encoding="utf-8")
+    if args.docs:
+        for page in DOC_PAGES:
+            old = page.read_text(encoding="utf-8")
+            if not MARKERS.search(old):
+                print(f"note: {page} has no <!-- ladder:begin --> marker; not changed", file=sys.stderr)
+                continue
+            page.write_text(MARKERS.sub(lambda m: m[1] + text + "\n" + m[2], old), encoding="utf-8")
+        draw(summarise(chosen), PICTURE)

@@ -1,0 +1,20 @@
+"""Download a public Korean corpus into a local cache and turn it into training text.
+
+    python -m data.prepare koconovel [--files] [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
+    python -m data.prepare nsmc [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
+    python -m data.prepare --list
+
+Prints the `data.path=...` override to train on the prepared text (on stdout; progress goes to stderr): one
+file, or with `--files` a folder holding one file per document (KoCoNovel's novels).
+
+Modules: `sources` (what each corpus is and how its files are read), `fetching` (download, validation,
+checksums, writing the prepared text), `cli` (the command line).
+"""
+
+from data.download import download
+from data.prepare.cli import main
+from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
+from data.prepare.sources import KOCONOVEL, NSMC, REGISTRY, CorpusSource, RemoteFile
+
+__all__ = ["BASE_URL_ENV", "KOCONOVEL", "NSMC", "REGISTRY", "CorpusSource", "RemoteFile", "default_cache_dir",
+           "download", "main", "prepare"]

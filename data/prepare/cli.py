@@ -1,0 +1,49 @@
+"""The command line of `python -m data.prepare` (its usage is in data/prepare/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from common.errors import UserError
+from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
+from data.prepare.sources import REGISTRY
+
+DESCRIPTION = ("Download a public Korean corpus into a local cache and turn it into training text: one file, or "
+               "with --files a folder of one file per document. Prints the data.path=... override.")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m data.prepare", description=DESCRIPTION)
+    p.add_argument("name", nargs="?", help=f"the corpus to prepare: {', '.join(REGISTRY)}")
+    p.add_argument("--cache-dir", help=f"where corpora are kept (default {default_cache_dir()})")
+    p.add_argument("--base-url", help="download from a mirror: an http(s):// or file:// URL, or a local folder "
+                                      f"(or set {BASE_URL_ENV})")
+    p.add_argument("--force", action="store_true",
+                   help="download every file again, and trust anew each one that validates")
+    p.add_argument("--list", action="store_true", help="list the corpora this command knows")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--files", action="store_true",
+                   help="write one text file per document into a folder (data.path can name the folder)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    if args.list:
+        for s in REGISTRY.values():
+            print(f"{s.name}: {s.description}\n    license: {s.license}\n    cite: {s.citation}")
+        return
+    if not args.name:
+        raise UserError(f"name the corpus to prepare: python -m data.prepare {'|'.join(REGISTRY)} (or --list)")
+    if args.name not in REGISTRY:
+        raise UserError(f"unknown corpus {args.name!r}; known: {', '.join(REGISTRY)} (python -m data.prepare --list)")
+    source = REGISTRY[args.name]
+    path = prepare(source, args.cache_dir, args.base_url, args.force, progress=not args.quiet, files=args.files)
+    size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+    what = f"{len(list(path.iterdir()))} files, " if path.is_dir() else ""
+    print(f"{source.name}: {path} ({what}{size:,} bytes). License {source.license}; cite {source.citation}",
+          file=sys.stderr)
+    print(f"data.path={path}")
+
+

@@ -1,0 +1,145 @@
+"""What `data.path` names: one text file, a folder of them, or a glob; and the one text stream they make.
+
+Design choices:
+- A file is itself. A folder is every text file under it (`.txt`, `.text`, `.md`; hidden files and folders,
+  such as our own `.cache/`, are skipped; symbolic links to folders are not followed, so a link loop cannot
+  trap the walk). A glob (`~/blog/**/*.txt`) is exactly the regular files it matches. Files are taken in
+  sorted path order, so the same folder always gives the same stream.
+- Each file is one document, read like a single corpus file (encoding detection, NFC, "\\n" line endings; a
+  bad byte is named with the file and its offset). Documents are joined by a blank line: their trailing line
+  breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n". A corpus file whose documents
+  are already separated by single blank lines, split at them into files, gives back exactly the same text.
+- The stream's identity for the token cache is a hash of every file's relative path, size and content hash:
+  adding, removing, renaming or changing a file changes it.
+- Every way a `data.path` can name nothing usable (missing, an empty folder, a folder without text files, a
+  glob that matches nothing, a link loop) is one `UserError` saying what was found.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.errors import UserError
+from common.fsutil import file_sha256
+from data.text import iter_text_chunks
+
+TEXT_SUFFIXES = (".txt", ".text", ".md")
+GLOB_CHARS = "*?["
+DOCUMENT_SEPARATOR = "\n\n"
+
+
+@dataclass
+class CorpusFiles:
+    path: Path  # what data.path named (a file, a folder, or the glob as typed, ~ expanded)
+    files: list[Path]
+    home: Path = field(default=Path("."))  # where a `.cache/` beside the corpus goes
+
+    @property
+    def name(self) -> str:
+        """A file-name-safe label for caches: the file's name, the folder's name, or the glob's folder + "glob"."""
+        if self.is_glob:
+            return f"{self.home.name or 'root'}.glob"
+        return self.path.name or "root"
+
+    @property
+    def is_glob(self) -> bool:
+        return any(c in str(self.path) for c in GLOB_CHARS) and not self.path.exists()
+
+    @property
+    def single(self) -> bool:
+        return len(self.files) == 1 and self.files[0] == self.path
+
+    def relative(self, file: Path) -> str:
+        try:
+            return file.relative_to(self.home).as_posix()
+        except ValueError:
+            return str(file)
+
+    def digest(self) -> str:
+        """sha256 of the file itself, or of every file's relative path, size and content hash."""
+        if self.single:
+            return file_sha256(self.files[0])
+        h = hashlib.sha256()
+        for f in self.files:
+            h.update(f"{self.relative(f)}\0{f.stat().st_size}\0{file_sha256(f)}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+
+    def chunks(self) -> Iterator[str]:
+        """The normalised text of every file, documents joined by a blank line (see the module's docstring)."""
+        for _, chunk in self.document_chunks():
+            yield chunk
+
+    def document_chunks(self) -> Iterator[tuple[int, str]]:
+        """(index of the file, a chunk of its text): the stream of `chunks`, each chunk with the document it
+        belongs to (the blank line between two documents belongs to the first)."""
+        if self.single:
+            for chunk in iter_text_chunks(self.files[0]):
+                yield 0, chunk
+            return
+        previous = None  # the last document that gave any text
+        for index, f in enumerate(self.files):
+            held: list[str] = []  # the newest chunk with text, and any chunks of bare line breaks after it
+            for chunk in iter_text_chunks(f):
+                if held and chunk.strip("\n"):  # more text follows: what is held is not the document's end
+                    if previous is not None and previous != index:
+                        yield previous, DOCUMENT_SEPARATOR
+                    previous = index
+                    yield index, "".join(held)
+                    held = []
+                held.append(chunk)
+            last = "".join(held).rstrip("\n")  # the document's trailing line breaks are dropped
+            if last:
+                if previous is not None and previous != index:
+                    yield previous, DOCUMENT_SEPARATOR
+                previous = index
+                yield index, last
+        if previous is not None:
+            yield previous, "\n"
+
+
+def _walk_text_files(folder: Path) -> tuple[list[Path], int]:
+    """(text files under `folder`, count of other files), hidden entries and linked folders skipped."""
+    found, others = [], 0
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            if name.startswith("."):
+                continue
+            p = Path(root) / name
+            if p.suffix.lower() in TEXT_SUFFIXES and p.is_file():
+                found.append(p)
+            else:
+                others += 1
+    return sorted(found), others
+
+
+def _glob_home(pattern: str) -> Path:
+    parts = Path(pattern).parts
+    fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if any(c in p for c in GLOB_CHARS))]]
+    return Path(*fixed) if fixed else Path(".")
+
+
+def corpus_files(path: str | os.PathLike) -> CorpusFiles:
+    """The files `data.path` names, in order; every way it names nothing usable is one UserError."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.is_symlink() and not p.exists():
+        raise UserError(f"data.path={path} is a symbolic link to nothing (or a link loop); pass a file or folder")
+    if p.is_dir():
+        files, others = _walk_text_files(p)
+        if not files:
+            what = f"{others} file(s), none of them {'/'.join(TEXT_SUFFIXES)}" if others else "nothing"
+            raise UserError(f"data.path={path} is a folder with no text files: it holds {what}; pass a folder of "
+                            f"{'/'.join(TEXT_SUFFIXES)} files, a file, or a glob such as '{p}/**/*.txt'")
+        return CorpusFiles(p, files, p)
+    if any(c in str(p) for c in GLOB_CHARS) and not p.exists():
+        matches = sorted(Path(m) for m in glob.glob(str(p), recursive=True))
+        files = [m for m in matches if m.is_file()]
+        if not files:
+            raise UserError(f"data.path={path} matches no file ({len(matches)} folders matched); check the pattern")
+        return CorpusFiles(p, files, _glob_home(str(p)))
+    return CorpusFiles(p, [p], p.parent)

@@ -1,0 +1,78 @@
+"""`model.dropout: null` (auto): resolved at start from the passes the run will make, printed once, recorded,
+and equal in every way to typing the value it resolved to."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+
+from inference.checkpoint import load_checkpoint
+from tests.helpers import KOREAN, TINY, cli, tiny_model
+from training.auto_settings import MAX_DROPOUT, NO_DROPOUT_UNTIL, dropout_for_passes, measured_tokens_per_sec
+from training.optim import make_optimizer
+
+
+def test_dropout_grows_with_passes_and_is_capped():
+    values = [dropout_for_passes(p) for p in (0.01, 0.5, 1.0, NO_DROPOUT_UNTIL, 3, 5, 10, 30, 100, 1e6)]
+    assert values[:4] == [0.0] * 4  # one pass or less: nothing to regularise
+    assert values == sorted(values) and 0 < values[5] < MAX_DROPOUT and values[-1] == MAX_DROPOUT
+
+
+def test_speed_is_measured_on_a_copy():
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = itertools.repeat((torch.randint(0, 10, (2, 8)), torch.randint(0, 10, (2, 8))))
+    rng = torch.get_rng_state()
+    tps = measured_tokens_per_sec(model, lambda m: make_optimizer(m, 1e-2, 0.1, (0.9, 0.99), torch.device("cpu")),
+                                  batches, contextlib.nullcontext)
+    assert tps > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(rng, torch.get_rng_state())  # the run's random streams are untouched
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text(KOREAN * 3, encoding="utf-8")
+    return path
+
+
+def run(tmp_path, corpus, name, *extra):
+    r = cli("train.py", *TINY, f"data.path={corpus}", f"hydra.run.dir={tmp_path / name}",
+            f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=40", *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r, load_checkpoint(tmp_path / name / "ckpt.pt")
+
+
+def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
+    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null")
+    lines = [line for line in r.stdout.splitlines() if line.startswith("auto: model.dropout=")]
+    assert len(lines) == 1 and "passes" in lines[0]
+    value = auto.model_config.dropout
+    expected = dropout_for_passes(40 * 2 * 32 / int(len(KOREAN * 3) * 0.9))
+    assert value == pytest.approx(expected, abs=0.011) and value > 0  # about 11 passes: some dropout
+    assert auto.config["model"]["dropout"] == value  # the job the checkpoint records holds the value
+    r2, typed = run(tmp_path, corpus, "typed", f"model.dropout={value}")
+    assert "auto:" not in r2.stdout
+    assert all(torch.equal(v, typed.model[k]) for k, v in auto.model.items())  # bit for bit the same run
+
+
+def test_typed_zero_is_not_auto(tmp_path, corpus):
+    r, ckpt = run(tmp_path, corpus, "zero", "model.dropout=0")
+    assert "auto:" not in r.stdout and ckpt.model_config.dropout == 0.0
+
+
+def test_hparams_record_the_passes(tmp_path, corpus):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    run(tmp_path, corpus, "hp", "model.dropout=null")
+    acc = EventAccumulator(str(tmp_path / "hp"))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert info.hparams["auto.dropout_passes"].number_value > NO_DROPOUT_UNTIL
+    assert info.hparams["model.dropout"].number_value > 0

@@ -1,0 +1,120 @@
+"""Settings resolved at start from what the run will see: `model.dropout: null` means "auto".
+
+Design choices:
+- Dropout helps a model that sees its training text many times and only slows one that sees it once or less
+  (its masks also cost a good part of a CPU step). So "auto" resolves it from the number of passes over the
+  training split the run will make: none up to `NO_DROPOUT_UNTIL` passes, then rising with the logarithm of the
+  passes to `MAX_DROPOUT` (benchmarks/ladder.py measured the points; docs/en/recipes.md has the numbers).
+- The passes come from the step limit when there is one. Under a time budget they come from the run's own
+  speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
+  real model and its random streams are untouched), less the time evaluations take.
+- Under torchrun every rank measures, and all take the largest estimate, so every rank resolves the same value.
+- What was resolved is printed once and recorded: the checkpoint's config and model settings hold the value,
+  TensorBoard's HParams the value and the passes it came from. A value the user types always wins.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.device import autocast
+from data.sampler import BatchSampler
+from training import distributed
+from training.config import TrainJob
+from training.optim import make_optimizer
+
+NO_DROPOUT_UNTIL = 2.0  # passes over the training split
+MAX_DROPOUT = 0.2
+DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond NO_DROPOUT_UNTIL
+TRAINING_SHARE = 0.9  # of a time budget spent on training steps rather than evaluations and checkpoints
+TIMED_STEPS = 3
+
+
+@dataclass
+class AutoDropout:
+    value: float
+    passes: float
+    source: str  # "steps" (from the step limit) or "speed" (measured under a time budget)
+
+    def line(self, train_tokens: int) -> str:
+        how = "in the step limit" if self.source == "steps" else "at this machine's measured speed in the time budget"
+        passes = f"{self.passes:.1f}" if self.passes >= 1 else f"{self.passes:.2f}"
+        return (f"auto: model.dropout={self.value:g} (about {passes} passes over the {train_tokens:,} "
+                f"training tokens {how}; type model.dropout=... to choose)")
+
+
+def dropout_for_passes(passes: float) -> float:
+    """Dropout for a run that sees its training split `passes` times, rounded to 0.01."""
+    if passes <= NO_DROPOUT_UNTIL:
+        return 0.0
+    return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / NO_DROPOUT_UNTIL)), 2)
+
+
+def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+                            batches: Iterator, autocast: Callable) -> float:
+    """Tokens per second of whole training steps (forward, backward, optimizer) on a copy of the model with its
+    own optimizer; the first step is a warm-up. The caller's model, optimizer and random streams are untouched."""
+    with torch.random.fork_rng(devices=[]):
+        twin = copy.deepcopy(model).train()
+        optimizer = make_optimizer(twin)
+        elapsed, tokens = 0.0, 0
+        for i in range(TIMED_STEPS + 1):
+            x, y = next(batches)
+            started = time.perf_counter()
+            with autocast():
+                _, loss = twin(x, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if x.device.type == "cuda":
+                torch.cuda.synchronize(x.device)
+            if i:
+                elapsed += time.perf_counter() - started
+                tokens += x.numel()
+    return tokens / max(elapsed, 1e-9)
+
+
+def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_tokens: int, tokens_per_step: int,
+                    speed: Callable[[], float], dist: distributed.DistInfo, device: torch.device) -> AutoDropout:
+    """The dropout for the passes this run will make: from its step limit, or its time budget at `speed()`
+    tokens per second per process, whichever ends it first."""
+    passes, source = math.inf, "steps"
+    if max_steps is not None:
+        passes = max_steps * tokens_per_step / train_tokens
+    if max_seconds:
+        timed = speed() * dist.world_size * max_seconds * TRAINING_SHARE / train_tokens
+        if timed < passes:
+            passes, source = timed, "speed"
+    passes = distributed.agreed_max(passes, dist, device)
+    return AutoDropout(dropout_for_passes(passes), passes, source)
+
+
+def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
+                       tokens_per_step: int, dist: distributed.DistInfo, device: torch.device,
+                       dtype: torch.dtype) -> AutoDropout | None:
+    """Resolve `model.dropout: null` for this run, set it on the model and in the job (so the checkpoint records
+    it) and print it once; None when the user gave a value."""
+    if job.model.dropout is not None:
+        return None
+    t = job.train
+    batches = BatchSampler(train_tokens, job.model.context_length, t.batch_size, device, job.seed + 7919, dist.rank)
+
+    def speed() -> float:
+        def optimizer_for(m: nn.Module) -> torch.optim.Optimizer:
+            return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
+        return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
+
+    auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device)
+    model.set_dropout(auto.value)
+    job.model = replace(job.model, dropout=auto.value)
+    if dist.is_main:
+        print(auto.line(len(train_tokens)), flush=True)
+    return auto
