@@ -202,7 +202,8 @@ def _check_make(words: list[str]) -> None:
 
 
 def _check_prepare(args: list[str]) -> None:
-    from data.prepare import REGISTRY, _parse
+    from data.prepare import REGISTRY
+    from data.prepare.cli import _parse
 
     parsed = _parse(args)  # argparse exits (SystemExit) on an unknown flag
     assert parsed.list or parsed.name in REGISTRY, args
