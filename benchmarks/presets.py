@@ -1,7 +1,7 @@
 """Model sizes the speed benchmark measures.
 
 Design choices:
-- `default` is the size the README's speed table reports (the project's own default benchmark
+- `default` is the size the speed table of docs/en/speed.md reports (the project's own default benchmark
   configuration); `shakespeare` is nanoGPT's shakespeare-char size, for comparing with its numbers on a GPU;
   `tiny` exists only so a smoke test can run every benchmark in seconds.
 - `batch` sits next to the model's keyword arguments because it belongs to the measurement, and the

@@ -4,7 +4,7 @@ Design choices:
 - The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
   raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
 - The output is one flat dict per measurement family, merged in a fixed order: the machine, the training
-  presets (one nested dict each), generation, encoding, memory. Its keys are what the README and any
+  presets (one nested dict each), generation, encoding, memory. Its keys are what docs/en/speed.md and any
   scripts reading the JSON rely on, so they stay stable across refactorings.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """

@@ -46,7 +46,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     native bf16 instructions, else fp32; fp32 on MPS.
 
     bf16 autocast on the CPU became the default only after it matched fp32's validation bpc at equal steps
-    (the README's speed section has the numbers).
+    (docs/en/speed.md has the numbers).
     """
     if name == "auto":
         if device.type == "cuda":

@@ -172,7 +172,7 @@ def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
 # What the workers control is tested: one line per event, the checkpoint whole, the resume command printed once.
 # What only torchrun's agent controls is asserted as it is, so a change in torch shows up here: the agent
 # answers SIGTERM / Ctrl-C with its own SignalException traceback and a dead worker with its ChildFailedError
-# report, and exits 1 in both cases (README, "Signals and torchrun").
+# report, and exits 1 in both cases (docs/en/training.md, "Signals and torchrun").
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(ROOT / "train.py"), *TINY,
             "train.max_steps=100000", "train.eval_interval=3", "train.lr_decay_steps=1000")

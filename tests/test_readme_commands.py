@@ -1,20 +1,33 @@
-"""Every command line the READMEs show is accepted as pasted: bash splits it, the entry script's own argv
-rewrite runs, and Hydra composes the config from it (nothing is trained). The READMEs cannot drift from the
-code again."""
+"""Every command line the READMEs and the manual (docs/en, docs/ko) show works as pasted: bash splits it, the
+entry script's own argv rewrite runs, and Hydra composes the config from it (nothing is trained). Every other
+line of a bash block is bash that parses, and is a command this file checks too: `make` names a target of
+the Makefile, `python -m data.prepare`, `bench.py` and `benchmarks/time_budget.py` accept their flags (and
+time_budget's `--run` overrides compose for train.py), and anything else is one of a few known tools. The
+pages cannot drift from the code again."""
 
 import itertools
 import re
+import shlex
 import subprocess
+from unittest import mock
 
 import pytest
 from omegaconf import OmegaConf, open_dict
 
 from tests.helpers import ROOT
 
-READMES = ("README.md", "README.ko.md")
+
+def markdown_pages() -> list[str]:
+    """Every page a user reads: both READMEs, the benchmarks' README, and the manual in every language."""
+    docs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
+    return ["README.md", "README.ko.md", "benchmarks/README.md", *docs]
+
+
+PAGES = markdown_pages()
 SCRIPTS = {"train.py": "train", "generate.py": "generate", "evaluate.py": "evaluate", "serve.py": "serve"}
 # A command for one of the entry scripts: `python train.py ...`, `$ python ...`, `torchrun ... train.py ...`.
 COMMAND = re.compile(r"^(?:\$ )?(?:python3? |torchrun [^\n]*?)(train|generate|evaluate|serve)\.py\b")
+FENCED = re.compile(r"^```([a-z]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _inline_commands(text: str) -> list[str]:
@@ -23,12 +36,17 @@ def _inline_commands(text: str) -> list[str]:
     return [" ".join(s.split()) for s in spans]
 
 
-def readme_commands() -> list[tuple[str, str]]:
+def _logical_lines(block: str) -> list[str]:
+    """The block's lines, a line ending in a backslash joined to the next as bash does."""
+    return block.replace("\\\n", " ").splitlines()
+
+
+def readme_commands() -> list[tuple[str, str, bool]]:
     found = []
-    for name in READMES:
+    for name in PAGES:
         text = (ROOT / name).read_text(encoding="utf-8")
-        blocks = [b.splitlines() for b in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL)]
-        for block in blocks:
+        for _, body in FENCED.findall(text):
+            block = _logical_lines(body)
             for i, ln in enumerate(block):
                 # `$ command` then `error: ...` shows a mistake on purpose: it must paste, and may be refused.
                 refused = i + 1 < len(block) and block[i + 1].startswith("error:")
@@ -125,3 +143,103 @@ def test_every_readme_command_is_accepted_as_pasted(readme, line, refused, tmp_p
     for cfg in configs:
         path = getattr(getattr(cfg, "data", None), "path", None) or ""
         assert "~" not in path and "$HOME" not in path, f"{line!r}: the home folder was not expanded: {path}"
+
+
+# Every bash block, line by line: valid bash, and a command this file knows how to check.
+# Tools that are not the project's: their lines are only checked to parse as bash.
+OTHER_TOOLS = ((".",), ("python3", "-m", "venv"), ("pip", "install"), ("python", "-m", "pytest"),
+               ("python", "-m", "tensorboard.main"), ("tensorboard",), ("curl",), ("cd",), ("sha256sum",))
+
+
+def bash_blocks() -> list[tuple[str, str]]:
+    return [(name, body) for name in PAGES
+            for lang, body in FENCED.findall((ROOT / name).read_text(encoding="utf-8")) if lang == "bash"]
+
+
+def bash_commands() -> list[tuple[str, list[str]]]:
+    """(page, words) for every simple command of every bash block: comments dropped, `a && b` split."""
+    found = []
+    for name, body in bash_blocks():
+        for line in _logical_lines(body):
+            words = shlex.split(line, comments=True)
+            command: list[str] = []
+            for w in [*words, "&&"]:
+                if w in ("&&", "||", ";", "|"):
+                    found += [(name, command)] if command else []
+                    command = []
+                else:
+                    command.append(w)
+    return found
+
+
+BASH_BLOCKS = bash_blocks()
+BASH_COMMANDS = bash_commands()
+
+
+def test_the_pages_show_bash_for_every_tool_we_check():
+    assert len(BASH_BLOCKS) >= 30
+    firsts = {tuple(words[:3]) for _, words in BASH_COMMANDS}
+    assert {("python", "-m", "data.prepare"), ("python", "bench.py", "--quick")} <= firsts
+    assert any(words[0] == "make" for _, words in BASH_COMMANDS)
+    assert any(words[:2] == ["python", "benchmarks/time_budget.py"] for _, words in BASH_COMMANDS)
+
+
+@pytest.mark.parametrize("page,block", BASH_BLOCKS, ids=[f"{p}:{i}" for i, (p, _) in enumerate(BASH_BLOCKS)])
+def test_every_bash_block_parses_as_bash(page, block):
+    r = subprocess.run(["bash", "-n"], input=block, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and not r.stderr, f"{page}: bash cannot parse this block: {r.stderr}\n{block}"
+
+
+def _check_make(words: list[str]) -> None:
+    from tests.test_makefile import defined_targets
+
+    makefile = (ROOT / "Makefile").read_text()
+    for w in words[1:]:
+        if re.match(r"[A-Z_]+=", w):
+            assert re.search(rf"^{w.split('=')[0]}\s*\?=", makefile, re.M), f"make has no variable {w}"
+        else:
+            assert w in defined_targets(), f"make has no target {w!r}"
+
+
+def _check_prepare(args: list[str]) -> None:
+    from data.prepare import REGISTRY
+    from data.prepare.cli import _parse
+
+    parsed = _parse(args)  # argparse exits (SystemExit) on an unknown flag
+    assert parsed.list or parsed.name in REGISTRY, args
+
+
+def _check_time_budget(args: list[str]) -> None:
+    """Its flags parse (the corpus is the user's file), and every `--run` composes as train.py arguments."""
+    from benchmarks.time_budget import parse_args
+
+    with mock.patch("pathlib.Path.is_file", return_value=True):
+        parsed = parse_args(args)
+    for spec in parsed.run:
+        overrides = spec.partition("=")[2].split()
+        compose_command("train.py", [f"data.path={parsed.corpus}", f"train.max_seconds={parsed.seconds}",
+                                     "train.max_steps=1000000", "train.overwrite=true", *overrides])
+
+
+@pytest.mark.parametrize("page,words", BASH_COMMANDS,
+                         ids=[f"{p}:{i}" for i, (p, _) in enumerate(BASH_COMMANDS)])
+def test_every_bash_command_is_one_we_check(page, words):
+    from benchmarks.options import parse_options
+
+    line = shlex.join(words)
+    if any(w.rsplit("/", 1)[-1] in SCRIPTS for w in words) and words[0] in ("python", "python3", "torchrun"):
+        # An entry script: COMMANDS holds it, and test_every_readme_command_is_accepted_as_pasted composes it.
+        assert COMMAND.match(line), f"{page}: {line!r} runs an entry script in a way COMMAND does not find"
+    elif words[0] == "make":
+        _check_make(words)
+    elif words[:3] == ["python", "-m", "data.prepare"]:
+        _check_prepare(words[3:])
+    elif words[:2] == ["python", "bench.py"]:
+        parse_options(words[2:])
+    elif words[:2] == ["python", "benchmarks/time_budget.py"]:
+        _check_time_budget(words[2:])
+    elif words[:3] == ["python", "-m", "benchmarks.time_budget"]:
+        _check_time_budget(words[3:])
+    else:
+        assert any(tuple(words[:len(t)]) == t for t in OTHER_TOOLS), \
+            f"{page}: {line!r} runs a command this test does not know; check it here, or add the tool to OTHER_TOOLS"
