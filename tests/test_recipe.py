@@ -160,3 +160,19 @@ def test_checkpoints_remember_their_recipe_resume_with_muon_and_old_ones_load_as
     loaded = load_run(str(old), torch.device("cpu"))
     assert loaded.model.config.position == "learned" and loaded.model.position_embedding is not None
     assert loaded.checkpoint.config.get("recipe", "lecture") == "lecture"
+
+
+def test_embedding_lr_gives_adamw_embeddings_their_own_rate():
+    import torch
+
+    from training.config import TrainConfig
+    from training.optim import make_optimizer, set_lr
+
+    model = tiny_model()
+    plain = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), torch.device("cpu"), TrainConfig(lr=1e-3))
+    assert len(plain.param_groups) == 2  # unchanged when not asked for
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), torch.device("cpu"), TrainConfig(lr=1e-3, embedding_lr=5e-3))
+    set_lr(opt, 5e-4)  # the schedule moves every group together
+    emb = next(g for g in opt.param_groups if any(p is model.token_embedding.weight for p in g["params"]))
+    assert emb["lr"] == pytest.approx(2.5e-3) and emb["weight_decay"] == 0.0
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))

@@ -46,7 +46,7 @@ class TrainConfig:
     muon_lr: float = 0.02  # peak learning rate of the Muon group (train.lr stays AdamW's)
     muon_momentum: float = 0.95
     muon_weight_decay: float = 0.0
-    embedding_lr: float | None = None  # AdamW's rate for the embeddings under optimizer=muon; None = train.lr
+    embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     eval_interval: int = 250
     eval_steps: int = 40
     log_interval: int = 10

@@ -57,7 +57,15 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     """AdamW over `param_groups`, or with `train.optimizer == "muon"` a `MuonAdamW` over `split_parameters`."""
     fused = device.type in ("cuda", "cpu")
     if train is None or train.optimizer == "adamw":
-        return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
+        groups = param_groups(model, weight_decay)
+        if train is not None and train.embedding_lr is not None:  # the embeddings at their own rate
+            split = split_parameters(model, use_muon=True)
+            groups = [{"params": split["decay"], "weight_decay": weight_decay},
+                      {"params": split["embeddings"], "weight_decay": 0.0, "lr_scale": train.embedding_lr / lr,
+                       "lr": train.embedding_lr},
+                      {"params": split["no_decay"], "weight_decay": 0.0}]
+            groups = [g for g in groups if g["params"]]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
     split = split_parameters(model, use_muon=True)
     emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
     groups = [
