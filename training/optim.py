@@ -60,7 +60,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
         groups = param_groups(model, weight_decay)
         if train is not None and train.embedding_lr is not None:  # the embeddings at their own rate
             split = split_parameters(model, use_muon=True)
-            groups = [{"params": split["decay"], "weight_decay": weight_decay},
+            groups = [{"params": split["muon"] + split["decay"], "weight_decay": weight_decay},
                       {"params": split["embeddings"], "weight_decay": 0.0, "lr_scale": train.embedding_lr / lr,
                        "lr": train.embedding_lr},
                       {"params": split["no_decay"], "weight_decay": 0.0}]
