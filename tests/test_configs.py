@@ -1,5 +1,6 @@
 from common.cli import quote_non_ascii_overrides
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,10 @@ def check_train_config(cfg):
 def test_every_model_config_composes_and_builds(model):
     cfg = compose_train(f"model={model}")
     check_train_config(cfg)
-    m = AttentionLanguageModel(check_train_config(cfg).model.with_vocab(100))
+    model_cfg = check_train_config(cfg).model.with_vocab(100)
+    if model_cfg.dropout is None:  # auto: training resolves it; any number builds the same shapes
+        model_cfg = replace(model_cfg, dropout=0.0)
+    m = AttentionLanguageModel(model_cfg)
     assert m.context_length == cfg.model.context_length
 
 
@@ -39,7 +43,7 @@ def test_required_keys_exist():
     for key in ("model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
                 "model.num_blocks", "model.dropout", "data.path", "data.val_fraction", "train.batch_size",
                 "train.max_steps", "train.lr", "train.eval_interval", "train.eval_steps", "seed", "device"):
-        nullable = ("data.path", "train.max_steps")
+        nullable = ("data.path", "train.max_steps", "model.dropout")  # model.dropout null = auto
         assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key in nullable, key
     assert cfg.train.max_epochs is None or cfg.train.max_epochs > 0  # null: 10 passes, or the time budget alone
     assert cfg.model.head_size % cfg.model.num_heads == 0

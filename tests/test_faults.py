@@ -160,7 +160,9 @@ def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
     assert r.returncode == 0, r.stderr
     before = {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()}
     assert any(name.startswith("events.out.tfevents.") for name in before)
-    for bad in (f"data.path={tmp_path / 'corpus.tx'}", f"data.path={tmp_path}", "model.context_length=100000"):
+    (tmp_path / "no_text").mkdir()  # a folder is a corpus now; one holding no text file is refused
+    for bad in (f"data.path={tmp_path / 'corpus.tx'}", f"data.path={tmp_path / 'no_text'}",
+                "model.context_length=100000"):
         r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=2", bad, f"hydra.run.dir={run}")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()} == before, bad

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,8 @@ def test_every_experiment_composes_and_every_swept_value_is_valid(experiment):
         assert OmegaConf.select(cfg, key) is not None, f"{experiment} sweeps {key}, which is not a config key"
         for value in str(values).split(","):
             swept = OmegaConf.to_object(compose_config("train", f"experiment={experiment}", f"{key}={value.strip()}"))
-            AttentionLanguageModel(swept.model.with_vocab(50))
+            model_cfg = swept.model.with_vocab(50)
+            AttentionLanguageModel(replace(model_cfg, dropout=0.0) if model_cfg.dropout is None else model_cfg)
 
 
 def test_sweep_job_names_drop_the_experiment_the_sweep_folder_names():

@@ -110,6 +110,9 @@ class _ByteTokenizer:
     def stream_decoder(self):
         raise NotImplementedError
 
+    def extended(self, chunks):
+        return self
+
     def to_dict(self):
         return {"kind": self.kind}
 
