@@ -142,11 +142,14 @@ def _mostly_utf8(path: Path, offset: int) -> bool:
     return int(np.count_nonzero(cps >= 0x80)) - invalid > invalid
 
 
+_NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in (9, 10, 12, 13))
+
+
 def _looks_binary(path: Path) -> bool:
     """Control characters other than tab/newline/CR/FF in the first MiB mean it is not prose."""
     with path.open("rb") as f:
         block = f.read(_BLOCK)
-    bad = sum(block.count(bytes([b])) for b in range(32) if b not in (9, 10, 12, 13))
+    bad = len(block.translate(None, _NOT_CONTROL))  # one pass: delete every byte that is not a control
     return bad > max(8, len(block) // 1000)
 
 

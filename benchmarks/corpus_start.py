@@ -1,0 +1,103 @@
+"""How long a run waits for its corpus: one file against the same text as a folder of many files.
+
+    python -m benchmarks.corpus_start --corpus ../shared/corpora/koconovel_dev.txt --files 500
+
+The corpus is split at line boundaries into `--files` files (written once under `--out`, never into the
+project) and joined back into one file with the folder's separator (a blank line between documents), so both
+hold exactly the same text. Each is loaded as `train.py` loads it (`data.corpus.load_corpus`: encoding
+detection, NFC, the token cache) twice: cold (empty cache: tokenised) and warm (cached: what every later run
+pays). Prints one JSON object: seconds for each, the ratio folder/file, and whether both give the same ids.
+
+Design choices:
+- The split is by lines into files of about equal size: what a blog export or a folder of notes looks like.
+- The warm time is the one users feel run after run; it is the one the issue's target compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+    from common.errors import UserError
+
+    ap = OneLineArgumentParser(prog="corpus_start.py", description=__doc__.split("\n\nThe corpus")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True, help="a text file")
+    ap.add_argument("--files", type=int, default=500, help="how many files the folder holds (default 500)")
+    ap.add_argument("--repeat", type=int, default=3, help="warm loads timed; the fastest counts (default 3)")
+    ap.add_argument("--out", default="runs/corpus_start", help="where the folder, file and caches go")
+    args = ap.parse_args(argv)
+    if not Path(args.corpus).expanduser().is_file():
+        raise UserError(f"--corpus {args.corpus}: no such file")
+    if args.files < 2 or args.repeat < 1:
+        raise UserError("--files must be at least 2 and --repeat at least 1")
+    return args
+
+
+def split_into_files(corpus: Path, count: int, out: Path) -> tuple[Path, Path]:
+    """(folder of `count` files, one file with the same documents joined as a folder's are)."""
+    from data.text import iter_text_chunks
+
+    lines = "".join(iter_text_chunks(corpus)).splitlines(keepends=True)
+    cuts = [round(i * len(lines) / count) for i in range(count + 1)]
+    parts = ["".join(lines[a:b]).strip("\n") for a, b in zip(cuts, cuts[1:])]
+    parts = [p for p in parts if p.strip()]
+    folder, joined = out / "folder", out / "joined.txt"
+    shutil.rmtree(out, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for i, part in enumerate(parts):
+        (folder / f"{i:05d}.txt").write_text(part + "\n", encoding="utf-8")
+    joined.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    return folder, joined
+
+
+def timed_load(path: Path, cache: Path, repeat: int) -> tuple[float, float, object]:
+    """(cold seconds, fastest warm seconds, the corpus)."""
+    from data.corpus import load_corpus
+
+    start = time.perf_counter()
+    corpus = load_corpus(path, cache_dir=cache)
+    cold = time.perf_counter() - start
+    warm = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        corpus = load_corpus(path, cache_dir=cache)
+        warm.append(time.perf_counter() - start)
+    return cold, min(warm), corpus
+
+
+def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
+    import numpy as np
+
+    folder, joined = split_into_files(corpus, count, out)
+    file_cold, file_warm, one = timed_load(joined, out / "cache-file", repeat)
+    folder_cold, folder_warm, many = timed_load(folder, out / "cache-folder", repeat)
+    same = one.tokenizer.fingerprint() == many.tokenizer.fingerprint() and np.array_equal(
+        np.asarray(one.tokens), np.asarray(many.tokens))
+    return {"files": len(list(folder.iterdir())), "chars": one.num_chars,
+            "file_cold_s": round(file_cold, 4), "file_warm_s": round(file_warm, 4),
+            "folder_cold_s": round(folder_cold, 4), "folder_warm_s": round(folder_warm, 4),
+            "warm_ratio_folder_to_file": round(folder_warm / file_warm, 3), "same_ids": bool(same)}
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    result = measure(Path(args.corpus).expanduser(), args.files, Path(args.out), args.repeat)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
