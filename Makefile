@@ -6,6 +6,7 @@ VENV       ?= .venv
 TORCH      ?=
 TORCH_SPEC ?=
 ARGS       ?=
+TEST_WORKERS ?= auto
 PY         := $(VENV)/bin/python
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
@@ -14,6 +15,7 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 ##   VENV        where the virtual environment lives (default: .venv)
 ##   TORCH       empty: torch from PyPI (the CUDA build on Linux); cpu: the CPU-only build from PyTorch's index
 ##   TORCH_SPEC  the torch requirement installed first, e.g. TORCH_SPEC="torch==2.13.0" (CI pins its wheel this way)
+##   TEST_WORKERS pytest-xdist workers for test and test-fast (default auto: one per core; 0 = in-process)
 ##   ARGS        extra arguments for the script or tool a target runs, e.g. ARGS="train.max_steps=300"
 ## TORCH and TORCH_SPEC apply when the environment is created; to switch builds, remove the VENV folder first.
 
@@ -46,11 +48,11 @@ setup: $(VENV)/.installed ## create the virtual environment (VENV) and install t
 train: setup ## train the default model on the built-in corpus; ARGS go to train.py
 	$(PY) train.py $(ARGS)
 
-test: setup ## run the whole test suite, slow tests included; ARGS go to pytest
-	$(PY) -m pytest -q $(ARGS)
+test: setup ## run the whole test suite, slow tests included, one worker per core; ARGS go to pytest
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 
 test-fast: setup ## run the tests not marked slow
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" $(ARGS)
 
 lint: setup ## check the code with ruff
 	$(VENV)/bin/ruff check .

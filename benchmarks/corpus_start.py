@@ -16,6 +16,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import sys
@@ -51,7 +52,7 @@ def split_into_files(corpus: Path, count: int, out: Path) -> tuple[Path, Path]:
 
     lines = "".join(iter_text_chunks(corpus)).splitlines(keepends=True)
     cuts = [round(i * len(lines) / count) for i in range(count + 1)]
-    parts = ["".join(lines[a:b]).strip("\n") for a, b in zip(cuts, cuts[1:])]
+    parts = ["".join(lines[a:b]).strip("\n") for a, b in itertools.pairwise(cuts)]
     parts = [p for p in parts if p.strip()]
     folder, joined = out / "folder", out / "joined.txt"
     shutil.rmtree(out, ignore_errors=True)

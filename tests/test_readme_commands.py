@@ -221,6 +221,19 @@ def _check_time_budget(args: list[str]) -> None:
                                      "train.max_steps=1000000", "train.overwrite=true", *overrides])
 
 
+CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start")
+
+
+def _check_campaign(module: str, args: list[str]) -> None:
+    """A benchmark campaign's flags parse (the corpora are the user's files) and its --set composes."""
+    import importlib
+
+    with mock.patch("pathlib.Path.is_file", return_value=True):
+        parsed = importlib.import_module(module).parse_args(args)
+    if getattr(parsed, "set", ""):
+        compose_command("train.py", ["data.path=/tmp/corpus.txt", *parsed.set.split()])
+
+
 @pytest.mark.parametrize("page,words", BASH_COMMANDS,
                          ids=[f"{p}:{i}" for i, (p, _) in enumerate(BASH_COMMANDS)])
 def test_every_bash_command_is_one_we_check(page, words):
@@ -240,6 +253,8 @@ def test_every_bash_command_is_one_we_check(page, words):
         _check_time_budget(words[2:])
     elif words[:3] == ["python", "-m", "benchmarks.time_budget"]:
         _check_time_budget(words[3:])
+    elif words[:2] == ["python", "-m"] and words[2] in CAMPAIGNS:
+        _check_campaign(words[2], words[3:])
     else:
         assert any(tuple(words[:len(t)]) == t for t in OTHER_TOOLS), \
             f"{page}: {line!r} runs a command this test does not know; check it here, or add the tool to OTHER_TOOLS"
