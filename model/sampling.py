@@ -43,6 +43,8 @@ def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
         probs = torch.softmax(sorted_logits, dim=-1)
         # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
         drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
+        drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return torch.softmax(logits, dim=-1)

@@ -30,6 +30,10 @@ from playground.cache import CachedRun
 TOP_ALTERNATIVES = 5
 
 
+class SamplingError(RuntimeError):
+    """The model gave something no character can be drawn from (NaN or infinite logits: broken weights)."""
+
+
 @dataclass
 class Params:
     prompt: str
@@ -77,6 +81,9 @@ class Continuation:
     def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
         p = self.params
         probs = sampling_probs(logits[None], p.temperature, p.top_k, p.top_p)[0]
+        if not bool(torch.isfinite(probs).all()):
+            raise SamplingError(f"run {self.cached.name!r} gave probabilities that are not finite numbers "
+                                "(NaN or infinity): its weights are broken; train it again")
         probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
         top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
                for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]
