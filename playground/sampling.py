@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from inference.generation import prompt_ids
+from inference.generation import prompt_ids, token_grammar
 from model.sampling import sampling_probs
 from playground.cache import CachedRun
 
@@ -68,8 +68,10 @@ class Continuation:
         device = next(run.model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(params.seed)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
+        # The tokenizer's spelling rules (whole jamo syllables): the text then re-encodes to the very tokens
+        # sampled, so every event's `pos` is its position in the re-encoded text (attention requests use it).
         self._steps = run.model.stream(idx, params.max_new_tokens, params.temperature, params.top_k,
-                                       params.top_p, True, generator)
+                                       params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
         self._decoder = self.tokenizer.stream_decoder()
         self._pending: list[TokenRecord] = []
         self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
