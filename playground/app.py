@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +29,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from common.device import pick_device
 from common.errors import UserError
 from playground.attention import PositionError, attention_row
 from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
+from playground.guard import BodyGuard, GenerationSlots
+from playground.hosts import HostGuard
 from playground.runs import RunNotFound, RunRegistry, relative_message
 from playground.sampling import Continuation, Params, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
 STATIC = Path(__file__).resolve().parent / "static"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 log = logging.getLogger("kochar.playground")
 
 
@@ -61,6 +62,7 @@ class Playground:
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt)
         self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device))
         self.stats = Stats()
+        self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
     async def load(self, name: str | None) -> CachedRun:
         """The loaded run a request names (None = the default run); every failure is an ApiError."""
@@ -131,28 +133,49 @@ async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Any]]
     return bool(outcome), outcome[0] if outcome else None
 
 
+class _SlotStream(StreamingResponse):
+    """The SSE answer of a sample: holds its generation slot until the stream ends, however it ends."""
+
+    def __init__(self, events: AsyncIterator[bytes], release: Callable[[], None]):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
+    try:
+        async for _ in _steps(pg, cont):
+            pass
+    except Exception as e:  # noqa: BLE001 - a broken model: the run's fault, answered like a broken file
+        return ApiError(400, "run", _failure(e))
+    return {**cont.summary(), "tokens": cont.events}
+
+
 async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> Response:
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
     params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
+    pg.slots.acquire(cached.name)
+    release: Callable[[], None] | None = partial(pg.slots.release, cached.name)
     try:
-        cont = await to_thread.run_sync(Continuation, cached, params)
-    except (ValueError, RuntimeError, UnicodeError) as e:
-        raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
-                                      f"({type(e).__name__}: {' '.join(str(e).split())})") from None
-    if body.stream:
-        return StreamingResponse(_events(pg, cont), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    async def collect() -> dict | ApiError:
         try:
-            async for _ in _steps(pg, cont):
-                pass
-        except Exception as e:  # noqa: BLE001 - a broken model: the run's fault, answered like a broken file
-            return ApiError(400, "run", _failure(e))
-        return {**cont.summary(), "tokens": cont.events}
-
-    finished, result = await _until_disconnect(request, collect)
+            cont = await to_thread.run_sync(Continuation, cached, params)
+        except (ValueError, RuntimeError, UnicodeError) as e:
+            raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
+                                          f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+        if body.stream:
+            response, release = _SlotStream(_events(pg, cont), release), None  # the stream releases it
+            return response
+        finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
+    finally:
+        if release is not None:
+            release()
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)
@@ -164,7 +187,8 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return SafeJSONResponse(exc.body(), status_code=exc.status)
+        headers = {"Retry-After": "1"} if exc.status == 503 else None  # busy: worth another try soon
+        return SafeJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -184,15 +208,16 @@ def _error_handlers(app: FastAPI) -> None:
 
 
 def create_app(cfg: ServeConfig, device: torch.device | None = None,
-               allowed_hosts: list[str] | None = None) -> FastAPI:
+               allowed_hosts: frozenset[str] | None = None) -> FastAPI:
     """The playground app for `cfg` (the device defaults to cfg.device); `allowed_hosts` (None = any)
     lists the Host header names it answers."""
     pg = Playground(cfg, device)
     app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None,
                   default_response_class=SafeJSONResponse)
     app.state.playground = pg
-    if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    app.add_middleware(BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s)
+    if allowed_hosts is not None:  # added last: the outermost, before any body is read
+        app.add_middleware(HostGuard, names=allowed_hosts)
     _error_handlers(app)
 
     @app.get("/", include_in_schema=False)
@@ -212,7 +237,8 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
         body.check_limits(cfg.max_prompt_chars + cfg.max_new_tokens_limit)
         cached = await pg.load(body.run)
         try:
-            return await to_thread.run_sync(attention_row, cached, body.text, body.position)
+            with pg.slots.take(cached.name):
+                return await to_thread.run_sync(attention_row, cached, body.text, body.position)
         except PositionError as e:
             raise ApiError(422, e.field, str(e)) from None
 
