@@ -44,6 +44,7 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(2048)  # connections made as soon as the URL is printed wait in the backlog for uvicorn
     except OSError as e:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pick another port, e.g. "

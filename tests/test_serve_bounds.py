@@ -267,3 +267,14 @@ def test_serve_py_refuses_a_network_bind_without_host_names(tmp_path):
     r = cli("serve.py", "host=0.0.0.0", "port=0", f"runs_dir={tmp_path}")
     assert r.returncode != 0 and "allowed_hosts" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_stress_script_reports_the_bounds_holding():
+    """benchmarks/serve_stress.py, CI-sized (the 300-connection figures are in docs/en/playground.md)."""
+    from tests.helpers import cli
+
+    r = cli("benchmarks/serve_stress.py", "--connections", "40", "--set", "header_timeout_s=1", timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["while_open_max_s"] < 2 and got["half_open_all_closed_s"] < 10 and got["body_300mb_status"] == 413
+    assert got["server_peak_rss_mb"] is None or got["server_peak_rss_mb"] < 1024
