@@ -117,12 +117,19 @@ def _peak_rss_mb(pid: int) -> float | None:
     return round(int(m.group(1)) / 1024, 1) if m else None
 
 
-def main(argv: list[str]) -> dict:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="serve_stress.py", description=__doc__.split("\n\nDesign")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--connections", type=int, default=300, help="half-open connections held (default 300)")
     ap.add_argument("--set", action="append", default=[], help="a serve.py key=value (repeatable)")
     args = ap.parse_args(argv)
+    if args.connections < 1 or any("=" not in kv for kv in args.set):
+        ap.error("--connections must be >= 1 and --set takes key=value")
+    return args
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
