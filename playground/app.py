@@ -215,7 +215,8 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
     app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None,
                   default_response_class=SafeJSONResponse)
     app.state.playground = pg
-    app.add_middleware(BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s)
+    app.add_middleware(BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s,
+                       send_timeout=cfg.send_timeout_s)
     if allowed_hosts is not None:  # added last: the outermost, before any body is read
         app.add_middleware(HostGuard, names=allowed_hosts)
     _error_handlers(app)

@@ -35,6 +35,7 @@ class ServeConfig:
     header_timeout_s: float = 10.0  # a connection must send a whole request head within this
     body_timeout_s: float = 10.0  # ... and the request's body within this
     keep_alive_s: float = 5.0  # an idle connection is closed after this
+    send_timeout_s: float = 30.0  # a client that reads nothing of its answer for this long is dropped
     max_connections: int = 1000  # open connections; a request on one beyond them gets 503
     max_generations: int = 8  # samples and attention requests in progress, all runs together (503 beyond)
     max_generations_per_run: int = 4  # ... on one run
@@ -53,7 +54,7 @@ class ServeConfig:
         checks.device_name("device", self.device)
         for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
             checks.positive_int(key, getattr(self, key))
-        for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
+        for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
             value = getattr(self, key)
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 3600:
                 raise ConfigError(f"{key}={value} is invalid: it must be a number of seconds in (0, 3600]")

@@ -7,7 +7,9 @@ Design choices:
   * `BodyGuard`, ASGI middleware, reads each request's body before the app sees it: a `Content-Length`
     over `max_body_bytes` is refused (413) before a byte of the body is read, a chunked body is refused as
     soon as it passes the limit, and a body not complete within `body_timeout_s` is refused (408). Both
-    answers close the connection. The app then gets the body from memory (at most `max_body_bytes`).
+    answers close the connection. The app then gets the body from memory (at most `max_body_bytes`). It
+    also drops a client that stops reading its answer (a stream) for `send_timeout_s`, which would
+    otherwise hold a generation slot for ever.
   * `guarded_protocol` is uvicorn's h11 protocol with two additions: a connection that has not sent a
     complete request head `header_timeout_s` after it opened (or after its last response) is closed, and a
     connection beyond `max_connections` is answered with a JSON 503 and closed. Uvicorn's own
@@ -53,11 +55,16 @@ class _TooLarge(Exception):
     pass
 
 
-class BodyGuard:
-    """Reads each request body whole, within `max_bytes` and `timeout` seconds, before the app runs."""
+class _SlowReader(Exception):
+    pass
 
-    def __init__(self, app, max_bytes: int, timeout: float):
-        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+
+class BodyGuard:
+    """Reads each request body whole, within `max_bytes` and `timeout` seconds, before the app runs; and
+    drops a client that reads nothing of its answer for `send_timeout` seconds."""
+
+    def __init__(self, app, max_bytes: int, timeout: float, send_timeout: float = 30.0):
+        self.app, self.max_bytes, self.timeout, self.send_timeout = app, max_bytes, timeout, send_timeout
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -86,7 +93,17 @@ class BodyGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()  # from here on: the disconnect, when the client goes
 
-        return await self.app(scope, replay, send)
+        async def guarded_send(message: dict) -> None:
+            try:
+                with anyio.fail_after(self.send_timeout):  # waits only while the client's buffers are full
+                    await send(message)
+            except TimeoutError:
+                raise _SlowReader from None
+
+        try:
+            return await self.app(scope, replay, guarded_send)
+        except _SlowReader:  # the app's sample stops (its slot is given back); uvicorn closes the connection
+            return None
 
     async def _read(self, receive) -> tuple[bytes, bool]:
         chunks, size = [], 0

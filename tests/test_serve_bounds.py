@@ -278,3 +278,36 @@ def test_the_stress_script_reports_the_bounds_holding():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["while_open_max_s"] < 2 and got["half_open_all_closed_s"] < 10 and got["body_300mb_status"] == 413
     assert got["server_peak_rss_mb"] is None or got["server_peak_rss_mb"] < 1024
+
+
+def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_back(runs_root):
+    app = app_for(runs_root, send_timeout_s=0.3, max_new_tokens_limit=100_000)
+    pg = app.state.playground
+    payload = json.dumps({"run": "a", "max_new_tokens": 100_000}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/api/generate", "raw_path": b"/api/generate", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]}
+    sent, inbox = [], [{"type": "http.request", "body": payload, "more_body": False}]
+    never = asyncio.Event()
+
+    async def receive():
+        if inbox:
+            return inbox.pop()
+        await never.wait()
+
+    async def send(message):
+        sent.append(message)
+        if len(sent) > 3:  # the client's buffers are full: nothing more is taken
+            await never.wait()
+
+    async def main():
+        await asyncio.wait_for(app(scope, receive, send), timeout=30)
+
+    started = time.monotonic()
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while (pg.stats.active or pg.slots.busy) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert time.monotonic() - started < 10 and not pg.slots.busy and pg.stats.active == 0
+    assert sent[0]["status"] == 200 and pg.stats.tokens < 100_000
