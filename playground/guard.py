@@ -143,6 +143,15 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             elif self._head_timer is None:
                 self._arm()  # the first bytes of a new request: its head must be complete in time
 
+        def send_400_response(self, msg: str) -> None:
+            """Malformed HTTP (uvicorn answers it in bare text): the project's JSON shape instead."""
+            if self.cycle is not None and self.cycle.response_started:
+                return super().send_400_response(msg)
+            body = json.dumps({"error": f"not a valid HTTP request ({msg.rstrip('.')})", "field": None}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+            self.transport.close()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
@@ -165,9 +174,10 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
 
 def server_config(app, header_timeout_s: float, keep_alive_s: float, max_connections: int) -> uvicorn.Config:
-    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, short keep-alive, and
-    only errors logged (a warning per malformed request would let any client fill the log)."""
-    return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections),
+    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, short keep-alive, no
+    WebSocket upgrades (the page has none: an upgrade request is answered as plain HTTP), and only errors
+    logged (a warning per malformed request would let any client fill the log)."""
+    return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections), ws="none",
                           timeout_keep_alive=keep_alive_s, log_level="error", access_log=False, lifespan="off",
                           timeout_graceful_shutdown=3)
 

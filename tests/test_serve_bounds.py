@@ -311,3 +311,30 @@ def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_ba
         time.sleep(0.02)
     assert time.monotonic() - started < 10 and not pg.slots.busy and pg.stats.active == 0
     assert sent[0]["status"] == 200 and pg.stats.tokens < 100_000
+
+
+H = b"Host: 127.0.0.1\r\n"
+POST = b"POST /api/generate HTTP/1.1\r\n" + H
+MALFORMED = [
+    b"GARBAGE\r\n\r\n", b"GET /\xff\xfe HTTP/1.1\r\n" + H + b"\r\n", b"GET /static/%ff HTTP/1.1\r\n" + H + b"\r\n",
+    b"GET /static/%2e%2e/serve.py HTTP/1.1\r\n" + H + b"\r\n", POST + b"Content-Length: abc\r\n\r\n",
+    POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"GET /api/runs HTTP/1.0\r\n\r\n",
+    b"GET /api/runs HTTP/1.1\r\n" + H + b"Host: evil.com\r\n\r\n",
+    b"GET http://evil.com/api/runs HTTP/1.1\r\n" + H + b"\r\n",
+    POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", b"GET /api/runs HTTP/1.1\r\n" + H + b"X: a\x00b\r\n\r\n",
+    b"GET /api/runs?\xff=1 HTTP/1.1\r\n" + H + b"\r\n",
+    b"GET /api/runs HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    b"GET /api/runs HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n",
+    b"DELETE /api/runs HTTP/1.1\r\n" + H + b"\r\n", b"GET /api/runs HTTP/1.1\r\nHost: evil.com\r\n\r\n",
+]
+
+
+def test_malformed_http_is_answered_in_json_over_a_socket(runs_root):
+    with real_server(runs_root, names=allowed_host_names("127.0.0.1", []), **FAST) as (_, port):
+        for data in MALFORMED:
+            got = read_all(raw(port, data))
+            status, body = int(got.split()[1]), json.loads(got.partition(b"\r\n\r\n")[2] or b"null")
+            if status != 200:
+                assert 400 <= status < 500 and set(body) == {"error", "field"}, (data, got[:300])
+            r = httpx.get(f"http://127.0.0.1:{port}/api/runs", timeout=2)  # healthy after each
+            assert r.status_code == 200
