@@ -44,6 +44,7 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(2048)  # connections made as soon as the URL is printed wait in the backlog for uvicorn
     except OSError as e:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pick another port, e.g. "
@@ -56,17 +57,34 @@ def _url(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}/" if ":" in shown and not shown.startswith("[") else f"http://{shown}:{port}/"
 
 
+def _raise_file_limit(needed: int) -> None:
+    """Each connection is a file descriptor: make room for max_connections (the soft limit is often 1024)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        if target < needed:
+            print(f"warning: this process may open {target} files (ulimit -n); lower max_connections "
+                  f"to about {target - 64}", file=sys.stderr)
+
+
 def _run(cfg: DictConfig) -> None:
     from common.cli import config_object
 
     import uvicorn
 
-    from playground.app import LOOPBACK_HOSTS, create_app
+    from playground.app import create_app
     from playground.config import ServeConfig
+    from playground.guard import server_config
+    from playground.hosts import allowed_host_names, is_loopback
 
     config = config_object(cfg, ServeConfig)
-    # On the loopback address only local names may reach the app (see playground/app.py); elsewhere any.
-    app = create_app(config, allowed_hosts=list(LOOPBACK_HOSTS) if config.host in LOOPBACK_HOSTS else None)
+    names = allowed_host_names(config.host, list(config.allowed_hosts))  # refuses a network bind without names
+    app = create_app(config, allowed_hosts=names)
     pg = app.state.playground
     default = pg.registry.default_path()
     if default is None:
@@ -77,11 +95,14 @@ def _run(cfg: DictConfig) -> None:
         print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}")
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
+    _raise_file_limit(config.max_connections + 64)
     print(f"kochar-gpt playground: open {_url(config.host, port)}  (Ctrl-C stops it)", flush=True)
-    if config.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: host={config.host}: other machines can reach this server", file=sys.stderr)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=3))
+    if not is_loopback(config.host):
+        shown = "any name" if names is None else ", ".join(sorted(names))
+        print(f"warning: host={config.host}: other machines can reach this server; it answers requests for "
+              f"{shown} (allowed_hosts)", file=sys.stderr)
+    server = uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
+                                          config.max_connections))
     server.run(sockets=[sock])
 
 

@@ -10,6 +10,7 @@ from typing import TextIO
 import torch
 
 from model import AttentionLanguageModel
+from model.sampling import TokenGrammar
 from tokenizer import Tokenizer
 
 SEPARATOR = "\n" + "-" * 40 + "\n"  # between samples
@@ -29,6 +30,16 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
+def token_grammar(tokenizer: Tokenizer) -> TokenGrammar | None:
+    """The spelling rules sampling must follow for this tokenizer (the jamo one: whole syllables only), or
+    None when every id is a whole character."""
+    rules = getattr(tokenizer, "next_token_rules", None)  # optional: only tokenizers that spell in parts
+    if rules is None:
+        return None
+    state, allowed = rules()
+    return TokenGrammar(torch.as_tensor(state), torch.as_tensor(allowed))
+
+
 BATCH_ROWS = 32  # samples generated together; more only add memory (the cache grows with the batch)
 
 
@@ -45,13 +56,29 @@ def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: 
     """
     ids = prompt_ids(tokenizer, prompt)
     generator = torch.Generator(device=device).manual_seed(seed)
+    grammar = token_grammar(tokenizer)
     texts: list[str] = []
     for first in range(0, num_samples, BATCH_ROWS):
         rows = min(BATCH_ROWS, num_samples - first)
         idx = torch.tensor([ids] * rows, dtype=torch.long, device=device)
-        stream = model.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator)
-        texts += _write_batch(stream, tokenizer, prompt, rows, out, separate_first=first > 0)
+        stream = model.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
+                              grammar=grammar)
+        texts += _write_batch(_finished_rows(stream, grammar, max_new_tokens), tokenizer, prompt, rows, out,
+                              separate_first=first > 0)
     return texts
+
+
+def _finished_rows(stream: Iterator, grammar: TokenGrammar | None, max_new_tokens: int) -> Iterator:
+    """(ids (B, 1) with -1 for a row that is done, logits): past max_new_tokens the stream only finishes the
+    characters some rows are inside; a row that was between characters once takes no more tokens."""
+    done = None
+    for step, (nxt, logits) in enumerate(stream):
+        if grammar is not None and step >= max_new_tokens:
+            nxt = nxt.masked_fill(done[:, None], -1)
+        yield nxt, logits
+        if grammar is not None and step + 1 >= max_new_tokens:
+            between = grammar.state.to(nxt.device)[nxt.clamp(min=0)[:, 0]] == 0
+            done = between if done is None else done | between
 
 
 def _write_batch(stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int, out: TextIO,
@@ -65,6 +92,8 @@ def _write_batch(stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int,
     decoders = [tokenizer.stream_decoder() for _ in range(rows)]
     for nxt, _ in stream:
         for n, token in enumerate(nxt[:, 0].tolist()):
+            if token < 0:  # a row that is done (see _finished_rows)
+                continue
             piece = decoders[n].feed(token)
             if piece:
                 pieces[n].append(piece)

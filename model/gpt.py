@@ -26,7 +26,7 @@ from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
 from model.kv_cache import KVCache, TokenWindow
-from model.sampling import check_sampling_args, sample_next
+from model.sampling import TokenGrammar, check_sampling_args, sample_next
 
 
 class AttentionLanguageModel(nn.Module):
@@ -181,11 +181,15 @@ class AttentionLanguageModel(nn.Module):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
         window_shift: int | None = None,
+        grammar: TokenGrammar | None = None,
     ) -> Iterator[tuple[Tensor, Tensor]]:
         """Yield (next ids (B, 1), their logits (B, V)) for each new token. idx: (B, T) prompt, T >= 1.
 
         The B rows are sampled independently, in one batch. Only the last context_length ids are kept, so
-        max_new_tokens may be as large as one likes.
+        max_new_tokens may be as large as one likes. With a `grammar`, ids it does not allow are masked
+        (the logits yielded are the masked ones, those the token was drawn from), and a row left inside a
+        character at max_new_tokens gets the few more tokens that finish it (rows finished already draw too:
+        callers with several rows ignore those).
         """
         check_sampling_args(max_new_tokens, temperature, top_k, top_p)
         if idx.dim() != 2 or idx.shape[1] < 1:
@@ -200,15 +204,28 @@ class AttentionLanguageModel(nn.Module):
             # only add a fork/join to each (and spin against other processes), so they run on one thread;
             # the caller's thread count is back before each token is yielded.
             threads = 1 if use_cache and idx.device.type == "cpu" else torch.get_num_threads()
-            for length in range(idx.shape[1], idx.shape[1] + max_new_tokens):
+            grammar = grammar.to(idx.device) if grammar is not None else None
+            states = grammar.after(idx) if grammar is not None else None
+            done = None  # past max_new_tokens: the rows that were between characters once (they stop there)
+            length, end = idx.shape[1], idx.shape[1] + max_new_tokens
+            while length < end or states is not None:
+                if length >= end:
+                    done = states == 0 if done is None else done | (states == 0)
+                    if bool(done.all()):
+                        break
                 caller_threads = torch.get_num_threads()
                 torch.set_num_threads(threads)
                 try:
                     logits = next_logits(tokens, length)[:, -1].float()  # (B, V)
+                    if grammar is not None:
+                        logits = grammar.mask(logits, states)
                     nxt = sample_next(logits, temperature, top_k, top_p, generator)
                 finally:
                     torch.set_num_threads(caller_threads)
+                if grammar is not None:
+                    states = grammar.after(nxt)
                 tokens.append(nxt)
+                length += 1
                 yield nxt, logits
         finally:
             self.train(was_training)

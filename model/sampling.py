@@ -43,6 +43,8 @@ def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
         probs = torch.softmax(sorted_logits, dim=-1)
         # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
         drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
+        drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return torch.softmax(logits, dim=-1)
@@ -75,3 +77,29 @@ def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tens
     # u * total can round up to total itself; the last id with any probability is the first to reach it.
     last = torch.searchsorted(cdf, total).clamp_(max=probs.shape[-1] - 1)  # clamp: a NaN row finds nothing
     return torch.minimum(picked, last)
+
+
+class TokenGrammar:
+    """Which token may follow which, for tokenizers whose ids spell characters in parts (the jamo one: a
+    syllable is always initial, medial, then a final or "no final"). Each id leads to a state; each state
+    allows a set of next ids. Sampling masks every other id, so a model can never write half a syllable.
+
+    state: (V,) long, the state after each id; allowed: (S, V) bool, the ids allowed in each state, none
+    empty. State 0 is "between characters": a sample may stop there and nowhere else.
+    """
+
+    def __init__(self, state: Tensor, allowed: Tensor):
+        if allowed.dim() != 2 or state.shape != allowed.shape[1:] or not bool(allowed.any(dim=1).all()):
+            raise ValueError("a token grammar needs a state per id and at least one allowed id per state")
+        self.state, self.allowed = state.long(), allowed.bool()
+
+    def to(self, device: torch.device) -> TokenGrammar:
+        return TokenGrammar(self.state.to(device), self.allowed.to(device))
+
+    def after(self, ids: Tensor) -> Tensor:
+        """The state after the last id of each row: ids (B, T) -> (B,)."""
+        return self.state[ids[:, -1]]
+
+    def mask(self, logits: Tensor, states: Tensor) -> Tensor:
+        """logits (B, V) with the ids the rows' states do not allow set to -inf."""
+        return logits.masked_fill(~self.allowed[states], float("-inf"))

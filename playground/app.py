@@ -14,9 +14,10 @@ Design choices:
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +28,21 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.device import pick_device
 from common.errors import UserError
 from playground.attention import PositionError, attention_row
 from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
-from playground.runs import RunNotFound, RunRegistry
-from playground.sampling import Continuation, Params
-from playground.schemas import ApiError, AttentionRequest, GenerateRequest, validation_error
+from playground.guard import BodyGuard, GenerationSlots
+from playground.hosts import HostGuard
+from playground.runs import RunNotFound, RunRegistry, relative_message
+from playground.sampling import Continuation, Params, SamplingError
+from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
 STATIC = Path(__file__).resolve().parent / "static"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+log = logging.getLogger("kochar.playground")
 
 
 @dataclass
@@ -59,10 +62,12 @@ class Playground:
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt)
         self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device))
         self.stats = Stats()
+        self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
     async def load(self, name: str | None) -> CachedRun:
-        try:
-            run_name, path = self.registry.resolve(name)
+        """The loaded run a request names (None = the default run); every failure is an ApiError."""
+        try:  # off the event loop: finding the default run walks runs_dir
+            run_name, path = await to_thread.run_sync(self.registry.resolve, name)
         except RunNotFound as e:
             raise ApiError(404, "run", str(e)) from None
         try:
@@ -70,11 +75,20 @@ class Playground:
         except FileNotFoundError:
             raise ApiError(404, "run", f"run {run_name!r} was removed") from None
         except UserError as e:
-            raise ApiError(400, "run", " ".join(str(e).split())) from None
+            raise ApiError(400, "run", relative_message(str(e), path, run_name)) from None
+        except (OSError, RuntimeError, ValueError) as e:  # a file changed under us, a loop, an odd model
+            raise ApiError(400, "run", f"run {run_name!r} cannot be loaded ({type(e).__name__}: "
+                                       f"{relative_message(str(e), path, run_name)})") from None
 
 
-def _sse(event: str, data: dict) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+def _sse(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {dumps(data)}\n\n".encode()
+
+
+def _failure(e: Exception) -> str:
+    if isinstance(e, SamplingError):
+        return str(e)
+    return f"sampling failed: {type(e).__name__}: {' '.join(str(e).split())}"
 
 
 async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
@@ -90,16 +104,15 @@ async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
         pg.stats.tokens += cont.generated
 
 
-async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[str]:
-    """The SSE stream of one sample: a `char` event per character, then `done` (or `error`)."""
+async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[bytes]:
+    """The SSE stream of one sample: a `char` event per character, then always `done` or `error`."""
     steps = _steps(pg, cont)
     try:
         async for event in steps:
             yield _sse("char", event)
         yield _sse("done", cont.summary())
     except Exception as e:  # noqa: BLE001 - the stream has started: report in it, the status is already sent
-        yield _sse("error", {"error": f"sampling failed: {type(e).__name__}: {' '.join(str(e).split())}",
-                             "field": None})
+        yield _sse("error", {"error": _failure(e), "field": None})
     finally:
         await steps.aclose()
 
@@ -120,42 +133,93 @@ async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Any]]
     return bool(outcome), outcome[0] if outcome else None
 
 
+class _SlotStream(StreamingResponse):
+    """The SSE answer of a sample: holds its generation slot until the stream ends, however it ends."""
+
+    def __init__(self, events: AsyncIterator[bytes], release: Callable[[], None]):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
+    try:
+        async for _ in _steps(pg, cont):
+            pass
+    except Exception as e:  # noqa: BLE001 - a broken model: the run's fault, answered like a broken file
+        return ApiError(400, "run", _failure(e))
+    return {**cont.summary(), "tokens": cont.events}
+
+
 async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> Response:
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
     params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
-    cont = await to_thread.run_sync(Continuation, cached, params)
-    if body.stream:
-        return StreamingResponse(_events(pg, cont), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    pg.slots.acquire(cached.name)
+    release: Callable[[], None] | None = partial(pg.slots.release, cached.name)
+    try:
+        try:
+            cont = await to_thread.run_sync(Continuation, cached, params)
+        except (ValueError, RuntimeError, UnicodeError) as e:
+            raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
+                                          f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+        if body.stream:
+            response, release = _SlotStream(_events(pg, cont), release), None  # the stream releases it
+            return response
+        finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
+    finally:
+        if release is not None:
+            release()
+    if isinstance(result, ApiError):
+        raise result
+    return SafeJSONResponse(result) if finished else Response(status_code=499)
 
-    async def collect() -> dict:
-        async for _ in _steps(pg, cont):
-            pass
-        return {**cont.summary(), "tokens": cont.events}
 
-    finished, result = await _until_disconnect(request, collect)
-    return JSONResponse(result) if finished else Response(status_code=499)
-
-
-def create_app(cfg: ServeConfig, device: torch.device | None = None,
-               allowed_hosts: list[str] | None = None) -> FastAPI:
-    """The playground app for `cfg` (the device defaults to cfg.device); `allowed_hosts` (None = any)
-    lists the Host header names it answers."""
-    pg = Playground(cfg, device)
-    app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.playground = pg
-    if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+def _error_handlers(app: FastAPI) -> None:
+    """Every refusal in the one shape {"error", "field"}: ours, pydantic's, Starlette's 404 / 405, and a last
+    resort for anything unforeseen (a JSON 500 that says what failed, never a bare text page)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        headers = {"Retry-After": "1"} if exc.status == 503 else None  # busy: worth another try soon
+        return SafeJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         err = validation_error(exc)
-        return JSONResponse(err.body(), status_code=err.status)
+        return SafeJSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return SafeJSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code,
+                                headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unforeseen(request: Request, exc: Exception) -> JSONResponse:
+        log.error("playground: %s %s failed", request.method, request.url.path, exc_info=exc)
+        return SafeJSONResponse({"error": f"internal error ({type(exc).__name__}); the server log has the details",
+                                 "field": None}, status_code=500)
+
+
+def create_app(cfg: ServeConfig, device: torch.device | None = None,
+               allowed_hosts: frozenset[str] | None = None) -> FastAPI:
+    """The playground app for `cfg` (the device defaults to cfg.device); `allowed_hosts` (None = any)
+    lists the Host header names it answers."""
+    pg = Playground(cfg, device)
+    app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None,
+                  default_response_class=SafeJSONResponse)
+    app.state.playground = pg
+    app.add_middleware(BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s,
+                       send_timeout=cfg.send_timeout_s)
+    if allowed_hosts is not None:  # added last: the outermost, before any body is read
+        app.add_middleware(HostGuard, names=allowed_hosts)
+    _error_handlers(app)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -174,7 +238,8 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
         body.check_limits(cfg.max_prompt_chars + cfg.max_new_tokens_limit)
         cached = await pg.load(body.run)
         try:
-            return await to_thread.run_sync(attention_row, cached, body.text, body.position)
+            with pg.slots.take(cached.name):
+                return await to_thread.run_sync(attention_row, cached, body.text, body.position)
         except PositionError as e:
             raise ApiError(422, e.field, str(e)) from None
 

@@ -10,7 +10,7 @@ Design choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
@@ -30,6 +30,15 @@ class ServeConfig:
     max_prompt_chars: int = 4000
     cache_size: int = 4  # loaded runs kept in memory; the least recently used is dropped first
     device: str = "auto"
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
+    max_body_bytes: int = 65536  # larger request bodies are refused (413) before they are read
+    header_timeout_s: float = 10.0  # a connection must send a whole request head within this
+    body_timeout_s: float = 10.0  # ... and the request's body within this
+    keep_alive_s: float = 5.0  # an idle connection is closed after this
+    send_timeout_s: float = 30.0  # a client that reads nothing of its answer for this long is dropped
+    max_connections: int = 1000  # open connections; a request on one beyond them gets 503
+    max_generations: int = 8  # samples and attention requests in progress, all runs together (503 beyond)
+    max_generations_per_run: int = 4  # ... on one run
 
     def __post_init__(self) -> None:
         if not str(self.runs_dir).strip():
@@ -43,6 +52,15 @@ class ServeConfig:
         checks.positive_int("max_prompt_chars", self.max_prompt_chars)
         checks.positive_int("cache_size", self.cache_size)
         checks.device_name("device", self.device)
+        for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
+            checks.positive_int(key, getattr(self, key))
+        for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
+            value = getattr(self, key)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 3600:
+                raise ConfigError(f"{key}={value} is invalid: it must be a number of seconds in (0, 3600]")
+        if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
+            raise ConfigError(f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
+                              "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'")
 
 
 def register_configs() -> None:

@@ -14,9 +14,11 @@ Design choices:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
@@ -25,6 +27,63 @@ from inference.checkpoint import CKPT_NAME, load_checkpoint, resolve_checkpoint
 
 OUTSIDE_NAME = "@ckpt"
 ROOT_NAME = "."
+DISCOVERY_TTL = 2.0  # seconds a walk of runs_dir is reused: a page reload does not walk thousands of runs again
+NAME_SHOWN = 80  # characters of a requested name repeated in an error message
+
+log = logging.getLogger("kochar.playground")
+
+
+def shown(name: str) -> str:
+    """A requested name as an error message may repeat it: cut short, and any unencodable character escaped."""
+    cut = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + "..."
+    return repr(cut.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def relative_message(message: str, path: Path, name: str) -> str:
+    """An error message about the checkpoint `path` naming the run instead: no server path leaves the server."""
+    text = " ".join(message.split())
+    for p in sorted({str(path), str(path.resolve()), str(path.parent), str(path.parent.resolve())}, key=len,
+                    reverse=True):
+        text = text.replace(f"{p}/{CKPT_NAME}", f"run {name!r}").replace(p, f"run {name!r}")
+    return text
+
+
+class SkipLog:
+    """Logs each unreadable folder or file once, however many times the runs are listed."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def once(self, key: Path | str, message: str) -> None:
+        with self._lock:
+            if str(key) in self._seen:
+                return
+            self._seen.add(str(key))
+        log.warning("playground: %s", message.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def walk_checkpoints(runs_dir: Path, root: Path, skipped: SkipLog) -> list[Path]:
+    """Every readable ckpt.pt under runs_dir whose real location is inside it, newest first. Folders whose
+    names are not UTF-8 (no request could name them) and files that cannot be resolved are skipped."""
+    found: dict[Path, int] = {}
+    if not runs_dir.is_dir():
+        return []
+    for folder, _, files in os.walk(runs_dir, onerror=lambda e: skipped.once(e.filename, f"cannot read {e}")):
+        if CKPT_NAME not in files:  # os.walk does not descend into symlinked folders
+            continue
+        p = Path(folder) / CKPT_NAME
+        try:
+            p.relative_to(runs_dir).as_posix().encode("utf-8")
+            real = p.resolve()
+            if real.is_relative_to(root) and real.is_file():
+                real.relative_to(root).as_posix().encode("utf-8")  # the name it is listed under
+                found[real] = real.stat().st_mtime_ns
+        except UnicodeError:
+            skipped.once(p, f"skipping {os.fsencode(folder)!r}: its name is not UTF-8, rename it to list it")
+        except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, a file removed while we walked
+            skipped.once(p, f"skipping {p}: {type(e).__name__}: {e}")
+    return sorted(found, key=lambda p: (-found[p], str(p)))
 
 
 class RunNotFound(Exception):
@@ -57,7 +116,7 @@ def summarize(name: str, path: Path) -> RunInfo:
     try:
         ckpt = load_checkpoint(path)
     except UserError as e:
-        return RunInfo(name, None, None, None, None, None, error=" ".join(str(e).split()))
+        return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     # The modern recipe will record itself; runs older than that are the lecture's recipe.
@@ -72,13 +131,16 @@ def summarize(name: str, path: Path) -> RunInfo:
 class RunRegistry:
     """Maps run names to checkpoint paths under one folder, and back."""
 
-    def __init__(self, runs_dir: str | Path, ckpt: str | None = None):
+    def __init__(self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL):
         self.runs_dir = Path(runs_dir).expanduser()
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
         if ckpt not in (None, ""):
             self.fixed = resolve_checkpoint(ckpt, self.runs_dir).resolve()
+        self.ttl = ttl
         self._summaries: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
+        self._found: tuple[float, list[Path]] | None = None  # (when, what) the last walk found
         self._lock = threading.Lock()
+        self._skipped = SkipLog()
 
     @property
     def root(self) -> Path:
@@ -93,15 +155,15 @@ class RunRegistry:
         return rel or ROOT_NAME
 
     def discover(self) -> list[Path]:
-        """Every ckpt.pt under runs_dir whose real location is inside it, newest first."""
-        found: list[Path] = []
-        if self.runs_dir.is_dir():
-            for folder, _, files in os.walk(self.runs_dir):  # does not descend into symlinked folders
-                if CKPT_NAME in files:
-                    p = Path(folder) / CKPT_NAME
-                    if p.resolve().is_relative_to(self.root) and p.resolve().is_file():
-                        found.append(p.resolve())
-        return sorted(set(found), key=lambda p: (-p.stat().st_mtime_ns, str(p)))
+        """Every ckpt.pt under runs_dir whose real location is inside it, newest first; a walk at most every
+        `ttl` seconds (thousands of runs take a while to walk). Blocking: call it off the event loop."""
+        with self._lock:
+            if self._found is not None and time.monotonic() - self._found[0] < self.ttl:
+                return list(self._found[1])
+        found = walk_checkpoints(self.runs_dir, self.root, self._skipped)
+        with self._lock:
+            self._found = (time.monotonic(), found)
+        return list(found)
 
     def default_path(self) -> Path | None:
         if self.fixed is not None:
@@ -110,23 +172,27 @@ class RunRegistry:
         return found[0] if found else None
 
     def resolve(self, name: str | None) -> tuple[str, Path]:
-        """(name, checkpoint path) for a request's `run`; None means the default run. Raises RunNotFound."""
+        """(canonical name, checkpoint path) for a request's `run`; None means the default run. Blocking.
+        Raises RunNotFound, whatever the name (too long, unencodable, a symlink loop...)."""
         if name is None or name == "":
             path = self.default_path()
             if path is None:
-                raise RunNotFound(f"no runs under {self.runs_dir}/ yet; train one first (python train.py)")
+                raise RunNotFound("no runs under runs_dir yet; train one first (python train.py)")
             return self.name_of(path), path
         if name == OUTSIDE_NAME and self.fixed is not None and self.name_of(self.fixed) == OUTSIDE_NAME:
             return name, self.fixed
+        missing = RunNotFound(f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
         parts = PurePosixPath(name).parts
         if (name != ROOT_NAME and (name.startswith("/") or "\\" in name or "\0" in name
                                    or any(p in ("..", ".") for p in parts))):
-            raise RunNotFound(f"no run named {name!r} under {self.runs_dir}/")
-        candidate = self.runs_dir / name / CKPT_NAME
-        real = candidate.resolve()
-        if not real.is_relative_to(self.root) or not real.is_file():
-            raise RunNotFound(f"no run named {name!r} under {self.runs_dir}/")
-        return name, real
+            raise missing
+        try:
+            real = (self.runs_dir / name / CKPT_NAME).resolve()
+            if not real.is_relative_to(self.root) or not real.is_file():
+                raise missing
+            return self.name_of(real), real  # `./a`, `a/` and `a` are one run, always reported as `a`
+        except (OSError, RuntimeError, ValueError, UnicodeError):  # too long, a loop, not encodable
+            raise missing from None
 
     def summary(self, name: str, path: Path) -> RunInfo:
         stamp = file_stamp(path)
@@ -140,7 +206,8 @@ class RunRegistry:
         return info
 
     def list_runs(self) -> list[RunInfo]:
-        """Every run the page may open, newest first, the default one marked. Blocking: reads checkpoints."""
+        """Every run the page may open, newest first, the default one marked; what cannot be read is skipped
+        (and logged once). Blocking: reads checkpoints."""
         paths = self.discover()
         if self.fixed is not None and self.fixed not in paths:
             paths.insert(0, self.fixed)
@@ -150,6 +217,9 @@ class RunRegistry:
             try:
                 info = self.summary(self.name_of(path), path)
             except FileNotFoundError:  # deleted while we listed
+                continue
+            except (OSError, RuntimeError, ValueError) as e:
+                self._skipped.once(path, f"cannot read {path} ({type(e).__name__}: {e}); not listed")
                 continue
             info.default = path == default
             runs.append(info)

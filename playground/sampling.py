@@ -23,11 +23,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from inference.generation import prompt_ids
+from inference.generation import prompt_ids, token_grammar
 from model.sampling import sampling_probs
 from playground.cache import CachedRun
 
 TOP_ALTERNATIVES = 5
+
+
+class SamplingError(RuntimeError):
+    """The model gave something no character can be drawn from (NaN or infinite logits: broken weights)."""
 
 
 @dataclass
@@ -64,8 +68,10 @@ class Continuation:
         device = next(run.model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(params.seed)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
+        # The tokenizer's spelling rules (whole jamo syllables): the text then re-encodes to the very tokens
+        # sampled, so every event's `pos` is its position in the re-encoded text (attention requests use it).
         self._steps = run.model.stream(idx, params.max_new_tokens, params.temperature, params.top_k,
-                                       params.top_p, True, generator)
+                                       params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
         self._decoder = self.tokenizer.stream_decoder()
         self._pending: list[TokenRecord] = []
         self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
@@ -77,6 +83,9 @@ class Continuation:
     def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
         p = self.params
         probs = sampling_probs(logits[None], p.temperature, p.top_k, p.top_p)[0]
+        if not bool(torch.isfinite(probs).all()):
+            raise SamplingError(f"run {self.cached.name!r} gave probabilities that are not finite numbers "
+                                "(NaN or infinity): its weights are broken; train it again")
         probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
         top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
                for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]

@@ -12,8 +12,13 @@ Design choices:
 
 from __future__ import annotations
 
+import json
+import math
+from typing import Any
+
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from model.sampling import check_sampling_args
 
@@ -26,7 +31,47 @@ class ApiError(Exception):
         self.status, self.field, self.message = status, field, message
 
     def body(self) -> dict:
-        return {"error": self.message, "field": self.field}
+        return json_safe({"error": self.message, "field": self.field})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as valid JSON can hold it: non-finite floats become null, and strings Python cannot encode
+    (lone surrogates such as \\ud800) are escaped, so no answer is ever NaN or a half-sent body."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {json_safe(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class SafeJSONResponse(JSONResponse):
+    """Every JSON answer of the app: through `json_safe`, never NaN, never unencodable."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content).encode("utf-8")
+
+
+def _unicode(v: str | None, info: ValidationInfo) -> str | None:
+    """Refuse text with lone surrogates (JSON can spell \\ud800, but it is no character and cannot be encoded)."""
+    if v is not None:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{info.field_name} has a lone surrogate (U+{ord(v[e.start]):04X} at character "
+                             f"{e.start}), which is not a character: send valid Unicode text") from None
+    return v
 
 
 def _checked(fn):
@@ -50,6 +95,8 @@ class GenerateRequest(_Strict):
     top_p: float | None = None
     seed: int = Field(1337, ge=0, le=MAX_SEED)
     stream: bool = True  # Server-Sent Events; false = one JSON object at the end
+
+    _text = field_validator("run", "prompt")(_unicode)
 
     @field_validator("max_new_tokens")
     @classmethod
@@ -89,6 +136,8 @@ class AttentionRequest(_Strict):
     run: str | None = None
     text: str = Field(min_length=1)
     position: int | None = None  # a token index in text; null = the last token
+
+    _text = field_validator("run", "text")(_unicode)
 
     def check_limits(self, max_chars: int) -> None:
         if len(self.text) > max_chars:

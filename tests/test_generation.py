@@ -173,8 +173,8 @@ def test_num_samples_run_as_one_batch_and_one_sample_keeps_its_text(monkeypatch)
     m = tiny_model(vocab_size=26)
     calls = []
     stream = AttentionLanguageModel.stream
-    monkeypatch.setattr(AttentionLanguageModel, "stream", lambda self, idx, *a: calls.append(idx.shape)
-                        or stream(self, idx, *a))
+    monkeypatch.setattr(AttentionLanguageModel, "stream", lambda self, idx, *a, **kw: calls.append(idx.shape)
+                        or stream(self, idx, *a, **kw))
     cpu = torch.device("cpu")
     out = io.StringIO()
     texts = stream_samples(m, _Chars(), "abc", 20, 4, 1.0, None, None, 7, cpu, out=out)

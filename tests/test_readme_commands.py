@@ -255,6 +255,10 @@ def test_every_bash_command_is_one_we_check(page, words):
         _check_time_budget(words[3:])
     elif words[:2] == ["python", "-m"] and words[2] in CAMPAIGNS:
         _check_campaign(words[2], words[3:])
+    elif words[:2] == ["python", "benchmarks/serve_stress.py"]:
+        from benchmarks.serve_stress import parse_args
+
+        parse_args(words[2:])  # argparse exits (SystemExit) on an unknown flag
     else:
         assert any(tuple(words[:len(t)]) == t for t in OTHER_TOOLS), \
             f"{page}: {line!r} runs a command this test does not know; check it here, or add the tool to OTHER_TOOLS"

@@ -230,6 +230,20 @@ class KoreanJamoTokenizer(JsonVocabulary):
         new = [_code_name(c) for c in sorted(seen - known)]
         return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
 
+    def next_token_rules(self) -> tuple[np.ndarray, np.ndarray]:
+        """The spelling rules sampling follows, so a model never writes half a syllable: (the state after
+        each id (vocab_size,), the ids allowed in each state (3, vocab_size) bool). State 0, between
+        characters: anything but a medial or a final; 1, after an initial: a medial; 2, after a medial: a
+        final or "no final". (Any initial, medial and final make a syllable, so no other rule is needed.)"""
+        codes = self._decode_codes  # id 0 (<unk>) decodes to a character: state 0
+        is_l = (codes >= INITIAL_BASE) & (codes < MEDIAL_BASE)
+        is_v = (codes >= MEDIAL_BASE) & (codes < FINAL_BASE)
+        is_t = (codes >= FINAL_BASE) & (codes < PART_BASE + NUM_PARTS)
+        state = np.where(is_l, 1, np.where(is_v, 2, 0)).astype(np.int64)
+        allowed = np.stack([~(is_v | is_t), is_v, is_t])
+        allowed[~allowed.any(axis=1)] = True  # a vocabulary with initials but no medials: no rule to follow
+        return state, allowed
+
     def stream_decoder(self) -> JamoStreamDecoder:
         """Decode ids one at a time as they are generated, printing each syllable once it is complete."""
         return JamoStreamDecoder(self)

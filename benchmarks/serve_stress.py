@@ -1,0 +1,166 @@
+"""The playground under a careless or hostile crowd: half-open connections, huge bodies, many samples.
+
+    python benchmarks/serve_stress.py                      # 300 half-open connections, default bounds
+    python benchmarks/serve_stress.py --connections 1000 --set header_timeout_s=5
+
+Starts `python serve.py` as a user would (default bounds from configs/serve.yaml, plus `--set` keys) on a
+tiny untrained run, then, while `--connections` connections sit with half a request head sent, times
+ordinary requests (the page's run list and a short sample), waits for the server to close the half-open
+ones, sends a 300 MB body, and reads the server's peak resident memory (Linux /proc). Prints one JSON object.
+
+Design choices:
+- The server is a separate process, so its memory and file handles are its own, as in real use.
+- Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HALF_HEAD = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
+
+
+def _tiny_run(folder: Path) -> None:
+    import torch
+
+    from inference.checkpoint import Checkpoint, save_checkpoint
+    from model import AttentionLanguageModel
+    from tokenizer import KoreanCharTokenizer
+
+    tok = KoreanCharTokenizer.from_text("옛날에 한 마을에 착한 나무꾼이 살았다.\n")
+    torch.manual_seed(0)
+    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32,
+                               num_heads=4, num_blocks=2)
+    folder.mkdir(parents=True)
+    save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict()), folder / "ckpt.pt")
+
+
+def _start(runs_dir: Path, settings: list[str]) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "serve.py", f"runs_dir={runs_dir}", "port=0", *settings], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    for line in proc.stdout:
+        if m := re.search(r"http://127\.0\.0\.1:(\d+)/", line):
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            return proc, int(m.group(1))
+    raise SystemExit(f"error: serve.py did not start (exit {proc.wait()})")
+
+
+def _request(port: int, raw: bytes, timeout: float = 30) -> tuple[int, float]:
+    """(status, seconds) of one request sent whole on a new connection."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        head = s.recv(65536)
+    return int(head.split()[1]) if head else 0, time.monotonic() - started
+
+
+def _ordinary(port: int) -> list[float]:
+    body = json.dumps({"prompt": "옛날", "max_new_tokens": 20, "stream": False}).encode()
+    sample = (b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    runs = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    times = []
+    for raw in (runs, sample) * 5:
+        status, seconds = _request(port, raw)
+        if status != 200:
+            raise SystemExit(f"error: an ordinary request got HTTP {status}")
+        times.append(seconds)
+    return times
+
+
+def _wait_closed(socks: list[socket.socket], limit: float) -> float:
+    """Seconds until the server has closed every one of `socks` (or `limit`)."""
+    started, open_ = time.monotonic(), set(socks)
+    while open_ and time.monotonic() - started < limit:
+        readable, _, _ = select.select(list(open_)[:1000], [], [], 0.5)
+        for s in readable:
+            try:
+                if not s.recv(4096):
+                    open_.discard(s)
+            except OSError:
+                open_.discard(s)
+    return time.monotonic() - started if not open_ else float("inf")
+
+
+def _big_body(port: int) -> int:
+    """Status of a request declaring 300 MB and sending its first 50 MB (as fast as the server reads)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 300000000\r\n\r\n")
+        try:
+            for _ in range(50):
+                s.sendall(b"x" * 1_000_000)
+        except OSError:
+            pass  # refused and closed before all of it was sent
+        head = s.recv(65536)
+    return int(head.split()[1]) if head else 0
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    m = re.search(r"VmHWM:\s+(\d+) kB", status)
+    return round(int(m.group(1)) / 1024, 1) if m else None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="serve_stress.py", description=__doc__.split("\n\nDesign")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--connections", type=int, default=300, help="half-open connections held (default 300)")
+    ap.add_argument("--set", action="append", default=[], help="a serve.py key=value (repeatable)")
+    args = ap.parse_args(argv)
+    if args.connections < 1 or any("=" not in kv for kv in args.set):
+        ap.error("--connections must be >= 1 and --set takes key=value")
+    return args
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 256)), hard))
+    with tempfile.TemporaryDirectory(prefix="serve-stress-") as tmp:
+        _tiny_run(Path(tmp) / "runs" / "tiny")
+        proc, port = _start(Path(tmp) / "runs", args.set)
+        try:
+            baseline = _ordinary(port)
+            opened = time.monotonic()
+            socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(args.connections)]
+            for s in socks:
+                s.sendall(HALF_HEAD)
+            during = _ordinary(port)
+            closed_after = _wait_closed(socks, 120)
+            closed_after = time.monotonic() - opened if closed_after != float("inf") else None  # not in 120 s
+            for s in socks:
+                s.close()
+            after = _ordinary(port)
+            big = _big_body(port)
+            return {"connections": args.connections, "baseline_max_s": round(max(baseline), 3),
+                    "while_open_max_s": round(max(during), 3),
+                    "half_open_all_closed_s": closed_after and round(closed_after, 1),
+                    "after_max_s": round(max(after), 3), "body_300mb_status": big,
+                    "server_peak_rss_mb": _peak_rss_mb(proc.pid), "settings": args.set}
+        finally:
+            proc.terminate()
+            proc.wait(20)
+
+
+if __name__ == "__main__":
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    print(json.dumps(main(sys.argv[1:])))

@@ -1,0 +1,103 @@
+"""The Host check (against DNS rebinding) for every address the server binds to.
+
+A page on another site can reach a server on this machine through a DNS name of its own that resolves to
+127.0.0.1 (or to the machine's address): the browser then sends that name as `Host`. Answering only the
+names the server is known by stops it, whatever the address family.
+
+Design choices:
+- Loopback binds (127.0.0.0/8, ::1, localhost) answer `localhost`, `127.0.0.1` and `[::1]` with no
+  configuration, plus the names in `allowed_hosts`.
+- A bind other machines can reach (0.0.0.0, ::, a LAN address) needs `allowed_hosts`: the names clients
+  will use. Without it the server refuses to start and says so; `allowed_hosts=['*']` answers any name,
+  explicitly. The bound address itself (when it is one address) is always allowed.
+- The Host header is parsed as RFC 3986 writes it (`[v6]:port`, `name:port`), names compared lower-case
+  without a trailing dot. Starlette's TrustedHostMiddleware cuts at the first colon, which breaks IPv6.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from common.errors import ConfigError
+from playground.guard import send_json
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+ANY = "*"
+
+
+def normalized(name: str) -> str:
+    """A host name or address as compared: lower-case, no brackets, no trailing dot, IPv6 compressed."""
+    name = name.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+def is_loopback(host: str) -> bool:
+    name = normalized(host)
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def is_wildcard(host: str) -> bool:
+    return normalized(host) in ("0.0.0.0", "::", "")
+
+
+def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[str] | None:
+    """The Host names a server bound to `bind_host` answers (None = any, only when asked with '*');
+    a ConfigError for a non-loopback bind without `allowed_hosts`."""
+    if ANY in allowed_hosts:
+        return None
+    if not is_loopback(bind_host) and not allowed_hosts:
+        raise ConfigError(f"host={bind_host} lets other machines connect, so the Host names they will use must be "
+                          "listed: e.g. python serve.py host=0.0.0.0 'allowed_hosts=[mybox.lan,192.168.1.20]' "
+                          "(or 'allowed_hosts=[*]' to answer any name, which allows DNS rebinding)")
+    names = set(LOOPBACK_NAMES) | {normalized(h) for h in allowed_hosts}
+    if not is_wildcard(bind_host):
+        names.add(normalized(bind_host))
+    return frozenset(names)
+
+
+def host_of(header: bytes) -> str | None:
+    """The name in a Host header value (`name`, `name:port`, `[v6]`, `[v6]:port`), or None if malformed."""
+    try:
+        value = header.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    if value.startswith("["):
+        end = value.find("]")
+        rest = value[end + 1:]
+        if end < 0 or (rest and not (rest.startswith(":") and (rest[1:].isdigit() or rest == ":"))):
+            return None
+        return normalized(value[: end + 1])
+    name, _, port = value.partition(":")
+    if (port and not port.isdigit()) or ":" in port or not name:
+        return None
+    return normalized(name)
+
+
+class HostGuard:
+    """ASGI middleware: requests whose Host is not in `names` get a JSON 400 (and the connection closes)."""
+
+    def __init__(self, app, names: frozenset[str]):
+        self.app, self.names = app, names
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = [v for k, v in scope.get("headers") or [] if k == b"host"]
+        name = host_of(headers[0]) if len(headers) == 1 else None
+        if name is not None and name in self.names:
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        shown = headers[0].decode("latin-1")[:100] if headers else "(none)"
+        await send_json(send, 400, f"this server does not answer for Host {shown!r} (it answers "
+                                   f"{', '.join(sorted(self.names))}; serve.py allowed_hosts=... adds names)")
