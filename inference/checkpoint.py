@@ -196,17 +196,23 @@ def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs") 
     return p
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Load to the CPU with weights_only=True; every failure is one clear UserError."""
+def load_checkpoint(path: str | Path, mmap: bool = False) -> Checkpoint:
+    """Load to the CPU with weights_only=True; every failure is one clear UserError. `mmap=True` maps the
+    tensors instead of reading them (a summary of a checkpoint of any size then costs almost no memory)."""
     path = Path(path)
-    return Checkpoint.from_payload(_load_payload(path), path)
+    return Checkpoint.from_payload(_load_payload(path, mmap), path)
 
 
-def _load_payload(path: Path) -> Any:
+def _load_payload(path: Path, mmap: bool = False) -> Any:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a file
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            except RuntimeError:
+                if not mmap:
+                    raise
+            return torch.load(path, map_location="cpu", weights_only=True)  # a legacy (non-zip) file
     except FileNotFoundError:
         raise UserError(f"checkpoint not found: {path}") from None
     except IsADirectoryError:

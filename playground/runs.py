@@ -114,7 +114,7 @@ def file_stamp(path: Path) -> tuple[int, int]:
 def summarize(name: str, path: Path) -> RunInfo:
     """Step, recipe, validation bits per character and tokenizer of the checkpoint at `path`."""
     try:
-        ckpt = load_checkpoint(path)
+        ckpt = load_checkpoint(path, mmap=True)  # a checkpoint of any size is summarised in little memory
     except UserError as e:
         return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}

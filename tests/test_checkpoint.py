@@ -106,3 +106,19 @@ def test_a_checkpoint_without_training_state_samples_but_does_not_resume(tmp_pat
     assert r.returncode == 0, r.stderr
     with pytest.raises(UserError, match="holds no training state .* can still be sampled"):
         train(train_job(tmp_path, f"data.path={small_corpus}", f"train.resume={tmp_path / 'run'}"), tmp_path / "run")
+
+
+def test_a_mapped_load_gives_the_same_weights_and_a_legacy_file_still_loads(tmp_path):
+    """`mmap=True` (the playground's run list) reads the same checkpoint; a file in torch's legacy
+    (non-zip) format, which cannot be mapped, is read the ordinary way."""
+    tok = KoreanCharTokenizer.from_text("가나다라마바사")
+    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=8, embedding_size=16, head_size=16,
+                               num_heads=2, num_blocks=1)
+    ckpt = Checkpoint(m.config, m.state_dict(), tok.to_dict(), tokens_per_char=1.0)
+    save_checkpoint(ckpt, tmp_path / "ckpt.pt")
+    mapped = load_checkpoint(tmp_path / "ckpt.pt", mmap=True)
+    assert all(torch.equal(v, mapped.model[k]) for k, v in m.state_dict().items())
+    payload = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    torch.save(payload, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    legacy = load_checkpoint(tmp_path / "legacy.pt", mmap=True)
+    assert all(torch.equal(v, legacy.model[k]) for k, v in m.state_dict().items())
