@@ -89,11 +89,12 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
         if all(previous.get(k) == v for k, v in record.items()):
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
+    record["load_before"] = load_average()
     trained = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", *args.set.split()],
                     run_dir)
     if "error" in trained:
         raise SystemExit(f"error: the source run failed: {trained['error']}")
-    record.update(trained, load_before=load_average())
+    record.update(trained)
     done.write_text(json.dumps(record, ensure_ascii=False))
     return run_dir, record
 

@@ -36,10 +36,20 @@ def model_from_checkpoint(ckpt: Checkpoint) -> AttentionLanguageModel:
     return model
 
 
+def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs") -> Checkpoint:
+    """A checkpoint from a run folder, a checkpoint file, or a folder `export.py` wrote (Hugging Face format)."""
+    if ckpt not in (None, ""):
+        from hf_export.reader import is_exported, read_folder
+
+        if is_exported(ckpt):
+            return read_folder(ckpt)
+    return load_checkpoint(resolve_checkpoint(ckpt, runs_root))
+
+
 def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs") -> LoadedRun:
     """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
     `None` means the newest run under `runs_root`."""
-    checkpoint = load_checkpoint(resolve_checkpoint(ckpt, runs_root))
+    checkpoint = load_any(ckpt, runs_root)
     tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
     model = model_from_checkpoint(checkpoint)
     if model.config.vocab_size != tokenizer.vocab_size:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from common.errors import UserError
+from hf_export.reader import RECORD, exported_folder, is_exported, read_folder
 from inference.checkpoint import CKPT_NAME, load_checkpoint, resolve_checkpoint
 
 OUTSIDE_NAME = "@ckpt"
@@ -114,7 +115,7 @@ def file_stamp(path: Path) -> tuple[int, int]:
 def summarize(name: str, path: Path) -> RunInfo:
     """Step, recipe, validation bits per character and tokenizer of the checkpoint at `path`."""
     try:
-        ckpt = load_checkpoint(path, mmap=True)  # a checkpoint of any size is summarised in little memory
+        ckpt = read_folder(path) if is_exported(path) else load_checkpoint(path, mmap=True)  # mapped: little memory
     except UserError as e:
         return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
@@ -135,7 +136,8 @@ class RunRegistry:
         self.runs_dir = Path(runs_dir).expanduser()
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
         if ckpt not in (None, ""):
-            self.fixed = resolve_checkpoint(ckpt, self.runs_dir).resolve()
+            self.fixed = (exported_folder(ckpt) / RECORD if is_exported(ckpt)  # export.py's folder
+                          else resolve_checkpoint(ckpt, self.runs_dir)).resolve()
         self.ttl = ttl
         self._summaries: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
         self._found: tuple[float, list[Path]] | None = None  # (when, what) the last walk found

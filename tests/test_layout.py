@@ -7,15 +7,16 @@ import pytest
 
 from tests.helpers import ROOT
 
-ENTRY_SCRIPTS = {"train", "generate", "evaluate", "bench", "serve"}
+ENTRY_SCRIPTS = {"train", "generate", "evaluate", "bench", "serve", "export"}
 # package -> packages it must never import (entry scripts -> training / inference -> model / data -> tokenizer)
 FORBIDDEN = {
-    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground"},
-    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground"},
-    "data": {"model", "training", "inference", "benchmarks", "playground"},
+    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground", "hf_export"},
+    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export"},
+    "data": {"model", "training", "inference", "benchmarks", "playground", "hf_export"},
+    "hf_export": {"training", "benchmarks", "playground"},
     "inference": {"training", "benchmarks", "playground"},
     "training": {"benchmarks", "playground"},
-    "common": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground"},
+    "common": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export"},
 }
 
 

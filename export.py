@@ -1,0 +1,54 @@
+"""Export a trained run to the Hugging Face format.  python export.py ckpt=<run dir> out=<folder>
+
+The folder loads with `transformers` (`AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`), holds the
+weights in safetensors and a model card, and is itself a `ckpt=` for generate.py, evaluate.py and serve.py
+(hf_export/ explains the layouts)."""
+
+from common.cli import config_object, prepare_overrides, run_cli, run_hydra
+
+import shlex
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from common.cli_help import register_help
+from hf_export.config import ExportConfig, register_export_config
+
+EXAMPLES = (
+    "python export.py ckpt=runs/2026-11-22_17-14-32_model-tiny out=exported/novels",
+    "python export.py out=exported/newest                               # the newest run under runs/",
+    "python export.py ckpt=runs/2026-11-22_17-14-32_model-tiny/best.pt out=exported/best overwrite=true",
+)
+
+SUMMARY = "export.py: write a trained run as a Hugging Face folder (safetensors, tokenizer, model card)."
+COMMAND = "python export.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])  # as typed, for the model card
+
+register_export_config()
+register_help(Path(__file__).resolve().parent / "configs", "export", SUMMARY, EXAMPLES)
+
+
+def _run(cfg: DictConfig) -> None:
+    c = config_object(cfg, ExportConfig)
+    import torch
+
+    from hf_export.writer import write_folder
+    from inference.loading import load_run
+
+    run = load_run(c.ckpt, torch.device("cpu"))
+    out = Path(c.out).expanduser()
+    layout = write_folder(run.checkpoint, run.tokenizer, run.model.num_parameters(), out, COMMAND, c.overwrite)
+    remote = layout == "custom" or run.tokenizer.kind != "char"
+    how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
+    print(f"exported {run.path} to {out} ({how})", flush=True)
+
+
+@hydra.main(config_path="configs", config_name="export", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_cli(lambda: _run(cfg))
+
+
+if __name__ == "__main__":
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
+    run_hydra(main)

@@ -1,0 +1,36 @@
+"""Every architecture no stock class expresses: the project's own modeling code ships in the folder.
+
+The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules),
+so the mapping is the identity; `config.json` names the shipped classes in `auto_map`, which is how
+`transformers` finds code that lives in a model folder (`trust_remote_code=True`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor
+
+from model.config import ModelConfig
+
+CODE = Path(__file__).resolve().parent / "hf_code"
+FILES = ("configuration_kochar.py", "modeling_kochar.py")
+
+
+def hf_config(c: ModelConfig) -> dict:
+    return {"architectures": ["KocharForCausalLM"], "model_type": "kochar_gpt",
+            "auto_map": {"AutoConfig": "configuration_kochar.KocharConfig",
+                         "AutoModelForCausalLM": "modeling_kochar.KocharForCausalLM"},
+            "vocab_size": c.vocab_size, "context_length": c.context_length, "embedding_size": c.embedding_size,
+            "head_size": c.head_size, "num_heads": c.num_heads, "num_blocks": c.num_blocks, "position": c.position,
+            "norm": c.norm, "mlp": c.mlp, "qk_norm": c.qk_norm, "mlp_hidden": c.mlp_hidden,
+            "tie_weights": c.tie_weights, "tie_word_embeddings": False, "pad_token_id": 0}
+
+
+def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
+    # A tied head is written as its own tensor (safetensors stores no shared tensors); the values are equal.
+    return {k: v.clone() if k == "lm_head.weight" and c.tie_weights else v for k, v in sd.items()}
+
+
+def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
+    return dict(hf)

@@ -1,0 +1,135 @@
+"""kochar-gpt's AttentionLanguageModel for `transformers` (`trust_remote_code=True`), self-contained.
+
+Shipped in exported folders whose architecture no stock class expresses (squared ReLU, query/key norm,
+a head size other than the width, ...). The parameter names are the project's own, so the weights load as
+they were trained. No KV cache: every step recomputes the window (the last `context_length` tokens), which
+gives the project's uncached logits exactly.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_kochar import KocharConfig
+
+ROPE_BASE = 10000.0
+
+
+def _norm(kind, size):
+    return nn.RMSNorm(size) if kind == "rmsnorm" else nn.LayerNorm(size)
+
+
+def _rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+
+
+class Head(nn.Module):
+    def __init__(self, embedding_size, head_dim):
+        super().__init__()
+        self.query = nn.Linear(embedding_size, head_dim, bias=False)
+        self.key = nn.Linear(embedding_size, head_dim, bias=False)
+        self.value = nn.Linear(embedding_size, head_dim, bias=False)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.num_heads, self.head_dim, self.qk_norm = c.num_heads, c.head_size // c.num_heads, c.qk_norm
+        self.rope = c.position == "rope"
+        self.heads = nn.ModuleList(Head(c.embedding_size, self.head_dim) for _ in range(c.num_heads))
+        self.proj = nn.Linear(c.head_size, c.embedding_size)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        w = torch.cat([torch.cat([h.query.weight, h.key.weight, h.value.weight]) for h in self.heads])
+        qkv = (x @ w.t()).view(B, T, self.num_heads, 3, self.head_dim).permute(3, 0, 2, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # (B, H, T, D)
+        if self.qk_norm:
+            q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
+        if self.rope:
+            dims = torch.arange(0, self.head_dim, 2, dtype=torch.float64, device=x.device)
+            inv = ROPE_BASE ** (-dims / self.head_dim)
+            angles = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * inv[None]
+            cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        return self.proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.kind = c.mlp
+        self.fc = nn.Linear(c.embedding_size, 2 * c.mlp_hidden if c.mlp == "swiglu" else c.mlp_hidden)
+        self.proj = nn.Linear(c.mlp_hidden, c.embedding_size)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.kind == "relu2":
+            h = F.relu(h).square()
+        elif self.kind == "swiglu":
+            gate, value = h.chunk(2, dim=-1)
+            h = F.silu(gate) * value
+        else:
+            h = F.gelu(h)
+        return self.proj(h)
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln1, self.attn = _norm(c.norm, c.embedding_size), Attention(c)
+        self.ln2, self.ffwd = _norm(c.norm, c.embedding_size), FeedForward(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffwd(self.ln2(x))
+
+
+class KocharForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = KocharConfig
+    base_model_prefix = ""
+    _no_split_modules = ["Block"]
+
+    def __init__(self, config):
+        super().__init__(config)
+        c = config
+        self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
+        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" else None
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
+        self.ln_f = _norm(c.norm, c.embedding_size)
+        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02 / math.sqrt(1.0))
+
+    def get_input_embeddings(self):
+        return self.token_embedding
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs):
+        # attention_mask is accepted for generate()'s sake; unpadded batches (all ones) are what this computes
+        idx = input_ids[:, -self.config.context_length:]  # the window the model sees
+        x = self.token_embedding(idx)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
+        return CausalLMOutputWithPast(loss=loss, logits=logits)

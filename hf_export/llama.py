@@ -1,0 +1,93 @@
+"""Rotary + RMSNorm + SwiGLU without query/key norm as `LlamaForCausalLM`, exactly.
+
+What has to line up:
+- Rotary layout: both pair dimension i with i + D/2 (half-split), but our rotation turns the other way
+  (x1·cos + x2·sin, x2·cos − x1·sin). Negating the second half of every head's query and key rows turns ours
+  into LLaMA's with the second half negated on both sides, which leaves every query-key dot product, and so
+  the model, unchanged.
+- Our projections have biases (attention output, MLP in and out) where LLaMA's default has none:
+  `attention_bias=True` (query/key/value biases zero) and `mlp_bias=True` carry them.
+- Our SwiGLU `fc` holds the gate rows then the value rows: LLaMA's `gate_proj` and `up_proj`.
+- `torch.nn.RMSNorm(eps=None)` uses float32's machine epsilon: `rms_norm_eps` is set to it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hf_export.gpt2 import head_rows
+from model.config import ModelConfig
+from model.rope import ROPE_BASE
+
+
+def fits(c: ModelConfig) -> bool:
+    return c.position == "rope" and c.norm == "rmsnorm" and c.mlp == "swiglu" and not c.qk_norm
+
+
+def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
+    """Negate the second half of every head's rows (the rotation's direction; see the module docstring)."""
+    per_head = rows.reshape(num_heads, 2, -1, rows.shape[-1]).clone()  # (H, 2, D/2, E)
+    per_head[:, 1] = -per_head[:, 1]
+    return per_head.reshape(rows.shape)
+
+
+def hf_config(c: ModelConfig) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": c.vocab_size,
+            "hidden_size": c.embedding_size, "intermediate_size": c.mlp_hidden, "num_hidden_layers": c.num_blocks,
+            "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_heads,
+            "head_dim": c.head_size // c.num_heads, "max_position_embeddings": c.context_length,
+            "hidden_act": "silu", "rms_norm_eps": torch.finfo(torch.float32).eps, "rope_theta": ROPE_BASE,
+            "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},
+            "attention_bias": True, "mlp_bias": True, "attention_dropout": 0.0, "tie_word_embeddings": c.tie_weights,
+            "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0}
+
+
+def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
+    out = {"model.embed_tokens.weight": sd["token_embedding.weight"], "model.norm.weight": sd["ln_f.weight"]}
+    if not c.tie_weights:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    for i in range(c.num_blocks):
+        b, m = f"blocks.{i}", f"model.layers.{i}"
+        q = _flip_second_half(head_rows(sd, i, "query", c.num_heads), c.num_heads)
+        k = _flip_second_half(head_rows(sd, i, "key", c.num_heads), c.num_heads)
+        v = head_rows(sd, i, "value", c.num_heads)
+        gate, up = sd[f"{b}.ffwd.fc.weight"].chunk(2, dim=0)
+        gate_bias, up_bias = sd[f"{b}.ffwd.fc.bias"].chunk(2, dim=0)
+        zeros = torch.zeros(c.head_size, dtype=q.dtype)
+        out |= {f"{m}.input_layernorm.weight": sd[f"{b}.ln1.weight"],
+                f"{m}.post_attention_layernorm.weight": sd[f"{b}.ln2.weight"],
+                f"{m}.self_attn.q_proj.weight": q, f"{m}.self_attn.k_proj.weight": k,
+                f"{m}.self_attn.v_proj.weight": v, f"{m}.self_attn.q_proj.bias": zeros,
+                f"{m}.self_attn.k_proj.bias": zeros.clone(), f"{m}.self_attn.v_proj.bias": zeros.clone(),
+                f"{m}.self_attn.o_proj.weight": sd[f"{b}.attn.proj.weight"],
+                f"{m}.self_attn.o_proj.bias": sd[f"{b}.attn.proj.bias"],
+                f"{m}.mlp.gate_proj.weight": gate, f"{m}.mlp.gate_proj.bias": gate_bias,
+                f"{m}.mlp.up_proj.weight": up, f"{m}.mlp.up_proj.bias": up_bias,
+                f"{m}.mlp.down_proj.weight": sd[f"{b}.ffwd.proj.weight"],
+                f"{m}.mlp.down_proj.bias": sd[f"{b}.ffwd.proj.bias"]}
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
+    """The inverse of `to_hf`."""
+    sd = {"token_embedding.weight": hf["model.embed_tokens.weight"], "ln_f.weight": hf["model.norm.weight"],
+          "lm_head.weight": hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]}
+    hd = c.head_size // c.num_heads
+    for i in range(c.num_blocks):
+        b, m = f"blocks.{i}", f"model.layers.{i}"
+        parts = {"query": _flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
+                 "key": _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
+                 "value": hf[f"{m}.self_attn.v_proj.weight"]}
+        for part, rows in parts.items():
+            for j in range(c.num_heads):
+                sd[f"{b}.attn.heads.{j}.{part}.weight"] = rows[j * hd:(j + 1) * hd]
+        sd |= {f"{b}.ln1.weight": hf[f"{m}.input_layernorm.weight"],
+               f"{b}.ln2.weight": hf[f"{m}.post_attention_layernorm.weight"],
+               f"{b}.attn.proj.weight": hf[f"{m}.self_attn.o_proj.weight"],
+               f"{b}.attn.proj.bias": hf[f"{m}.self_attn.o_proj.bias"],
+               f"{b}.ffwd.fc.weight": torch.cat([hf[f"{m}.mlp.gate_proj.weight"], hf[f"{m}.mlp.up_proj.weight"]]),
+               f"{b}.ffwd.fc.bias": torch.cat([hf[f"{m}.mlp.gate_proj.bias"], hf[f"{m}.mlp.up_proj.bias"]]),
+               f"{b}.ffwd.proj.weight": hf[f"{m}.mlp.down_proj.weight"],
+               f"{b}.ffwd.proj.bias": hf[f"{m}.mlp.down_proj.bias"]}
+    return {k: v.contiguous() for k, v in sd.items()}

@@ -1,0 +1,100 @@
+"""The exported folder's README.md: what the model is, in Korean and English, from what the run recorded.
+
+Design choices:
+- Every fact comes from the checkpoint and its run folder (the corpus, recipe, size, steps, validation bits
+  per character, `train.init_from`, the overrides in `.hydra/overrides.yaml`), never from guesses.
+- The corpus's license is stated where the run can know it: `python -m data.prepare` writes SOURCE.txt
+  (with a `License:` line) beside every corpus it prepares.
+- The card says how the folder loads: a stock class, or the project's code with `trust_remote_code=True`.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+from inference.checkpoint import Checkpoint
+
+LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
+           "custom": "KocharForCausalLM (this folder's modeling_kochar.py)"}
+
+
+def corpus_license(data_path: str | None) -> str | None:
+    if not data_path:
+        return None
+    p = Path(str(data_path)).expanduser()
+    for folder in (p, p.parent, p.parent.parent):
+        source = folder / "SOURCE.txt"
+        if source.is_file():
+            for line in source.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("License:"):
+                    return line.removeprefix("License:").strip()
+    return None
+
+
+def training_command(ckpt: Checkpoint) -> str:
+    overrides = ckpt.path.parent / ".hydra" / "overrides.yaml" if ckpt.path else None
+    if overrides and overrides.is_file():
+        import yaml
+
+        args = yaml.safe_load(overrides.read_text(encoding="utf-8")) or []
+        return "python train.py " + " ".join(shlex.quote(str(a)) for a in args)
+    return "(not recorded: the checkpoint's run folder has no .hydra/overrides.yaml)"
+
+
+def facts(ckpt: Checkpoint, params: int) -> dict:
+    config = ckpt.config if isinstance(ckpt.config, dict) else {}
+    data = config.get("data") or {}
+    val = ckpt.training.val_loss if ckpt.training else float("nan")
+    bpc = val * ckpt.tokens_per_char / math.log(2) if math.isfinite(val) else None
+    start = config.get("init_from") or {}
+    return {"corpus": data.get("path") or "the built-in corpus (data/corpus/ko_default.txt)",
+            "tokenizer": data.get("tokenizer", "char"), "recipe": config.get("recipe", "lecture"),
+            "params": params, "steps": ckpt.step, "val_bpc": bpc, "init_from": start.get("from"),
+            "license": corpus_license(data.get("path"))}
+
+
+def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) -> str:
+    f = facts(ckpt, params)
+    c = ckpt.model_config
+    bpc = f"{f['val_bpc']:.3f}" if f["val_bpc"] is not None else "—"
+    remote = layout == "custom" or f["tokenizer"] != "char"
+    trust = ", trust_remote_code=True" if remote else ""
+    load = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            f"model = AutoModelForCausalLM.from_pretrained(\"<this folder>\"{trust})\n"
+            f"tok = AutoTokenizer.from_pretrained(\"<this folder>\"{trust})")
+    license_line = f["license"] or "unknown: the run does not know where its corpus came from"
+    started = f"\n- Fine-tuned from / 미세 조정 출발점: `{f['init_from']}`" if f["init_from"] else ""
+    return f"""# kochar-gpt character model / 문자 단위 한국어 GPT
+
+A character-level Korean GPT trained with kochar-gpt and exported to the Hugging Face
+format. 한국어 문자 단위 GPT를 kochar-gpt로 학습해 Hugging Face 형식으로 내보낸 모델입니다.
+
+- Corpus / 말뭉치: `{f['corpus']}` (license / 라이선스: {license_line})
+- Recipe / 레시피: `{f['recipe']}`; tokenizer / 토크나이저: `{f['tokenizer']}`
+- Size / 크기: {f['params']:,} parameters, {c.num_blocks} blocks, width {c.embedding_size}, {c.num_heads} heads,
+  context {c.context_length} tokens (position {c.position}, norm {c.norm}, MLP {c.mlp}, query/key norm {c.qk_norm})
+- Steps / 학습 스텝: {f['steps']:,}; validation bits per character / 검증 문자당 비트: {bpc}{started}
+- Loads as / 불러오는 클래스: {LOADERS[layout]}{' with trust_remote_code=True' if remote else ''}
+
+```python
+{load}
+```
+
+Trained with / 학습 명령:
+
+```bash
+{training_command(ckpt)}
+```
+
+Exported with / 내보내기 명령:
+
+```bash
+{export_command}
+```
+
+`python generate.py ckpt=<this folder>` and `python evaluate.py ckpt=<this folder> data.path=...` in kochar-gpt
+read the folder too, and give the same text for the same seed as the run it came from.
+kochar-gpt의 `generate.py`와 `evaluate.py`도 이 폴더를 `ckpt=`로 읽으며, 같은 시드에서 원래 실행과 같은 글을 냅니다.
+"""

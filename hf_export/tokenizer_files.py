@@ -1,0 +1,65 @@
+"""The tokenizer in the formats `AutoTokenizer.from_pretrained` reads.
+
+Design choices:
+- `char`: a `tokenizers` WordLevel model whose words are single characters: an NFC normaliser (never NFD or
+  NFKC, which change Hangul), a pre-tokenizer that isolates every character (newlines and spaces included),
+  and a decoder that joins tokens without spaces. Id 0 is written as U+FFFD, the character our `<unk>`
+  decodes to, so decoding needs no replacement and a literal U+FFFD in the input is unknown in both (a
+  vocabulary that holds U+FFFD itself keeps the name `<unk>`).
+- `jamo`: one character becomes three tokens, which a WordLevel model cannot express; the folder gets the
+  project's own tokenizer class (hf_export/hf_code/tokenization_kochar.py) and `auto_map` pointing at it, loaded
+  with `trust_remote_code=True` like a custom model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from hf_export.deps import require
+from tokenizer import Tokenizer
+
+CODE = Path(__file__).resolve().parent / "hf_code"
+UNK_SHOWN = "\ufffd"
+
+
+def unk_name(chars: list[str]) -> str:
+    return "<unk>" if UNK_SHOWN in chars else UNK_SHOWN
+
+
+def _char_tokenizer(chars: list[str]):
+    tk = require("tokenizers")
+    unk = unk_name(chars)
+    vocab = {unk: 0} | {c: i + 1 for i, c in enumerate(chars)}
+    tok = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token=unk))
+    tok.normalizer = tk.normalizers.NFC()
+    tok.pre_tokenizer = tk.pre_tokenizers.Split(tk.Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = tk.decoders.Fuse()
+    return tok, unk
+
+
+def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> str:
+    """Write the tokenizer files into `out`; returns how AutoTokenizer loads them ("stock" or "custom")."""
+    if tokenizer.kind == "char":
+        transformers = require("transformers")
+        tok, unk = _char_tokenizer(tokenizer.chars)
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk,
+                                                    model_max_length=context_length, clean_up_tokenization_spaces=False)
+        fast.save_pretrained(str(out))
+        specials = {"unk_token": unk}
+        kind = "stock"
+    else:
+        shutil.copy(CODE / "tokenization_kochar.py", out / "tokenization_kochar.py")
+        vocab = {"tokens": tokenizer.tokens}  # in id order after <unk>, characters added by fine-tuning included
+        (out / "kochar_vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        config = {"tokenizer_class": "KocharJamoTokenizer", "unk_token": "<unk>", "model_max_length": context_length,
+                  "auto_map": {"AutoTokenizer": ["tokenization_kochar.KocharJamoTokenizer", None]},
+                  "clean_up_tokenization_spaces": False}
+        (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+        specials = {"unk_token": "<unk>"}
+        kind = "custom"
+    if not (out / "special_tokens_map.json").is_file():
+        (out / "special_tokens_map.json").write_text(json.dumps(specials, ensure_ascii=False, indent=2),
+                                                     encoding="utf-8")
+    return kind
