@@ -81,6 +81,11 @@ def run_benchmarks(opts: BenchOptions) -> dict:
     generation_preset = PRESETS["tiny" if opts.smoke else "default"]
     if opts.generation_only:
         result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
+        if device.type == "cpu":
+            from benchmarks.transformers_peer import bench_transformers_peer
+
+            result["transformers_peer"] = bench_transformers_peer(generation_preset, vocab, opts.rounds,
+                                                                  opts.new_tokens)
         return result
     peak = matmul_peak_flops(device, torch.float32, opts.rounds, small=opts.smoke)
     result["matmul_peak_flops_float32"] = round(peak)

@@ -121,3 +121,17 @@ def test_the_model_card_says_what_the_model_is(tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json",
             "special_tokens_map.json", "README.md", "kochar.json", "modeling_kochar.py"} <= names
+
+
+def test_the_benchmark_races_transformers_generate_on_the_same_weights():
+    import json
+
+    from tests.helpers import cli
+
+    r = cli("bench.py", "--generation-only", "--smoke")
+    assert r.returncode == 0, r.stderr[-2000:]
+    peer = json.loads(r.stdout)["transformers_peer"]
+    assert peer["class"] == "GPT2LMHeadModel"
+    for batch in ("batch_1", "batch_8"):
+        row = peer["threads_1"][batch]
+        assert row["ours_tokens_per_sec"] > 0 and row["transformers_tokens_per_sec"] > 0

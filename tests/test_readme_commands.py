@@ -24,15 +24,16 @@ def markdown_pages() -> list[str]:
 
 
 PAGES = markdown_pages()
-SCRIPTS = {"train.py": "train", "generate.py": "generate", "evaluate.py": "evaluate", "serve.py": "serve"}
+SCRIPTS = {"train.py": "train", "generate.py": "generate", "evaluate.py": "evaluate", "serve.py": "serve",
+           "export.py": "export"}
 # A command for one of the entry scripts: `python train.py ...`, `$ python ...`, `torchrun ... train.py ...`.
-COMMAND = re.compile(r"^(?:\$ )?(?:python3? |torchrun [^\n]*?)(train|generate|evaluate|serve)\.py\b")
+COMMAND = re.compile(r"^(?:\$ )?(?:python3? |torchrun [^\n]*?)(train|generate|evaluate|serve|export)\.py\b")
 FENCED = re.compile(r"^```([a-z]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _inline_commands(text: str) -> list[str]:
     """`python train.py ...` inside backticks in the prose, a line break in the span read as a space."""
-    spans = re.findall(r"`(python3? (?:train|generate|evaluate|serve)\.py[^`]*)`", text)
+    spans = re.findall(r"`(python3? (?:train|generate|evaluate|serve|export)\.py[^`]*)`", text)
     return [" ".join(s.split()) for s in spans]
 
 
@@ -99,13 +100,14 @@ def compose_command(script: str, args: list[str]) -> list:
 
     from hydra import compose, initialize_config_dir
 
+    from hf_export.config import register_export_config
     from inference.config import register_configs as register_inference
     from playground.config import register_configs as register_serve
     from training.config import register_configs as register_training
     from training.hydra_setup import legacy_experiment_override, register_resolvers
 
     register_resolvers()
-    register_training(), register_inference(), register_serve()
+    register_training(), register_inference(), register_serve(), register_export_config()
     args = legacy_experiment_override(prepare_overrides(args))
     flags = {a for a in args if a.startswith("-")}
     assert flags <= {"-m", "--multirun", "--cfg", "job", "--help"}, flags

@@ -1,0 +1,79 @@
+"""A real peer for our sampler: `transformers`' cached `generate` on the very same weights.
+
+Design choices:
+- The lecture model of the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
+  (hf_export/) and loaded as `GPT2LMHeadModel`: both sides run the same network, weight for weight.
+- Both sample from the full distribution at temperature 1 (transformers' `top_k` default of 50 is switched
+  off), with their KV caches, from a 1-token prompt, batch 1 and 8. GPT-2's learned positions stop at the
+  context length, so each side makes `context_length - 1` new tokens (or fewer when `--new-tokens` says so).
+- Measured at the machine's default thread count and at one thread; tokens/s count every row's tokens.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.presets import model_kwargs
+from benchmarks.timing import median_alternating, seconds
+from model import AttentionLanguageModel
+from model.config import ModelConfig
+
+BATCHES = (1, 8)
+
+
+def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, vocab: int) -> dict:
+    prompt = torch.randint(0, vocab, (batch, 1))
+
+    def ours_run() -> None:
+        g = torch.Generator().manual_seed(0)
+        for _ in ours.stream(prompt, new_tokens, temperature=1.0, use_cache=True, generator=g):
+            pass
+
+    def theirs_run() -> None:
+        torch.manual_seed(0)
+        theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                        min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                        use_cache=True, pad_token_id=0)
+
+    ours_run(), theirs_run()  # warm up
+    return {"ours": lambda: batch * new_tokens / seconds(ours_run, prompt.device),
+            "transformers": lambda: batch * new_tokens / seconds(theirs_run, prompt.device)}
+
+
+@torch.inference_mode()
+def bench_transformers_peer(preset: dict[str, int], vocab: int, rounds: int, new_tokens: int) -> dict:
+    """{threads_N: {batch_B: {ours, transformers, ours_over_transformers}}}, or why it was skipped."""
+    try:
+        import transformers
+    except ImportError:
+        return {"skipped": "transformers is not installed (pip install -r requirements-dev.txt)"}
+    from hf_export.writer import write_folder
+    from inference.checkpoint import Checkpoint
+    from tokenizer import KoreanCharTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = KoreanCharTokenizer([chr(0xAC00 + i) for i in range(vocab - 1)])
+    ours = AttentionLanguageModel(ModelConfig(vocab_size=vocab, **model_kwargs(preset))).eval()
+    ckpt = Checkpoint(ours.config, ours.state_dict(), tokenizer.to_dict(), 1.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_folder(ckpt, tokenizer, ours.num_parameters(), Path(tmp) / "m", "benchmark", overwrite=False)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(Path(tmp) / "m")).eval()
+    new = min(new_tokens, ours.context_length - 1)
+    report: dict = {"class": type(theirs).__name__, "transformers": transformers.__version__, "new_tokens": new}
+    default_threads = torch.get_num_threads()
+    for threads in dict.fromkeys((default_threads, 1)):
+        torch.set_num_threads(threads)
+        try:
+            row = {}
+            for b in BATCHES:
+                tps = median_alternating(_timers(ours, theirs, b, new, vocab), rounds)
+                row[f"batch_{b}"] = {"ours_tokens_per_sec": round(tps["ours"], 1),
+                                     "transformers_tokens_per_sec": round(tps["transformers"], 1),
+                                     "ours_over_transformers": round(tps["ours"] / tps["transformers"], 2)}
+            report[f"threads_{threads}"] = row
+        finally:
+            torch.set_num_threads(default_threads)
+    return report
