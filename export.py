@@ -39,7 +39,7 @@ def _run(cfg: DictConfig) -> None:
     run = load_run(c.ckpt, torch.device("cpu"))
     out = Path(c.out).expanduser()
     layout = write_folder(run.checkpoint, run.tokenizer, run.model.num_parameters(), out, COMMAND, c.overwrite)
-    remote = layout == "custom" or run.tokenizer.kind != "char"
+    remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
     print(f"exported {run.path} to {out} ({how})", flush=True)
 

@@ -59,7 +59,7 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
     f = facts(ckpt, params)
     c = ckpt.model_config
     bpc = f"{f['val_bpc']:.3f}" if f["val_bpc"] is not None else "—"
-    remote = layout == "custom" or f["tokenizer"] != "char"
+    remote = layout == "custom" or f["tokenizer"] == "jamo"
     trust = ", trust_remote_code=True" if remote else ""
     load = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
             f"model = AutoModelForCausalLM.from_pretrained(\"<this folder>\"{trust})\n"

@@ -41,7 +41,7 @@ def _char_tokenizer(chars: list[str]):
 
 def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> str:
     """Write the tokenizer files into `out`; returns how AutoTokenizer loads them ("stock" or "custom")."""
-    if tokenizer.kind == "char":
+    if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
         transformers = require("transformers")
         tok, unk = _char_tokenizer(tokenizer.chars)
         fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk,

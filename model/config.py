@@ -26,6 +26,7 @@ POSITIONS = ("learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "relu2", "swiglu")
 INITS = ("gpt2", "torch")
+EMBEDDINGS = ("token", "jamo")
 
 
 @dataclass
@@ -45,6 +46,8 @@ class ModelConfig:
     qk_norm: bool = False  # RMS-normalise each head's queries and keys before their dot product
     zero_init_proj: bool = False  # attention and MLP output projections start at zero
     init: str = "gpt2"  # gpt2 (N(0, 0.02), scaled residual projections) | torch (PyTorch's layer defaults)
+    embedding: str = "token"  # token (a row per token) | jamo (a syllable's row composed from its jamo; needs the
+    #                           hangul tokenizer's ids: model/jamo_embedding.py)
 
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
@@ -58,7 +61,7 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
         for name, kinds in (("attention", ATTENTION_KINDS), ("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                            ("init", INITS)):
+                            ("init", INITS), ("embedding", EMBEDDINGS)):
             checks.one_of(f"model.{name}", getattr(self, name), kinds)
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "

@@ -136,6 +136,7 @@ class DecodeStep:
     def __init__(self, model, cache: KVCache):
         dtype = cache.dtype
         self.token_embedding = model.token_embedding.weight
+        self.token_vectors = model.token_vectors if model.jamo_embedding is not None else None
         pe = model.position_embedding
         self.position_embedding = None if pe is None else pe.weight
         qkv = [w if w is not None else b.attn.qkv_weight() for b, w in zip(model.blocks, cache.qkv_weights,
@@ -182,7 +183,8 @@ class DecodeStep:
         B, H, D = ids.shape[0], self.num_heads, self.head_dim
         p = cache.position
         slot, n = p % cache.context_length, min(p + 1, cache.context_length)  # write here; attend to slots < n
-        x = self.token_embedding.index_select(0, ids.view(B))  # (B, E)
+        x = self.token_embedding.index_select(0, ids.view(B)) if self.token_vectors is None \
+            else self.token_vectors(ids.view(B))  # (B, E)
         if self.position_embedding is not None:
             x = x + self.position_embedding[p]
         plain = self.rotations is None and not self.qk_norm

@@ -25,6 +25,7 @@ from model.attention import ATTENTION_KINDS
 from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
+from model.jamo_embedding import FIRST_ID, NUM_PARTS, NUM_SYLLABLES, JamoEmbedding
 from model.kv_cache import KVCache, TokenWindow
 from model.sampling import TokenGrammar, check_sampling_args, sample_next
 
@@ -47,6 +48,7 @@ class AttentionLanguageModel(nn.Module):
         c = config
         self.context_length = c.context_length
         self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
+        self.jamo_embedding = JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else None
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" \
             else None
         self.dropout = nn.Dropout(c.dropout)
@@ -56,6 +58,10 @@ class AttentionLanguageModel(nn.Module):
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
         self._init_weights(c)
+        if self.jamo_embedding is not None:  # a syllable starts as its jamo; its own row (a residual) at zero
+            with torch.no_grad():
+                self.token_embedding.weight[FIRST_ID:FIRST_ID + NUM_SYLLABLES].zero_()
+                self.jamo_embedding.parts.weight[NUM_PARTS].zero_()  # the padding row of non-syllables
 
     def _init_weights(self, c: ModelConfig) -> None:
         # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 * num_blocks) so the
@@ -133,9 +139,14 @@ class AttentionLanguageModel(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         return logits, loss
 
+    def token_vectors(self, idx: Tensor) -> Tensor:
+        """ids (...) -> their input vectors (..., E): the token's row, plus its jamo with model.embedding=jamo."""
+        x = self.token_embedding(idx)
+        return x if self.jamo_embedding is None else x + self.jamo_embedding(idx)
+
     def embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """idx: (B, T) ids at positions start..start+T-1 -> the residual stream's input (B, T, E)."""
-        x = self.token_embedding(idx)
+        x = self.token_vectors(idx)
         if self.position_embedding is not None:
             x = x + self.position_embedding(torch.arange(start, start + idx.shape[1], device=idx.device))
         return self.dropout(x)

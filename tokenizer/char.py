@@ -47,7 +47,10 @@ class KoreanCharTokenizer(JsonVocabulary):
         chars = sorted(set(chars))
         base = set(chars)
         self.added: list[str] = [c for c in dict.fromkeys(added) if c not in base]
-        chars = chars + self.added  # characters added by fine-tuning keep the ids after the original ones
+        self._index(chars + self.added)  # characters added by fine-tuning keep the ids after the original ones
+
+    def _index(self, chars: list[str]) -> None:
+        """Build the lookup tables for `chars` in id order (id i + 1 is chars[i])."""
         for c in chars:
             if len(c) != 1:
                 raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
@@ -124,9 +127,12 @@ class KoreanCharTokenizer(JsonVocabulary):
         return np.ones(len(code_points(unicodedata.normalize("NFC", text))), dtype=np.int64)
 
     # -- persistence --------------------------------------------------------------------------
+    def _base_chars(self) -> list[str]:
+        """The characters the vocabulary was built from (not those added by fine-tuning)."""
+        return self.chars[: len(self.chars) - len(self.added)]
+
     def to_dict(self) -> dict:
-        base = self.chars[: len(self.chars) - len(self.added)]
-        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": base}
+        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
         return {**d, "added": self.added} if self.added else d
 
     @classmethod
@@ -143,8 +149,7 @@ class KoreanCharTokenizer(JsonVocabulary):
         for chunk in chunks:
             seen.update(np.unique(code_points(unicodedata.normalize("NFC", chunk))).tolist())
         new = sorted(chr(c) for c in seen if not self._table[c])
-        base = self.chars[: len(self.chars) - len(self.added)]
-        return KoreanCharTokenizer(base, self.added + new)
+        return type(self)(self._base_chars(), self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
         """Decode ids one at a time as they are generated (each id is one whole character)."""

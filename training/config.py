@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 
 from common import checks
 from common.device import DTYPES
+from common.errors import ConfigError
 from data.config import DataConfig
 from model.config import ModelConfig
 from training.schedule import SCHEDULES
@@ -99,6 +100,9 @@ class TrainJob:
     def __post_init__(self) -> None:
         checks.seed("seed", self.seed)
         checks.device_name("device", self.device)
+        if self.model.embedding == "jamo" and self.data.tokenizer != "hangul":
+            raise ConfigError(f"model.embedding=jamo composes syllables from the hangul tokenizer's ids; add "
+                              f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable ids)")
 
 
 def register_configs() -> None:

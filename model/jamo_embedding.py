@@ -1,0 +1,50 @@
+"""A syllable's input vector composed from its jamo (`model.embedding=jamo`).
+
+The model knows ids only. The contract with the `hangul` tokenizer: ids 1 to 11,172 are the precomposed
+syllables in code-point order, so id - 1 = (initial * 21 + medial) * 28 + final; every other id is a
+character of its own.
+
+Design choices:
+- A syllable's vector is the sum of three learned jamo vectors (its initial, medial and final, "no final"
+  included) plus its own row of the token embedding, which starts at zero: a syllable never seen in training
+  gets the meaning of its parts from the first step, and one seen often can still learn what is its own.
+  Other characters keep their ordinary rows.
+- The parts of every id are one non-persistent (V, 3) table built from the vocabulary size, indexing a
+  68-row jamo embedding whose last row is a zero padding row for non-syllables: the lookup is one gather and
+  one sum, the same in training and in the KV-cached decoder, and checkpoints hold only parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+FIRST_ID, NUM_SYLLABLES = 1, 11172
+NUM_INITIALS, NUM_MEDIALS, NUM_FINALS = 19, 21, 28
+NUM_PARTS = NUM_INITIALS + NUM_MEDIALS + NUM_FINALS
+
+
+def syllable_parts(vocab_size: int) -> Tensor:
+    """(vocab_size, 3) long: the rows of each id's initial, medial and final in the jamo table, or the padding
+    row (NUM_PARTS) three times for an id that is not a syllable."""
+    parts = torch.full((vocab_size, 3), NUM_PARTS, dtype=torch.long)
+    s = torch.arange(NUM_SYLLABLES)
+    ids = s + FIRST_ID
+    parts[ids, 0] = s // (NUM_MEDIALS * NUM_FINALS)
+    parts[ids, 1] = NUM_INITIALS + (s // NUM_FINALS) % NUM_MEDIALS
+    parts[ids, 2] = NUM_INITIALS + NUM_MEDIALS + s % NUM_FINALS
+    return parts
+
+
+class JamoEmbedding(nn.Module):
+    """ids (...) -> the jamo part of their vectors (..., E): zero for every id that is not a syllable."""
+
+    def __init__(self, vocab_size: int, embedding_size: int):
+        super().__init__()
+        if vocab_size <= FIRST_ID + NUM_SYLLABLES - 1:
+            raise ValueError("model.embedding=jamo needs the hangul tokenizer's ids (data.tokenizer=hangul)")
+        self.parts = nn.Embedding(NUM_PARTS + 1, embedding_size, padding_idx=NUM_PARTS)
+        self.register_buffer("table", syllable_parts(vocab_size), persistent=False)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.parts(self.table[idx]).sum(dim=-2)

@@ -1,0 +1,109 @@
+"""data.tokenizer=hangul and model.embedding=jamo: every syllable representable, ids that round-trip and match
+the char tokenizer's reading of every encoding, syllable vectors composed from their jamo."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import unicodedata
+
+import pytest
+import torch
+
+from data.corpus import load_corpus
+from model import AttentionLanguageModel
+from model.jamo_embedding import NUM_PARTS, syllable_parts
+from tests.helpers import KOREAN, TINY, cli
+from tokenizer import KoreanCharTokenizer, KoreanHangulTokenizer, tokenizer_from_dict
+
+MIXED = KOREAN + "ㅋㅋㅋ ㅠㅠ 漢字 ABC xyz 123 — «»\t\n"
+
+
+def test_every_syllable_is_a_token_whether_or_not_the_corpus_holds_it():
+    tok = KoreanHangulTokenizer.from_text("가나다 abc")
+    assert tok.encode("가").tolist() == [1] and tok.encode("힣").tolist() == [11172]
+    unseen = "똠뷁쀍"
+    assert 0 not in tok.encode(unseen).tolist() and tok.decode(tok.encode(unseen)) == unseen
+    assert KoreanCharTokenizer.from_text("가나다 abc").encode(unseen).tolist() == [0, 0, 0]
+    assert tok.encode("€").tolist() == [0]  # other characters come from the corpus only
+
+
+def test_round_trips_and_the_same_characters_as_char():
+    tok, char = KoreanHangulTokenizer.from_text(MIXED), KoreanCharTokenizer.from_text(MIXED)
+    for text in (MIXED, unicodedata.normalize("NFD", MIXED), "ㅋㅋ 가\u0301"):
+        assert tok.decode(tok.encode(text)) == char.decode(char.encode(text))
+    assert tok.decode(tok.encode(MIXED)) == MIXED
+    assert tokenizer_from_dict(json.loads(json.dumps(tok.to_dict()))).fingerprint() == tok.fingerprint()
+    assert "ㅋ" in tok.to_dict()["chars"] and "가" not in tok.to_dict()["chars"]  # jamo are ordinary characters
+
+
+def test_extending_keeps_every_id():
+    tok = KoreanHangulTokenizer.from_text(MIXED)
+    grown = tok.extended(["새 글자 € 와 ☃"])
+    assert grown.added == ["€", "☃"] and grown.vocab_size == tok.vocab_size + 2
+    assert grown.encode(MIXED).tolist() == tok.encode(MIXED).tolist()
+    assert tokenizer_from_dict(grown.to_dict()).encode("€☃").tolist() == grown.encode("€☃").tolist()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "cp949", "nfd", "utf-16"])
+def test_every_encoding_gives_the_ids_of_utf8(tmp_path, encoding):
+    text = KOREAN * 2
+    plain = tmp_path / "plain.txt"
+    plain.write_text(text, encoding="utf-8")
+    other = tmp_path / f"{encoding}.txt"
+    if encoding == "nfd":
+        other.write_text(unicodedata.normalize("NFD", text), encoding="utf-8")
+    elif encoding == "utf-16":
+        other.write_bytes(codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
+    else:
+        other.write_text(text, encoding=encoding)
+    a = load_corpus(plain, cache_dir=tmp_path / "c1", tokenizer_kind="hangul")
+    b = load_corpus(other, cache_dir=tmp_path / "c2", tokenizer_kind="hangul")
+    assert a.tokens.tolist() == b.tokens.tolist() and a.tokenizer.fingerprint() == b.tokenizer.fingerprint()
+
+
+def _jamo_model(**kw) -> AttentionLanguageModel:
+    torch.manual_seed(0)
+    return AttentionLanguageModel(vocab_size=11200, context_length=16, embedding_size=32, head_size=32,
+                                  num_heads=2, num_blocks=1, embedding="jamo", **kw).eval()
+
+
+def test_a_syllable_starts_as_the_sum_of_its_jamo():
+    m = _jamo_model()
+    tok = KoreanHangulTokenizer.from_text("")
+    ids = torch.tensor(tok.encode("가각나낙").tolist())
+    v = m.token_vectors(ids)
+    parts = m.jamo_embedding.parts.weight
+    table = syllable_parts(11200)
+    assert torch.allclose(v, parts[table[ids]].sum(1))  # the syllable's own rows start at zero
+    # 가 - 각 = 나 - 낙: the difference of the finals, whatever the initial
+    assert torch.allclose(v[0] - v[1], v[2] - v[3], atol=1e-6) and not torch.allclose(v[0], v[1])
+    assert torch.count_nonzero(parts[NUM_PARTS]) == 0 and table[11190].tolist() == [NUM_PARTS] * 3
+
+
+def test_cached_generation_gives_the_uncached_tokens_with_jamo_embeddings():
+    m = _jamo_model(position="rope", norm="rmsnorm")
+    prompt = torch.randint(0, 11200, (2, 3))
+    runs = [m.generate(prompt, 30, temperature=1.0, use_cache=c, generator=torch.Generator().manual_seed(1))
+            for c in (True, False)]
+    assert torch.equal(*runs)
+
+
+def test_a_vocabulary_without_the_syllable_block_is_refused():
+    with pytest.raises(ValueError, match="data.tokenizer=hangul"):
+        AttentionLanguageModel(vocab_size=100, context_length=8, embedding_size=8, head_size=8, num_heads=1,
+                               num_blocks=1, embedding="jamo")
+
+
+def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
+    run = tmp_path / "run"
+    r = cli("train.py", *TINY, "data.tokenizer=hangul", "model.embedding=jamo", f"data.path={corpus}",
+            "train.max_steps=20", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    g = cli("generate.py", f"ckpt={run}", "prompt=똠양꿍", "max_new_tokens=20")  # syllables the corpus lacks
+    assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
+    e = json.loads(cli("evaluate.py", f"ckpt={run}", f"data.path={corpus}", "progress=false").stdout)
+    assert e["tokenizer"] == "hangul" and e["unknown_chars"] == 0
+    bad = cli("train.py", *TINY, "model.embedding=jamo", f"data.path={corpus}", "train.max_steps=1",
+              f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 2 and "data.tokenizer=hangul" in bad.stderr and "Traceback" not in bad.stderr
