@@ -1,0 +1,71 @@
+"""Before a layout is chosen: the run's network rewritten, exactly, with as few switches as possible, and every
+model setting accounted for.
+
+Design choices:
+- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors), so it is
+  folded into one ordinary embedding matrix, summed in the order our forward sums it: the folded model gives
+  the same logits, and a stock class expresses it. The head keeps the unfolded rows, so a tied head becomes
+  an untied one.
+- Every field of `ModelConfig` is listed in `HANDLED` with how export treats it. A field this table does not
+  know (a new architecture switch) is refused in one line when the run uses anything but its default, rather
+  than exported into a folder that computes something else; tests/test_export.py fails when a field is added
+  without being listed here, which is where the exporter (and hf_export/hf_code/modeling_kochar.py, which
+  expresses every architecture no stock class does) learns it. `model.head` (issue 23's jamo output layer)
+  is the first such switch: it needs the staged head ported to modeling_kochar.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import torch
+from torch import Tensor
+
+from common.errors import UserError
+from inference.checkpoint import strip_compile_prefix
+from model.config import ModelConfig
+
+HANDLED = {
+    # the shapes: every layout takes them as they are
+    "vocab_size": "shape", "context_length": "shape", "embedding_size": "shape", "head_size": "shape",
+    "num_heads": "shape", "num_blocks": "shape",
+    # how the network trains or runs, not what it computes
+    "dropout": "training only", "init": "training only", "zero_init_proj": "training only",
+    "attention": "the same weights either way",
+    # the architecture: the layout follows them (hf_export/writer.py choose_layout)
+    "position": "layout", "norm": "layout", "mlp": "layout", "qk_norm": "layout", "tie_weights": "layout",
+    "embedding": "folded into the token embedding",
+}
+
+
+def unknown_settings(c: ModelConfig) -> list[str]:
+    """`model.X=value` for every field export does not know that differs from its default."""
+    default = ModelConfig()
+    return [f"model.{f.name}={getattr(c, f.name)}" for f in fields(ModelConfig)
+            if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]
+
+
+def fold_jamo_embedding(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[str, Tensor], ModelConfig]:
+    """The jamo embedding summed into the token embedding (same order of additions as the forward)."""
+    from model.jamo_embedding import syllable_parts
+
+    state = dict(state)
+    parts = state.pop("jamo_embedding.parts.weight")
+    raw = state["token_embedding.weight"]
+    jamo = parts[syllable_parts(c.vocab_size)].sum(dim=-2)  # (V, E), as JamoEmbedding computes it per id
+    state["token_embedding.weight"] = raw + jamo
+    state["lm_head.weight"] = state.get("lm_head.weight", raw).clone()  # the head reads the unfolded rows
+    return state, replace(c, embedding="token", tie_weights=False)
+
+
+def plain_model(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[str, Tensor], ModelConfig]:
+    """(state dict, config) computing exactly what the run computes, in the switches the layouts know."""
+    unknown = unknown_settings(c)
+    if unknown:
+        raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py does not know that "
+                        "setting (the run itself samples and evaluates as usual)")
+    state = {k: v.detach().to(torch.float32) if v.is_floating_point() else v
+             for k, v in strip_compile_prefix(state).items()}
+    if c.embedding == "jamo":
+        state, c = fold_jamo_embedding(state, c)
+    return state, c
