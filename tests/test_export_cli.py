@@ -79,3 +79,20 @@ def test_a_folder_with_files_is_not_overwritten_by_accident(trained, tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     r = cli("export.py", f"ckpt={run}", f"out={tmp_path}")
     assert r.returncode == 2 and "not empty" in r.stderr and (tmp_path / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("settings", [("data.tokenizer=hangul", "model.embedding=jamo", "recipe=modern"),
+                                      ("data.tokenizer=jamo",)])
+def test_other_tokenizers_and_layouts_round_trip_through_the_scripts(tmp_path, corpus, settings):
+    run, out = tmp_path / "run", tmp_path / "exported"
+    r = cli("train.py", *TINY, f"data.path={corpus}", "train.max_steps=10", f"data.cache_dir={tmp_path / 'c'}",
+            *settings, f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("export.py", f"ckpt={run}", f"out={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    remote = "recipe=modern" in settings or "data.tokenizer=jamo" in settings
+    assert ("trust_remote_code=True" in r.stdout) == remote, r.stdout
+    args = ("prompt=봄이", "max_new_tokens=40", "seed=5")
+    a, b = cli("generate.py", f"ckpt={run}", *args), cli("generate.py", f"ckpt={out}", *args)
+    assert a.returncode == 0 and b.returncode == 0, b.stderr[-2000:]
+    assert a.stdout == b.stdout and a.stdout.strip()
