@@ -38,7 +38,8 @@ def _run(cfg: DictConfig) -> None:
 
     run = load_run(c.ckpt, torch.device("cpu"))
     out = Path(c.out).expanduser()
-    layout = write_folder(run.checkpoint, run.tokenizer, run.model.num_parameters(), out, COMMAND, c.overwrite)
+    layout = write_folder(run.checkpoint, run.tokenizer, run.model.num_parameters(), out, COMMAND, c.overwrite,
+                          c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
     print(f"exported {run.path} to {out} ({how})", flush=True)

@@ -14,6 +14,7 @@ class ExportConfig:
     ckpt: str | None = None  # a run folder or checkpoint file; None = the newest run under runs/
     out: str | None = None  # the folder to write (created; refused when it holds files, unless overwrite)
     overwrite: bool = False
+    verify: bool = True  # name the folder only once transformers reads it back and gives the run's logits
 
     def __post_init__(self) -> None:
         if self.out in (None, ""):
