@@ -7,6 +7,10 @@ Design choices:
   `generation_config.json`, the tokenizer files, a model card (`README.md`, Korean and English) and
   `kochar.json`, our own record (model settings, tokenizer, bits-per-character scale), from which our scripts
   rebuild the exact model: `generate.py`, `evaluate.py` and the playground accept the folder as `ckpt=`.
+- The run's network is first rewritten exactly in the switches the layouts know (hf_export/plain.py: the jamo
+  embedding folded into the token embedding); every model setting is listed there, and one it does not know is
+  refused rather than exported wrong. Before the folder gets its name, `transformers` loads it and must give
+  the run's logits (hf_export/verify.py).
 - Stock classes wherever one expresses the architecture exactly: the lecture's model is a GPT-2
   (`GPT2LMHeadModel`, hf_export/gpt2.py); rotary + RMSNorm + SwiGLU without query/key norm is a LLaMA
   (`LlamaForCausalLM`, hf_export/llama.py). Every other combination ships the project's own modeling code in the
