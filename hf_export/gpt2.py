@@ -21,7 +21,7 @@ from model.config import ModelConfig
 
 def fits(c: ModelConfig) -> bool:
     return (c.position == "learned" and c.norm == "layernorm" and c.mlp == "gelu" and not c.qk_norm
-            and c.head_size == c.embedding_size)
+            and c.head_size == c.embedding_size and c.embedding == "token" and c.head == "softmax")
 
 
 def head_rows(sd: dict[str, Tensor], block: int, part: str, num_heads: int) -> Tensor:

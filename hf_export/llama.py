@@ -22,7 +22,8 @@ from model.rope import ROPE_BASE
 
 
 def fits(c: ModelConfig) -> bool:
-    return c.position == "rope" and c.norm == "rmsnorm" and c.mlp == "swiglu" and not c.qk_norm
+    return (c.position == "rope" and c.norm == "rmsnorm" and c.mlp == "swiglu" and not c.qk_norm
+            and c.embedding == "token" and c.head == "softmax")
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
@@ -124,8 +123,8 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
         new = torch.arange(length)[None, :] >= torch.from_numpy(offsets[i:i + batch_size])[:, None]  # (B, L)
         mask = (new & mask_all[index[:, 1:]]).to(device)
         with autocast_ctx():
-            logits, _ = model(x)  # (B, L, V)
-        losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, L)
+            losses = model.token_losses(x, y)  # (B, L) nats
+
         nats += float(losses[mask].double().sum())
         count += int(mask.sum())
         bar.update(len(b))

@@ -27,6 +27,7 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "relu2", "swiglu")
 INITS = ("gpt2", "torch")
 EMBEDDINGS = ("token", "jamo")
+HEADS = ("softmax", "jamo")
 
 
 @dataclass
@@ -48,6 +49,7 @@ class ModelConfig:
     init: str = "gpt2"  # gpt2 (N(0, 0.02), scaled residual projections) | torch (PyTorch's layer defaults)
     embedding: str = "token"  # token (a row per token) | jamo (a syllable's row composed from its jamo; needs the
     #                           hangul tokenizer's ids: model/jamo_embedding.py)
+    head: str = "softmax"  # softmax (a row per token) | jamo (initial, then medial, then final: model/jamo_head.py)
 
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
@@ -61,8 +63,11 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
         for name, kinds in (("attention", ATTENTION_KINDS), ("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                            ("init", INITS), ("embedding", EMBEDDINGS)):
+                            ("init", INITS), ("embedding", EMBEDDINGS), ("head", HEADS)):
             checks.one_of(f"model.{name}", getattr(self, name), kinds)
+        if self.head == "jamo" and self.tie_weights:
+            raise ConfigError("model.head=jamo has no output matrix to tie to the embedding; set "
+                              "model.tie_weights=false")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "
                               f"{self.head_dim}; change model.head_size or model.num_heads")

@@ -144,7 +144,9 @@ class DecodeStep:
         x_dtype = self.token_embedding.dtype  # the residual stream's, which the norms see
         self.blocks = [_BlockWeights.of(b, w, dtype, x_dtype) for b, w in zip(model.blocks, qkv, strict=True)]
         self.ln_f = _Norm(model.ln_f, x_dtype)
-        self.lm_head_t = self.ln_f.fold(model.lm_head.weight.detach().t()).to(dtype).contiguous()
+        self.jamo_head, self.final_norm = model.jamo_head, model.ln_f  # the staged head needs the whole norm
+        self.lm_head_t = None if model.lm_head is None else \
+            self.ln_f.fold(model.lm_head.weight.detach().t()).to(dtype).contiguous()
         attn = model.blocks[0].attn
         self.num_heads, self.head_dim, self.qk_norm = attn.num_heads, attn.head_dim, attn.qk_norm
         device = self.token_embedding.device
@@ -205,4 +207,6 @@ class DecodeStep:
             h = torch.addmm(w.fc_b, w.ln2(x), w.fc_t)
             h = F.gelu(h, approximate=w.gelu) if w.mlp == "gelu" else mlp_activation(w.mlp, h)
             x = x + torch.addmm(w.fc2_b, h, w.fc2_t)  # (B, E)
+        if self.jamo_head is not None:
+            return self.jamo_head.joint(self.final_norm(x)).unsqueeze(1)  # (B, 1, V) log-probabilities
         return (self.ln_f(x) @ self.lm_head_t).unsqueeze(1)  # (B, 1, V)

@@ -26,6 +26,7 @@ from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
 from model.jamo_embedding import FIRST_ID, NUM_PARTS, NUM_SYLLABLES, JamoEmbedding
+from model.jamo_head import JamoHead
 from model.kv_cache import KVCache, TokenWindow
 from model.sampling import TokenGrammar, check_sampling_args, sample_next
 
@@ -54,7 +55,8 @@ class AttentionLanguageModel(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
         self.ln_f = make_norm(c.norm, c.embedding_size)
-        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False)
+        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None
+        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size) if c.head == "jamo" else None
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
         self._init_weights(c)
@@ -133,11 +135,25 @@ class AttentionLanguageModel(nn.Module):
         x = self.ln_f(x)
         if last_only:
             x = x[:, -1:]  # (B, 1, E)
+        if self.jamo_head is not None:  # the whole distribution only when no targets say which ids matter
+            if targets is not None:
+                return None, self.jamo_head.token_losses(x, targets).mean()
+            return self.jamo_head.joint(x), None  # (B, T, V) log-probabilities
         logits = self.lm_head(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         return logits, loss
+
+    def token_losses(self, idx: Tensor, targets: Tensor) -> Tensor:
+        """idx, targets: (B, T) -> each target's negative log-likelihood in nats (B, T), float32."""
+        if self.jamo_head is not None:
+            x = self.embed(idx)
+            for block in self.blocks:
+                x = block(x)
+            return self.jamo_head.token_losses(self.ln_f(x), targets)
+        logits, _ = self(idx)
+        return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
     def token_vectors(self, idx: Tensor) -> Tensor:
         """ids (...) -> their input vectors (..., E): the token's row, plus its jamo with model.embedding=jamo."""
@@ -175,7 +191,7 @@ class AttentionLanguageModel(nn.Module):
         """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
         attn = self.blocks[0].attn
         autocasting = torch.is_autocast_enabled(device.type)
-        dtype = torch.get_autocast_dtype(device.type) if autocasting else self.lm_head.weight.dtype
+        dtype = torch.get_autocast_dtype(device.type) if autocasting else self.token_embedding.weight.dtype
         cache = KVCache(len(self.blocks), batch_size, attn.num_heads, self.context_length, attn.head_dim, device, dtype)
         if attn.attention == "fused":  # weights are frozen while generating: concatenate them once
             cache.qkv_weights = [b.attn.qkv_weight() for b in self.blocks]

@@ -120,6 +120,35 @@ class BodyGuard:
                 return b"".join(chunks), False
 
 
+LINGER_S = 2.0  # after a closing answer, how long the rest of a client's request is read and dropped
+
+
+class _LingeringTransport:
+    """A transport whose close() first sends FIN and keeps reading (and dropping) what the client still sends
+    for LINGER_S: closing with unread input would send a TCP reset, and a client still uploading a body we
+    refused (413, 408) would lose our answer with it. Everything else is the wrapped transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop, self.lingering = transport, loop, False
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        self.lingering = True
+        try:
+            self._transport.write_eof()
+        except (OSError, NotImplementedError, RuntimeError):
+            self._transport.close()
+            return
+        self._loop.call_later(LINGER_S, self._transport.close)
+
+
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
     """Uvicorn's h11 protocol that closes connections slow to send a request head and answers connections
     beyond `max_connections` with a JSON 503 (see the module docstring)."""
@@ -130,13 +159,15 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
     class GuardedH11Protocol(H11Protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_LingeringTransport(transport, asyncio.get_running_loop()))
             self._head_timer: asyncio.TimerHandle | None = None
             if len(self.connections) > max_connections:
                 self.app = busy
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self.transport.lingering:  # answered and closing: the rest of the request is dropped
+                return
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
                 self._disarm()  # a whole request head arrived: the app (and BodyGuard) take it from here

@@ -13,7 +13,7 @@ from inference.checkpoint import Checkpoint
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from tests.helpers import KOREAN
-from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
+from tokenizer import KoreanCharTokenizer, KoreanHangulTokenizer, KoreanJamoTokenizer
 
 transformers = pytest.importorskip("transformers", reason="pip install -r requirements-dev.txt")
 
@@ -25,13 +25,17 @@ VARIANTS = {
     "modern": ({"position": "rope", "norm": "rmsnorm", "mlp": "relu2", "qk_norm": True}, "custom"),
     "narrow-heads": ({"head_size": 16}, "custom"),
     "rope-gelu": ({"position": "rope"}, "custom"),
+    "hangul": ({"embedding": "jamo", "head": "jamo", "position": "rope", "norm": "rmsnorm"}, "custom"),
+    "hangul-softmax": ({"embedding": "jamo"}, "custom"),
 }
+HANGUL = {"hangul", "hangul-softmax"}
 TEXT = "강가의 버드나무 아래서 우리는 오래 이야기했다. 밤이 깊도록 별을 세었다.\n그리고 아침이 왔다."
 
 
 def exported(tmp_path, variant: str, tokenizer=None):
     """A randomly weighted model of the variant (weights large enough that a wrong mapping shows), exported."""
-    tokenizer = tokenizer or KoreanCharTokenizer.from_text(KOREAN)
+    if tokenizer is None:
+        tokenizer = (KoreanHangulTokenizer if variant in HANGUL else KoreanCharTokenizer).from_text(KOREAN)
     extra, _ = VARIANTS[variant]
     torch.manual_seed(0)
     model = AttentionLanguageModel(ModelConfig(vocab_size=tokenizer.vocab_size, **{**BASE, **extra})).eval()
@@ -64,7 +68,7 @@ def test_transformers_gives_our_logits_and_our_greedy_text(tmp_path, variant):
     assert tok.decode(greedy[0].tolist()) == tok.decode(their_greedy[0].tolist())
 
 
-@pytest.mark.parametrize("variant", ["lecture", "llama", "modern"])
+@pytest.mark.parametrize("variant", ["lecture", "llama", "modern", "hangul"])
 def test_the_folder_reads_back_into_the_same_model_without_unpickling(tmp_path, variant, monkeypatch):
     model, tok, out = exported(tmp_path, variant)
 

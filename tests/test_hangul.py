@@ -97,8 +97,8 @@ def test_a_vocabulary_without_the_syllable_block_is_refused():
 
 def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, "data.tokenizer=hangul", "model.embedding=jamo", f"data.path={corpus}",
-            "train.max_steps=20", f"hydra.run.dir={run}")
+    r = cli("train.py", *TINY, "data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo",
+            f"data.path={corpus}", "train.max_steps=20", f"hydra.run.dir={run}")
     assert r.returncode == 0, r.stderr[-2000:]
     g = cli("generate.py", f"ckpt={run}", "prompt=똠양꿍", "max_new_tokens=20")  # syllables the corpus lacks
     assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
@@ -107,3 +107,83 @@ def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
     bad = cli("train.py", *TINY, "model.embedding=jamo", f"data.path={corpus}", "train.max_steps=1",
               f"hydra.run.dir={tmp_path / 'bad'}")
     assert bad.returncode == 2 and "data.tokenizer=hangul" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- model.head=jamo -----------------------------------------------------------------------------------------
+
+def _head(seed: int = 0):
+    from model.jamo_head import JamoHead
+
+    torch.manual_seed(seed)
+    head = JamoHead(11200, 32)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.5)  # far from uniform, so a stage that mixed up its parts would show
+    return head
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype):
+    head = _head()
+    h = torch.randn(6, 32)
+    targets = torch.tensor([0, 1, 11172, 11173, 11199, 5000])  # <unk>, 가, 힣, the first other id, the last, 뉴
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        joint = head.joint(h)
+        losses = head.token_losses(h, targets)
+    assert joint.dtype == torch.float32 and joint.shape == (6, 11200)
+    assert torch.allclose(torch.logsumexp(joint, -1), torch.zeros(6), atol=1e-5)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(losses, -joint[torch.arange(6), targets], atol=tol, rtol=tol)
+
+
+def test_sampled_frequencies_follow_the_scored_distribution():
+    from model.sampling import sample_next
+
+    head = _head(1)
+    with torch.no_grad():
+        joint = head.joint(torch.randn(1, 32))
+    p = joint.exp()[0]
+    n = 40000
+    draws = sample_next(joint.expand(n, -1).contiguous(), 1.0, None, None, torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws.view(-1), minlength=11200).double()
+    top = p.topk(20).indices
+    expected = n * p[top].double()
+    sigma = (expected * (1 - p[top].double())).sqrt()
+    assert ((counts[top] - expected).abs() <= 5 * sigma + 3).all(), (counts[top], expected)
+    assert counts.sum() == n
+
+
+def test_cached_generation_and_scoring_with_the_staged_head():
+    m = _jamo_model(head="jamo")
+    prompt = torch.randint(0, 11200, (2, 3))
+    runs = [m.generate(prompt, 25, temperature=0.9, top_p=0.9, use_cache=c, generator=torch.Generator().manual_seed(2))
+            for c in (True, False)]
+    assert torch.equal(*runs)
+    x, y = torch.randint(0, 11200, (2, 12)), torch.randint(0, 11200, (2, 12))
+    with torch.no_grad():
+        per_token = m.token_losses(x, y)
+        joint, _ = m(x)
+        _, loss = m(x, y)
+    assert torch.allclose(per_token, -joint.gather(-1, y[..., None])[..., 0], atol=1e-4)
+    assert torch.allclose(loss, per_token.mean())
+
+
+def test_the_staged_head_grows_with_fine_tuning():
+    from training.init_from import grown_state
+
+    m = _jamo_model(head="jamo")
+    state = grown_state(m.state_dict(), 11202, tied=False)
+    bigger = AttentionLanguageModel(m.config.with_vocab(11202))
+    bigger.load_state_dict(state)
+    assert torch.equal(state["jamo_head.stage1.weight"][-1], state["jamo_head.stage1.weight"][19])  # as <unk>
+
+
+def test_the_staged_head_is_refused_where_it_cannot_work(tmp_path, corpus):
+    from common.errors import UserError
+    from model.config import ModelConfig
+
+    with pytest.raises(UserError, match="tie_weights"):
+        ModelConfig(head="jamo", tie_weights=True)
+    r = cli("train.py", *TINY, "model.head=jamo", f"data.path={corpus}", "train.max_steps=1",
+            f"hydra.run.dir={tmp_path / 'bad'}")
+    assert r.returncode == 2 and "model.head=jamo" in r.stderr and "data.tokenizer=hangul" in r.stderr

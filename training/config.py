@@ -100,9 +100,11 @@ class TrainJob:
     def __post_init__(self) -> None:
         checks.seed("seed", self.seed)
         checks.device_name("device", self.device)
-        if self.model.embedding == "jamo" and self.data.tokenizer != "hangul":
-            raise ConfigError(f"model.embedding=jamo composes syllables from the hangul tokenizer's ids; add "
-                              f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable ids)")
+        for key, value in (("model.embedding", self.model.embedding), ("model.head", self.model.head)):
+            if value == "jamo" and self.data.tokenizer != "hangul":
+                raise ConfigError(f"{key}=jamo composes syllables from the hangul tokenizer's ids; add "
+                                  f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable "
+                                  "ids)")
 
 
 def register_configs() -> None:

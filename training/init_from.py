@@ -30,7 +30,9 @@ from tokenizer import tokenizer_from_dict
 from training.config import TrainJob
 from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
 
-GROWN = ("token_embedding.weight", "lm_head.weight")  # the parameters with a row per token
+# The parameters with a row per token, and the row of <unk> in each (model.head=jamo's first stage holds the 19
+# initials, then <unk>, then the ids after the syllables: new ids append there too).
+GROWN = {"token_embedding.weight": 0, "lm_head.weight": 0, "jamo_head.stage1.weight": 19}
 
 
 @dataclass
@@ -97,13 +99,14 @@ def grown_state(weights: dict[str, torch.Tensor], vocab_size: int, tied: bool) -
     """The source's weights with rows for the tokens added after its vocabulary (see the module docstring;
     with tied weights one matrix serves both ends, and `<unk>`'s row keeps the predictions)."""
     out = dict(weights)
-    for name in GROWN:
+    old_vocab = weights["token_embedding.weight"].shape[0]
+    for name, unk in GROWN.items():
         if name not in out:
             continue
         old = out[name]
-        extra = vocab_size - old.shape[0]
+        extra = vocab_size - old_vocab
         if extra <= 0:
             continue
-        row = old.mean(dim=0) if name == "token_embedding.weight" and not tied else old[0]  # row 0 is <unk>
+        row = old.mean(dim=0) if name == "token_embedding.weight" and not tied else old[unk]
         out[name] = torch.cat([old, row.expand(extra, -1).clone()])
     return out

@@ -12,7 +12,7 @@ class KocharConfig(PreTrainedConfig):
 
     def __init__(self, vocab_size=100, context_length=128, embedding_size=128, head_size=128, num_heads=4,
                  num_blocks=4, position="learned", norm="layernorm", mlp="gelu", qk_norm=False, mlp_hidden=512,
-                 tie_weights=False, **kwargs):
+                 tie_weights=False, embedding="token", head="softmax", **kwargs):
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.max_position_embeddings = context_length
@@ -29,5 +29,7 @@ class KocharConfig(PreTrainedConfig):
         self.qk_norm = qk_norm
         self.mlp_hidden = mlp_hidden
         self.tie_weights = tie_weights
+        self.embedding = embedding
+        self.head = head
         kwargs.setdefault("tie_word_embeddings", tie_weights)
         super().__init__(**kwargs)

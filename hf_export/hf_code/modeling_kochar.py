@@ -17,6 +17,47 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .configuration_kochar import KocharConfig
 
 ROPE_BASE = 10000.0
+# The hangul tokenizer's ids: 1..11172 are the syllables, id - 1 = (initial * 21 + medial) * 28 + final.
+N_L, N_V, N_T, N_SYL = 19, 21, 28, 11172
+N_PARTS = N_L + N_V + N_T
+
+
+class JamoEmbedding(nn.Module):
+    """A syllable's jamo vectors, summed (zero for other ids)."""
+
+    def __init__(self, vocab_size, size):
+        super().__init__()
+        self.parts = nn.Embedding(N_PARTS + 1, size, padding_idx=N_PARTS)
+
+    def forward(self, idx):
+        # computed from the ids (no buffer: transformers may build the model on the meta device)
+        s = idx - 1
+        rows = torch.stack([s // (N_V * N_T), N_L + (s // N_T) % N_V, N_L + N_V + s % N_T], dim=-1)
+        syllable = ((idx >= 1) & (idx <= N_SYL))[..., None]
+        return self.parts(torch.where(syllable, rows, torch.full_like(rows, N_PARTS))).sum(dim=-2)
+
+
+class JamoHead(nn.Module):
+    """Initial (with every other id), then medial given it, then final given both: log-probabilities of every id."""
+
+    def __init__(self, vocab_size, size):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.stage1 = nn.Linear(size, N_L + vocab_size - N_SYL, bias=False)
+        self.medial_in, self.medial_initial = nn.Linear(size, size), nn.Embedding(N_L, size)
+        self.medial_out = nn.Linear(size, N_V, bias=False)
+        self.final_in, self.final_initial = nn.Linear(size, size), nn.Embedding(N_L, size)
+        self.final_medial, self.final_out = nn.Embedding(N_V, size), nn.Linear(size, N_T, bias=False)
+
+    def forward(self, h):
+        shape, h = h.shape[:-1], h.reshape(-1, h.shape[-1])
+        s1 = F.log_softmax(self.stage1(h).float(), dim=-1)
+        s2 = F.log_softmax(self.medial_out(F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight)).float(), -1)
+        pair = (self.final_initial.weight[:, None] + self.final_medial.weight[None]).flatten(0, 1)
+        s3 = F.log_softmax(self.final_out(F.gelu(self.final_in(h)[:, None] + pair)).float(), -1).view(-1, N_L, N_V, N_T)
+        syllables = (s1[:, :N_L, None, None] + s2[..., None] + s3).flatten(1)
+        others = s1[:, N_L:]
+        return torch.cat([others[:, :1], syllables, others[:, 1:]], dim=-1).view(*shape, self.vocab_size)
 
 
 def _norm(kind, size):
@@ -101,10 +142,12 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
+        self.jamo_embedding = JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else None
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" else None
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
         self.ln_f = _norm(c.norm, c.embedding_size)
-        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False)
+        self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None
+        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size) if c.head == "jamo" else None
         self.post_init()
 
     def _init_weights(self, module):
@@ -115,20 +158,23 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
         return self.token_embedding
 
     def get_output_embeddings(self):
-        return self.lm_head
+        return self.lm_head  # None with the staged head: it has no output matrix
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "last_only": True}
 
-    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs):
+    def forward(self, input_ids, attention_mask=None, labels=None, last_only=False, **kwargs):
         # attention_mask is accepted for generate()'s sake; unpadded batches (all ones) are what this computes
         idx = input_ids[:, -self.config.context_length:]  # the window the model sees
         x = self.token_embedding(idx)
+        if self.jamo_embedding is not None:
+            x = x + self.jamo_embedding(idx)
         if self.position_embedding is not None:
             x = x + self.position_embedding(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        x = self.ln_f(x[:, -1:] if last_only else x)  # generate() reads the last position only
+        logits = self.lm_head(x) if self.jamo_head is None else self.jamo_head(x)  # the staged head: log-probabilities
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))

@@ -1,0 +1,190 @@
+"""char, jamo and the Hangul-aware model side by side: the same recipe, the same seconds, held-out text.
+
+    python -m benchmarks.hangul_compare --corpus koconovel=../shared/corpora/koconovel_dev.txt \
+        --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300
+
+For every corpus, each variant is trained for `--seconds` on the corpus without its held-out tail
+(benchmarks/heldout.py), one after another, and scored character by character on the tail: bits per
+character over all characters, over those both `char` and the others can score (seen in training), over the
+rare ones (seen 1 to 3 times in training) and over those never seen (which `char` can only call `<unk>`, so its
+number there is not a score). Also tokens/s, steps, parameters and a sample. One JSON line per run, appended to
+OUT/results.jsonl (a run already there is not repeated); the table goes to OUT/hangul.md.
+
+Design choices:
+- Every variant is `python train.py data.path=<train part> train.max_seconds=S` plus its own keys and nothing
+  else, so the recipe (the lecture's, by default; `--set` adds keys to all) is the same for all.
+- A character's loss is the sum of its tokens' (three for a jamo syllable), so every variant is scored per
+  character of the same text; windows do not overlap, each token predicted once with the context before it in
+  its window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+VARIANTS = {
+    "char": "data.tokenizer=char",
+    "jamo": "data.tokenizer=jamo",
+    "hangul": "data.tokenizer=hangul",
+    "hangul+jamo-in": "data.tokenizer=hangul model.embedding=jamo",
+    "hangul+jamo-out": "data.tokenizer=hangul model.head=jamo",
+    "hangul+jamo-in+out": "data.tokenizer=hangul model.embedding=jamo model.head=jamo",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+    from common.errors import UserError
+
+    ap = OneLineArgumentParser(prog="hangul_compare.py", description=__doc__.split("\n\nFor every")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH")
+    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget of each run (default 300)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all)")
+    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default="runs/hangul", help="runs, splits and results go here")
+    args = ap.parse_args(argv)
+    for spec in args.corpus:
+        name, _, path = spec.partition("=")
+        if not name or not Path(path).expanduser().is_file():
+            raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown or not args.seconds > 0:
+        raise UserError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)}); --seconds > 0"
+                        if unknown else "--seconds must be positive")
+    return args
+
+
+def char_nats(run_dir: Path, text: str, batch: int = 16) -> list[float]:
+    """Each character's loss in nats (its tokens' sum; NaN for the first, which has no context)."""
+    import numpy as np
+    import torch
+
+    from inference.loading import load_run
+
+    run = load_run(run_dir, torch.device("cpu"))
+    ids = torch.from_numpy(run.tokenizer.encode(text, normalized=True).astype(np.int64))
+    L, N = run.model.context_length, len(ids)
+    losses = np.full(N, np.nan)
+    full = [s for s in range(0, N - 1, L) if s + L < N]  # windows of L + 1 tokens: L targets each
+    with torch.inference_mode():
+        for k in range(0, len(full), batch):
+            starts = full[k:k + batch]
+            w = torch.stack([ids[s:s + L + 1] for s in starts])
+            out = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()
+            for r, s in enumerate(starts):
+                losses[s + 1:s + L + 1] = out[r]
+        rest = (full[-1] + L) if full else 0
+        if rest < N - 1:  # the last, shorter window
+            w = ids[rest:][None]
+            losses[rest + 1:] = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()[0]
+    firsts = np.concatenate([[0], np.cumsum(run.tokenizer.token_counts(text))[:-1]])
+    return np.add.reduceat(losses, firsts).tolist()
+
+
+def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
+    """Bits per character over all characters and over the seen, rare and unseen ones."""
+    groups: dict[str, list[float]] = {"all": [], "seen": [], "rare": [], "unseen": [], "unseen_syllables": []}
+    for c, n in zip(text, nats, strict=True):
+        if math.isnan(n):
+            continue
+        k = seen.get(c, 0)
+        groups["all"].append(n)
+        groups["seen" if k else "unseen"].append(n)
+        if 1 <= k <= 3:
+            groups["rare"].append(n)
+        if not k and "\uac00" <= c <= "\ud7a3":
+            groups["unseen_syllables"].append(n)
+    return {f"bpc_{g}": (sum(v) / len(v) / math.log(2) if v else None) for g, v in groups.items()} | \
+        {f"chars_{g}": len(v) for g, v in groups.items()}
+
+
+def sample(run_dir: Path) -> str:
+    cmd = [sys.executable, str(ROOT / "generate.py"), f"ckpt={run_dir}", "prompt=그날 밤", "max_new_tokens=80"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "(generate.py failed)"
+
+
+def one_run(corpus: str, variant: str, paths: tuple[Path, Path], seen: Counter, args: argparse.Namespace) -> dict:
+    from benchmarks.ladder import load_average, run_facts, train_rung
+    from data.text import iter_text_chunks
+
+    train, heldout = paths
+    run_dir = Path(args.out) / corpus / variant
+    record = {"corpus": corpus, "variant": variant, "seconds_budget": args.seconds, "set": args.set,
+              "load_before": load_average()}
+    opts = argparse.Namespace(steps=None, seconds=args.seconds, set=f"{VARIANTS[variant]} {args.set}".strip())
+    trained = train_rung("lecture", args.seed, train, run_dir, opts)
+    if "error" in trained:
+        return {**record, **trained}
+    text = "".join(iter_text_chunks(heldout))
+    facts = run_facts(run_dir)
+    facts.pop("tokens_per_step", None)
+    return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir)}
+
+
+def table(results: list[dict]) -> str:
+    def f(v):
+        return "—" if v is None else f"{v:.3f}"
+
+    lines = ["| corpus | variant | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s | steps "
+             "| params |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['corpus']} | {r['variant']} | error: {r['error']} | | | | | | |")
+            continue
+        unseen = "(<unk>)" if r["variant"] == "char" else f(r["bpc_unseen"])
+        lines.append(f"| {r['corpus']} | {r['variant']} | {f(r['bpc_all'])} | {f(r['bpc_seen'])} | "
+                     f"{f(r['bpc_rare'])} | {unseen} | {r.get('tokens_per_sec') or '—'} | {r['steps']} | "
+                     f"{r.get('params', 0):,} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+    from benchmarks.heldout import split_heldout
+    from data.text import iter_text_chunks
+
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = out / "results.jsonl"
+    done = [json.loads(line) for line in log_file.read_text().splitlines()] if log_file.is_file() else []
+    results = []
+    for spec in args.corpus:
+        name, _, path = spec.partition("=")
+        paths = split_heldout(Path(path).expanduser(), out / "splits", args.heldout)
+        seen = Counter("".join(iter_text_chunks(paths[0])))
+        for variant in args.variants.split(","):
+            key = (name, variant, args.seconds, args.set)
+            old = [r for r in done if (r["corpus"], r["variant"], r["seconds_budget"], r["set"]) == key
+                   and "error" not in r]
+            if old:
+                results.append(old[-1])
+                continue
+            r = one_run(name, variant, paths, seen, args)
+            print(json.dumps(r, ensure_ascii=False), flush=True)
+            with open(log_file, "a", encoding="utf-8") as log:
+                log.write(json.dumps(r, ensure_ascii=False) + "\n")
+            results.append(r)
+    report = table(results)
+    (out / "hangul.md").write_text(report, encoding="utf-8")
+    print(report)
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))

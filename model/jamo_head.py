@@ -1,0 +1,84 @@
+"""A staged output layer for the hangul tokenizer's ids (`model.head=jamo`): a syllable is predicted jamo by
+jamo, p(initial) · p(medial | initial) · p(final | initial, medial), every other character in the first stage.
+
+Design choices:
+- Stage 1 is one softmax over the 19 initials and every id that is not a syllable (`<unk>` included). For a
+  syllable, stage 2 chooses among the 21 medials given the initial, stage 3 among the 28 finals ("no final"
+  included) given both; each later stage sees the hidden state and the parts already chosen through a
+  non-linearity (GELU(h·A + part embeddings)·B), so the medial can depend on the initial and the final on both.
+- The log-probability of a character is the sum of its stages'. Every stage is normalised, so the distribution
+  over all representable ids sums to 1 exactly: no probability leaks to impossible characters.
+- Training and scoring use teacher forcing (`token_losses`): each position evaluates only its own target's
+  stages. Generation needs the whole distribution (`joint`): 19 stage-2 and 399 stage-3 evaluations per row,
+  batched, giving log-probabilities over every id in id order; sampling, top-k, top-p and greedy then act on
+  whole characters, as for any head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
+
+LAST_ID = FIRST_ID + NUM_SYLLABLES - 1
+PER_INITIAL = NUM_MEDIALS * NUM_FINALS
+
+
+class JamoHead(nn.Module):
+    """hidden (..., E) -> log-probabilities over every id (`joint`), or each target's negative log-likelihood
+    (`token_losses`)."""
+
+    def __init__(self, vocab_size: int, embedding_size: int):
+        super().__init__()
+        if vocab_size <= LAST_ID:
+            raise ValueError("model.head=jamo needs the hangul tokenizer's ids (data.tokenizer=hangul)")
+        E = embedding_size
+        self.vocab_size = vocab_size
+        self.num_others = vocab_size - NUM_SYLLABLES  # <unk> and the ids after the syllables
+        self.stage1 = nn.Linear(E, NUM_INITIALS + self.num_others, bias=False)
+        self.medial_in = nn.Linear(E, E)
+        self.medial_initial = nn.Embedding(NUM_INITIALS, E)
+        self.medial_out = nn.Linear(E, NUM_MEDIALS, bias=False)
+        self.final_in = nn.Linear(E, E)
+        self.final_initial = nn.Embedding(NUM_INITIALS, E)
+        self.final_medial = nn.Embedding(NUM_MEDIALS, E)
+        self.final_out = nn.Linear(E, NUM_FINALS, bias=False)
+
+    @staticmethod
+    def other_index(ids: Tensor) -> Tensor:
+        """Row of stage 1 for ids that are not syllables: <unk> (0) is row 0, id i > LAST_ID is row i - 11172."""
+        return torch.where(ids > LAST_ID, ids - NUM_SYLLABLES, ids)
+
+    def token_losses(self, h: Tensor, targets: Tensor) -> Tensor:
+        """h: (..., E), targets: (...) ids -> their negative log-likelihoods in nats (...), in float32."""
+        syl = (targets >= FIRST_ID) & (targets <= LAST_ID)
+        s = (targets - FIRST_ID).clamp(0, NUM_SYLLABLES - 1)
+        ini, med, fin = s // PER_INITIAL, (s // NUM_FINALS) % NUM_MEDIALS, s % NUM_FINALS
+        first = torch.where(syl, ini, NUM_INITIALS + self.other_index(targets))
+        loss = F.cross_entropy(self.stage1(h).float().flatten(0, -2), first.flatten(), reduction="none")
+        loss = loss.view(targets.shape)
+        if bool(syl.any()):
+            hs = h[syl]  # (N, E): only the syllable positions need stages 2 and 3
+            z2 = F.gelu(self.medial_in(hs) + self.medial_initial(ini[syl]))
+            z3 = F.gelu(self.final_in(hs) + self.final_initial(ini[syl]) + self.final_medial(med[syl]))
+            extra = F.cross_entropy(self.medial_out(z2).float(), med[syl], reduction="none") \
+                + F.cross_entropy(self.final_out(z3).float(), fin[syl], reduction="none")
+            loss = loss.masked_scatter(syl, loss[syl] + extra)
+        return loss
+
+    def joint(self, h: Tensor) -> Tensor:
+        """h: (..., E) -> log-probabilities (..., V) of every id, in id order, float32 (they sum to 1)."""
+        shape = h.shape[:-1]
+        h = h.reshape(-1, h.shape[-1])  # (N, E)
+        s1 = F.log_softmax(self.stage1(h).float(), dim=-1)  # (N, 19 + others)
+        z2 = F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight)  # (N, 19, E)
+        s2 = F.log_softmax(self.medial_out(z2).float(), dim=-1)  # (N, 19, 21)
+        pair = (self.final_initial.weight[:, None] + self.final_medial.weight[None]).flatten(0, 1)  # (399, E)
+        z3 = F.gelu(self.final_in(h)[:, None] + pair)  # (N, 399, E)
+        s3 = F.log_softmax(self.final_out(z3).float(), dim=-1).view(-1, NUM_INITIALS, NUM_MEDIALS, NUM_FINALS)
+        syllables = s1[:, :NUM_INITIALS, None, None] + s2[..., None] + s3  # (N, 19, 21, 28)
+        others = s1[:, NUM_INITIALS:]  # (N, others): <unk>, then the ids after the syllables
+        out = torch.cat([others[:, :1], syllables.flatten(1), others[:, 1:]], dim=-1)  # (N, V)
+        return out.view(*shape, self.vocab_size)
