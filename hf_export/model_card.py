@@ -66,7 +66,7 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
             f"tok = AutoTokenizer.from_pretrained(\"<this folder>\"{trust})")
     license_line = f["license"] or "unknown: the run does not know where its corpus came from"
     started = f"\n- Fine-tuned from / 미세 조정 출발점: `{f['init_from']}`" if f["init_from"] else ""
-    if c.embedding == "jamo":  # hf_export/plain.py: exact, but the folder no longer shows the composition
+    if c.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it: exact, the parts no longer shown
         started += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
                     "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")
     return f"""# kochar-gpt character model / 문자 단위 한국어 GPT

@@ -1,21 +1,22 @@
-"""Before a layout is chosen: the run's network rewritten, exactly, with as few switches as possible, and every
-model setting accounted for.
+"""Before a layout is chosen: the run's network rewritten, exactly, in the switches a stock class knows where
+that is possible, and every model setting accounted for.
 
 Design choices:
-- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors), so it is
-  folded into one ordinary embedding matrix, summed in the order our forward sums it: the folded model gives
-  the same logits, and a stock class expresses it. The head keeps the unfolded rows, so a tied head becomes
-  an untied one.
+- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors), so when
+  the rest of the architecture is a GPT-2 or a LLaMA it is folded into one ordinary embedding matrix, summed in
+  the order our forward sums it: the folded model gives the same logits and loads as the stock class. The head
+  keeps the unfolded rows, so a tied head becomes an untied one. Where the project's own code ships anyway
+  (the staged `model.head=jamo`, squared ReLU, ...) the embedding stays composed, as trained.
 - Every field of `ModelConfig` is listed in `HANDLED` with how export treats it. A field this table does not
   know (a new architecture switch) is refused in one line when the run uses anything but its default, rather
-  than exported into a folder that computes something else; tests/test_export.py fails when a field is added
-  without being listed here, which is where the exporter (and hf_export/hf_code/modeling_kochar.py, which
-  expresses every architecture no stock class does) learns it. `model.head` (issue 23's jamo output layer)
-  is the first such switch: it needs the staged head ported to modeling_kochar.py.
+  than exported into a folder that computes something else; tests/test_export_matrix.py fails when a field is
+  added without being listed here, which is where the exporter (and hf_export/hf_code/modeling_kochar.py,
+  which expresses every architecture no stock class does) learns it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, replace
 
 import torch
@@ -34,7 +35,7 @@ HANDLED = {
     "attention": "the same weights either way",
     # the architecture: the layout follows them (hf_export/writer.py choose_layout)
     "position": "layout", "norm": "layout", "mlp": "layout", "qk_norm": "layout", "tie_weights": "layout",
-    "embedding": "folded into the token embedding",
+    "head": "layout", "embedding": "layout (folded into the token embedding where that earns a stock class)",
 }
 
 
@@ -54,18 +55,21 @@ def fold_jamo_embedding(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[
     raw = state["token_embedding.weight"]
     jamo = parts[syllable_parts(c.vocab_size)].sum(dim=-2)  # (V, E), as JamoEmbedding computes it per id
     state["token_embedding.weight"] = raw + jamo
-    state["lm_head.weight"] = state.get("lm_head.weight", raw).clone()  # the head reads the unfolded rows
+    if c.head == "softmax":
+        state["lm_head.weight"] = state.get("lm_head.weight", raw).clone()  # the head reads the unfolded rows
     return state, replace(c, embedding="token", tie_weights=False)
 
 
-def plain_model(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[str, Tensor], ModelConfig]:
-    """(state dict, config) computing exactly what the run computes, in the switches the layouts know."""
+def plain_model(state: dict[str, Tensor], c: ModelConfig,
+                stock: Callable[[ModelConfig], bool]) -> tuple[dict[str, Tensor], ModelConfig]:
+    """(state dict, config) computing exactly what the run computes; the jamo embedding folded when the folded
+    config is one `stock` says a stock class expresses."""
     unknown = unknown_settings(c)
     if unknown:
         raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py does not know that "
                         "setting (the run itself samples and evaluates as usual)")
     state = {k: v.detach().to(torch.float32) if v.is_floating_point() else v
              for k, v in strip_compile_prefix(state).items()}
-    if c.embedding == "jamo":
+    if c.embedding == "jamo" and stock(replace(c, embedding="token", tie_weights=False)):
         state, c = fold_jamo_embedding(state, c)
     return state, c

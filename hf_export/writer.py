@@ -54,7 +54,7 @@ def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_com
         raise UserError(f"out={out} is a file; pass a folder to export into")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"out={out} is not empty; pass another folder, or overwrite=true to replace it")
-    state, c = plain_model(ckpt.model, ckpt.model_config)
+    state, c = plain_model(ckpt.model, ckpt.model_config, lambda c: choose_layout(c) != "custom")
     layout = choose_layout(c)
     module = LAYOUTS[layout]
     out.parent.mkdir(parents=True, exist_ok=True)

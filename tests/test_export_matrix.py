@@ -28,16 +28,17 @@ from tokenizer import build_tokenizer
 transformers = pytest.importorskip("transformers", reason="pip install -r requirements-dev.txt")
 
 RECIPES = sorted(p.stem for p in (ROOT / "configs" / "recipe").glob("*.yaml"))
-# (data.tokenizer, model.embedding): the Hangul-aware ids are exported with the jamo embedding they exist for
-TOKENIZERS = {"char": ("char", "token"), "jamo": ("jamo", "token"), "hangul": ("hangul", "jamo")}
+# (data.tokenizer, model.embedding, model.head): the Hangul-aware ids with the jamo parts they exist for
+TOKENIZERS = {"char": ("char", "token", "softmax"), "jamo": ("jamo", "token", "softmax"),
+              "hangul": ("hangul", "jamo", "softmax"), "hangul-head": ("hangul", "jamo", "jamo")}
 GREEDY_FOR_EVERY_TOKENIZER = ("lecture", "modern")
 TEXT = "강가의 버드나무 아래서 우리는 오래 이야기했다. 밤이 깊도록 별을 세었다.\n그리고 아침이 왔다."
 
 
 def model_config(recipe: str, tokenizer: str, vocab_size: int) -> ModelConfig:
-    kind, embedding = TOKENIZERS[tokenizer]
+    kind, embedding, head = TOKENIZERS[tokenizer]
     cfg = compose_config("train", f"recipe={recipe}", "model=tiny", "model.context_length=256",
-                         f"data.tokenizer={kind}", f"model.embedding={embedding}")
+                         f"data.tokenizer={kind}", f"model.embedding={embedding}", f"model.head={head}")
     model = OmegaConf.to_container(cfg.model, resolve=True)
     return ModelConfig(**{**model, "vocab_size": vocab_size, "dropout": 0.0})
 
@@ -61,7 +62,8 @@ def test_every_recipe_and_tokenizer_gives_our_logits_and_greedy_text(tmp_path, r
     tok = build_tokenizer(TOKENIZERS[tokenizer][0], [KOREAN + TEXT])
     model, layout = export(tmp_path, model_config(recipe, tokenizer, tok.vocab_size), tok, verify=False)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "m"), trust_remote_code=True).eval()
-    assert layout == ("gpt2" if recipe == "lecture" or recipe == "l1_torch_init" else "custom")
+    stock = recipe in ("lecture", "l1_torch_init") and tokenizer != "hangul-head"  # the staged head is ours alone
+    assert layout == ("gpt2" if stock else "custom")
     ids = torch.tensor([tok.encode(TEXT + KOREAN)[:256].tolist()])
     with torch.no_grad():
         ours, theirs = model(ids)[0], hf(ids).logits
@@ -111,7 +113,7 @@ def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypa
 @pytest.mark.parametrize("extra,layout", [({"tie_weights": True}, "gpt2"),
                                           ({"position": "rope", "norm": "rmsnorm", "mlp": "swiglu"}, "llama"),
                                           ({"head_size": 16, "mlp": "relu2"}, "custom")])
-def test_the_jamo_embedding_folds_exactly_in_every_layout(tmp_path, extra, layout):
+def test_the_jamo_embedding_folds_exactly_where_it_earns_a_stock_class(tmp_path, extra, layout):
     from hf_export.reader import read_folder
 
     tok = build_tokenizer("hangul", [KOREAN])
@@ -128,4 +130,6 @@ def test_the_jamo_embedding_folds_exactly_in_every_layout(tmp_path, extra, layou
         assert (model(ids)[0] - hf(ids).logits).abs().max() < 1e-4
         assert torch.equal(model(ids)[0], again(ids)[0])  # read back, our scripts sample exactly the run's model
     card = (tmp_path / "m" / "README.md").read_text(encoding="utf-8")
-    assert "folded into the token embedding" in card
+    folded = layout != "custom"  # the custom code composes it as trained
+    assert ("folded into the token embedding" in card) == folded
+    assert (back.model_config.embedding == "token") == folded
