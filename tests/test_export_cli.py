@@ -81,8 +81,10 @@ def test_a_folder_with_files_is_not_overwritten_by_accident(trained, tmp_path):
     assert r.returncode == 2 and "not empty" in r.stderr and (tmp_path / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("settings", [("data.tokenizer=hangul", "model.embedding=jamo", "recipe=modern"),
-                                      ("data.tokenizer=jamo",)])
+HANGUL_AWARE = ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo", "recipe=modern")
+
+
+@pytest.mark.parametrize("settings", [HANGUL_AWARE, ("data.tokenizer=jamo",)])
 def test_other_tokenizers_and_layouts_round_trip_through_the_scripts(tmp_path, corpus, settings):
     run, out = tmp_path / "run", tmp_path / "exported"
     r = cli("train.py", *TINY, f"data.path={corpus}", "train.max_steps=10", f"data.cache_dir={tmp_path / 'c'}",
