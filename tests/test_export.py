@@ -96,13 +96,16 @@ def test_auto_tokenizer_encodes_and_decodes_as_ours(tmp_path):
         assert auto.decode(ours) == tok.decode(ours)
 
 
-def test_auto_tokenizer_round_trips_the_shared_corpus(tmp_path, shared_corpus):
+@pytest.mark.parametrize("kind", ["char", "hangul", "jamo"])
+def test_auto_tokenizer_round_trips_the_shared_corpus(tmp_path, shared_corpus, kind):
+    from tokenizer import build_tokenizer
+
     text = shared_corpus.read_text(encoding="utf-8")
-    tok = KoreanCharTokenizer.from_text(text)
-    _, _, out = exported(tmp_path, "lecture", tok)
-    auto = transformers.AutoTokenizer.from_pretrained(str(out))
+    tok = build_tokenizer(kind, [text])
+    _, _, out = exported(tmp_path, {"char": "lecture", "hangul": "hangul", "jamo": "modern"}[kind], tok)
+    auto = transformers.AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
     ids = auto(text, add_special_tokens=False)["input_ids"]
-    assert ids == tok.encode(text).tolist() and auto.decode(ids) == text
+    assert ids == tok.encode(text).tolist() and auto.decode(ids) == tok.decode(ids)
 
 
 def test_the_jamo_tokenizer_ships_its_own_class(tmp_path):
