@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
@@ -123,8 +124,11 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
         new = torch.arange(length)[None, :] >= torch.from_numpy(offsets[i:i + batch_size])[:, None]  # (B, L)
         mask = (new & mask_all[index[:, 1:]]).to(device)
         with autocast_ctx():
-            losses = model.token_losses(x, y)  # (B, L) nats
-
+            if hasattr(model, "token_losses"):  # ours (a staged head scores each target through its stages)
+                losses = model.token_losses(x, y)  # (B, L) nats
+            else:  # a peer's model (benchmarks/nanogpt_peer.py): logits
+                logits, _ = model(x)  # (B, L, V)
+                losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")
         nats += float(losses[mask].double().sum())
         count += int(mask.sum())
         bar.update(len(b))

@@ -21,6 +21,9 @@ from common.fsutil import file_sha256
 from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
 from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
 
+# Signals, kills and torchrun timing: `make test` runs these after the parallel tests, one at a time.
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -32,6 +32,9 @@ from tests.helpers import (
 )
 from training.run_lock import LOCK_NAME, RunLock, folder_named
 
+# Signals, kills and torchrun timing: `make test` runs these after the parallel tests, one at a time.
+pytestmark = pytest.mark.serial
+
 # -- a full disk while a checkpoint is written ----------------------------------------------------------------
 
 FAILURES = {

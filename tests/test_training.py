@@ -102,6 +102,7 @@ def test_max_seconds_stops_cleanly(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_ddp_two_processes_on_cpu(tmp_path):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
