@@ -179,7 +179,10 @@ def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
 # answers SIGTERM / Ctrl-C with its own SignalException traceback and a dead worker with its ChildFailedError
 # report, and exits 1 in both cases (docs/en/training.md, "Signals and torchrun").
 
-TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(ROOT / "train.py"), *TINY,
+# The agent checks its workers every 2 s (its default is 0.1 s): a rank whose peer was killed then reports the
+# loss itself before the agent's SIGTERM reaches it, even on a loaded machine (as with the default, on an idle one).
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--monitor-interval=2",
+            str(ROOT / "train.py"), *TINY,
             "train.max_steps=100000", "train.eval_interval=3", "train.lr_decay_steps=1000")
 
 
