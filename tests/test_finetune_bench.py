@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.corpus_start import measure
 from benchmarks.finetune import table
 from tests.helpers import KOREAN, cli
@@ -42,3 +44,16 @@ def test_a_folder_of_many_files_loads_to_the_ids_of_the_joined_file(tmp_path):
     result = measure(corpus, 12, tmp_path / "out", repeat=1)
     assert result["same_ids"] and result["files"] == 12
     assert json.dumps(result)  # plain JSON values only
+
+
+def test_the_hangul_comparison_groups_characters_by_how_often_training_saw_them():
+    import math
+    from collections import Counter
+
+    from benchmarks.hangul_compare import breakdown
+
+    r = breakdown([math.nan, 1.0, 2.0, 4.0], "가나xy", Counter({"가": 5, "x": 2, "y": 9}))
+    ln2 = math.log(2)
+    assert r["chars_all"] == 3 and r["bpc_all"] == pytest.approx(7 / 3 / ln2)  # the first has no context
+    assert r["bpc_unseen"] == pytest.approx(1 / ln2) and r["chars_unseen_syllables"] == 1  # 나
+    assert r["bpc_rare"] == pytest.approx(2 / ln2) and r["bpc_seen"] == pytest.approx(3 / ln2)

@@ -223,7 +223,7 @@ def _check_time_budget(args: list[str]) -> None:
                                      "train.max_steps=1000000", "train.overwrite=true", *overrides])
 
 
-CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start")
+CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start", "benchmarks.hangul_compare")
 
 
 def _check_campaign(module: str, args: list[str]) -> None:
