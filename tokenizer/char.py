@@ -42,6 +42,8 @@ class KoreanCharTokenizer(JsonVocabulary):
     """Character vocabulary: id 0 is `<unk>`, ids 1..N are the corpus characters in code point order."""
 
     kind = "char"
+    format = FORMAT  # the vocabulary file's format name (subclasses with other id layouts name their own)
+    described = "character"
 
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         chars = sorted(set(chars))
@@ -132,14 +134,14 @@ class KoreanCharTokenizer(JsonVocabulary):
         return self.chars[: len(self.chars) - len(self.added)]
 
     def to_dict(self) -> dict:
-        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
+        d = {"format": self.format, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
         return {**d, "added": self.added} if self.added else d
 
     @classmethod
     def from_dict(cls, d: dict) -> KoreanCharTokenizer:
-        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list) \
+        if not isinstance(d, dict) or d.get("format") != cls.format or not isinstance(d.get("chars"), list) \
                 or not isinstance(d.get("added", []), list):
-            raise UserError("not a kochar-gpt character tokenizer vocabulary")
+            raise UserError(f"not a kochar-gpt {cls.described} tokenizer vocabulary")
         return cls(d["chars"], d.get("added", ()))
 
     def extended(self, chunks: Iterable[str]) -> KoreanCharTokenizer:

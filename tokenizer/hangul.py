@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from common.errors import UserError
-from tokenizer.char import UNK_TOKEN, KoreanCharTokenizer
+from tokenizer.char import KoreanCharTokenizer
 
 FORMAT = "kochar-gpt/hangul-tokenizer"
 SYLLABLE_FIRST, NUM_SYLLABLES = 0xAC00, 11172
@@ -30,6 +29,8 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
     """Id 0 is `<unk>`, ids 1..11172 the Hangul syllables, then the corpus's other characters."""
 
     kind = "hangul"
+    format = FORMAT
+    described = "Hangul"
 
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         others = sorted(set(chars) - _SYLLABLE_SET)
@@ -40,14 +41,3 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
     def _base_chars(self) -> list[str]:
         """The corpus's characters other than syllables (the syllables are always there)."""
         return self.chars[NUM_SYLLABLES: len(self.chars) - len(self.added)]
-
-    def to_dict(self) -> dict:
-        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
-        return {**d, "added": self.added} if self.added else d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> KoreanHangulTokenizer:
-        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("chars"), list) \
-                or not isinstance(d.get("added", []), list):
-            raise UserError("not a kochar-gpt Hangul tokenizer vocabulary")
-        return cls(d["chars"], d.get("added", ()))
