@@ -126,13 +126,7 @@ class AttentionLanguageModel(nn.Module):
 
         With `last_only`, logits are computed for the last position only: (B, 1, V).
         """
-        B, T = idx.shape
-        if start + T > self.context_length:
-            raise ValueError(f"sequence of {start + T} positions exceeds context_length {self.context_length}")
-        x = self.embed(idx, start)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if kv_cache is None else kv_cache.layer(i), start)
-        x = self.ln_f(x)
+        x = self.hidden(idx, kv_cache, start)
         if last_only:
             x = x[:, -1:]  # (B, 1, E)
         if self.jamo_head is not None:  # the whole distribution only when no targets say which ids matter
@@ -145,13 +139,20 @@ class AttentionLanguageModel(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         return logits, loss
 
+    def hidden(self, idx: Tensor, kv_cache: KVCache | None = None, start: int = 0) -> Tensor:
+        """idx: (B, T) ids at positions start..start+T-1 -> the final norm's output (B, T, E), before the head."""
+        T = idx.shape[1]
+        if start + T > self.context_length:
+            raise ValueError(f"sequence of {start + T} positions exceeds context_length {self.context_length}")
+        x = self.embed(idx, start)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if kv_cache is None else kv_cache.layer(i), start)
+        return self.ln_f(x)
+
     def token_losses(self, idx: Tensor, targets: Tensor) -> Tensor:
         """idx, targets: (B, T) -> each target's negative log-likelihood in nats (B, T), float32."""
         if self.jamo_head is not None:
-            x = self.embed(idx)
-            for block in self.blocks:
-                x = block(x)
-            return self.jamo_head.token_losses(self.ln_f(x), targets)
+            return self.jamo_head.token_losses(self.hidden(idx), targets)
         logits, _ = self(idx)
         return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
