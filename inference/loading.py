@@ -36,14 +36,15 @@ def model_from_checkpoint(ckpt: Checkpoint) -> AttentionLanguageModel:
     return model
 
 
-def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs") -> Checkpoint:
-    """A checkpoint from a run folder, a checkpoint file, or a folder `export.py` wrote (Hugging Face format)."""
+def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool = False) -> Checkpoint:
+    """A checkpoint from a run folder, a checkpoint file, or a folder `export.py` wrote (Hugging Face format);
+    `mmap` maps a checkpoint file's tensors instead of reading them (load_checkpoint)."""
     if ckpt not in (None, ""):
         from hf_export.reader import is_exported, read_folder
 
         if is_exported(ckpt):
             return read_folder(ckpt)
-    return load_checkpoint(resolve_checkpoint(ckpt, runs_root))
+    return load_checkpoint(resolve_checkpoint(ckpt, runs_root), mmap=mmap)
 
 
 def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs") -> LoadedRun:

@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from common.errors import UserError
-from hf_export.reader import RECORD, exported_folder, is_exported, read_folder
-from inference.checkpoint import CKPT_NAME, load_checkpoint, resolve_checkpoint
+from hf_export.reader import RECORD, exported_folder, is_exported
+from inference.checkpoint import CKPT_NAME, resolve_checkpoint
+from inference.loading import load_any
 
 OUTSIDE_NAME = "@ckpt"
 ROOT_NAME = "."
@@ -115,7 +116,7 @@ def file_stamp(path: Path) -> tuple[int, int]:
 def summarize(name: str, path: Path) -> RunInfo:
     """Step, recipe, validation bits per character and tokenizer of the checkpoint at `path`."""
     try:
-        ckpt = read_folder(path) if is_exported(path) else load_checkpoint(path, mmap=True)  # mapped: little memory
+        ckpt = load_any(path, mmap=True)  # mapped: a checkpoint of any size costs little memory
     except UserError as e:
         return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
