@@ -48,13 +48,19 @@ class JamoHead(nn.Module):
         self.medial_out = nn.Linear(size, N_V, bias=False)
         self.final_in, self.final_initial = nn.Linear(size, size), nn.Embedding(N_L, size)
         self.final_medial, self.final_out = nn.Embedding(N_V, size), nn.Linear(size, N_T, bias=False)
+        # each (initial, medial) pair's and each syllable's own read-out row, added to the shared stages' logits
+        self.medial_rows = nn.Parameter(torch.zeros(N_L * N_V, size))
+        self.final_rows = nn.Parameter(torch.zeros(N_SYL, size))
 
     def forward(self, h):
         shape, h = h.shape[:-1], h.reshape(-1, h.shape[-1])
         s1 = F.log_softmax(self.stage1(h).float(), dim=-1)
-        s2 = F.log_softmax(self.medial_out(F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight)).float(), -1)
+        l2 = self.medial_out(F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight))
+        s2 = F.log_softmax((l2 + (h @ self.medial_rows.to(h.dtype).T).view(-1, N_L, N_V)).float(), -1)
         pair = (self.final_initial.weight[:, None] + self.final_medial.weight[None]).flatten(0, 1)
-        s3 = F.log_softmax(self.final_out(F.gelu(self.final_in(h)[:, None] + pair)).float(), -1).view(-1, N_L, N_V, N_T)
+        l3 = self.final_out(F.gelu(self.final_in(h)[:, None] + pair))
+        l3 = l3 + (h @ self.final_rows.to(h.dtype).T).view(-1, N_L * N_V, N_T)
+        s3 = F.log_softmax(l3.float(), -1).view(-1, N_L, N_V, N_T)
         syllables = (s1[:, :N_L, None, None] + s2[..., None] + s3).flatten(1)
         others = s1[:, N_L:]
         return torch.cat([others[:, :1], syllables, others[:, 1:]], dim=-1).view(*shape, self.vocab_size)
