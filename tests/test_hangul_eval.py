@@ -4,6 +4,7 @@ chars_unseen), the record of those syllables survives saving and fine-tuning, an
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 
 import pytest
@@ -76,3 +77,19 @@ def test_char_models_get_no_split(tmp_path):
     path.write_text(HELD_OUT, encoding="utf-8")
     r = _score(KoreanCharTokenizer.from_text(TRAIN), path, "token", "softmax")
     assert "bpc_seen" not in r and "chars_unseen" not in r and r["unknown_chars"] == 18
+
+
+def test_a_cached_vocabulary_without_the_record_is_rebuilt_with_it(tmp_path):
+    from data.corpus import load_corpus
+
+    text = tmp_path / "train.txt"
+    text.write_text(TRAIN * 3, encoding="utf-8")
+    first = load_corpus(text, cache_dir=tmp_path / "cache", tokenizer_kind="hangul")
+    assert "바" in first.tokenizer.seen_syllables
+    (vocab,) = (tmp_path / "cache").glob("*.hangul.vocab.json")
+    record = json.loads(vocab.read_text(encoding="utf-8"))
+    del record["tokenizer"]["syllables_seen"]  # as written before the record existed
+    record["fingerprint"] = tokenizer_from_dict(record["tokenizer"]).fingerprint()
+    vocab.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    again = load_corpus(text, cache_dir=tmp_path / "cache", tokenizer_kind="hangul")
+    assert again.tokenizer.seen_syllables == first.tokenizer.seen_syllables
