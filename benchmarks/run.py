@@ -4,7 +4,8 @@ Design choices:
 - The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
   raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
 - The output is one flat dict per measurement family, merged in a fixed order: the machine, the training
-  presets (one nested dict each), generation, encoding, memory. Its keys are what docs/en/speed.md and any
+  presets (one nested dict each), generation, hangul (char against hangul with the jamo parts), encoding,
+  memory. Its keys are what docs/en/speed.md and any
   scripts reading the JSON rely on, so they stay stable across refactorings.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """
@@ -15,6 +16,7 @@ import torch
 
 from benchmarks.encoding_speed import bench_encoding
 from benchmarks.generation_speed import bench_cache_against_crop, bench_generation
+from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS, BenchOptions
 from benchmarks.presets import PRESETS
@@ -95,6 +97,7 @@ def run_benchmarks(opts: BenchOptions) -> dict:
         result[preset] = bench_training(PRESETS[preset], vocab, device, dtypes, opts.rounds, opts.steps, peak)
     result.update(bench_generation(generation_preset, vocab, device, opts.rounds, opts.new_tokens))
     result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
+    result["hangul"] = bench_hangul(generation_preset, text, device, opts.rounds, opts.steps, opts.new_tokens)
     result.update(bench_encoding(text, opts.rounds))
     if opts.memory_mb:
         result.update(bench_big_corpus_memory(opts.memory_mb))

@@ -97,7 +97,11 @@ def vocabulary(cache: Path, corpus: CorpusFiles, digest: str, kind: str) -> Toke
     file = cache / f"{corpus.name}.{digest[:16]}.{kind}.vocab.json"
     if file.exists():
         try:
-            return _load_vocabulary(file, digest, kind)
+            tokenizer = _load_vocabulary(file, digest, kind)
+            # A hangul vocabulary cached before it recorded its training syllables is sound but lacks what
+            # evaluation's seen/unseen split needs: rebuild it quietly (cheap next to tokenising the corpus).
+            if getattr(tokenizer, "seen_syllables", ()) is not None:
+                return tokenizer
         except _Damaged as why:
             _warn(file, why, corpus)
     tokenizer = build_tokenizer(kind, corpus.chunks())

@@ -10,12 +10,20 @@ Bits per character divide the total loss by the number of characters of the text
 jamo model (about 2.4 tokens per character on Korean prose) and a character model compare fairly. The
 first character only gives context. A character the vocabulary cannot represent (`<unk>`) is left out of
 the score, every one of its tokens, and counted apart.
+
+A hangul model can score syllables its training text never held, which a `char` model of the same corpus
+would call `<unk>` and leave out. Its score is also split (`bpc_seen`, `bpc_unseen`, `chars_unseen`): the
+seen part covers the characters a char model scores, so it is the number to compare with a char model's bpc.
+Design choices: the split rides along the one scoring pass (a second per-token mask), not a second pass; it
+is reported only for tokenizers that record their training characters (hangul), and is null for a hangul
+vocabulary saved before that record existed, since "unknown" must not read as "none unseen".
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ from tqdm import tqdm
 from common.errors import UserError
 from data.sources import corpus_files
 from tokenizer import UNK_ID, Tokenizer
+from tokenizer.char import code_points
 
 
 @dataclass
@@ -39,22 +48,33 @@ class EncodedText:
     num_chars: int  # characters whose tokens are scored
     num_unknown: int  # characters left out because the vocabulary cannot represent them
     unknown: Counter[str]
+    unseen: np.ndarray | None = None  # (N,) bool: token of a character the training text lacked; None: no record
+    num_unseen: int = 0  # scored characters among them
 
 
 @dataclass
 class Score:
     nats: float  # total loss over the scored tokens
     tokens: int
+    unseen_nats: float = 0.0  # the part of `nats` on tokens marked unseen
+    unseen_tokens: int = 0
 
     @property
     def loss(self) -> float:
         return self.nats / self.tokens if self.tokens else float("nan")
 
 
+def _training_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
+    """Code points a char tokenizer of the same training text would hold; None if the tokenizer has no record."""
+    vocab = getattr(tokenizer, "char_vocabulary", lambda: None)()  # only hangul records it
+    return None if vocab is None else np.array(sorted(ord(c) for c in vocab), dtype=np.uint32)
+
+
 def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedText:
     """Ids of the text, and which of them are scored: not the first character, not unknown characters."""
-    ids, scored, unknown = [], [], Counter()
-    num_chars = 0
+    ids, scored, unseen, unknown = [], [], [], Counter()
+    trained = _training_code_points(tokenizer)
+    num_chars = num_unseen = 0
     first = True
     for chunk in chunks:
         chunk_ids = tokenizer.encode(chunk)
@@ -69,12 +89,18 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
             first = False
         if char_unknown.any():
             unknown.update(tokenizer.unknown_chars(chunk))
+        if trained is not None:  # one token per character here (hangul), so characters line up with tokens
+            char_unseen = ~np.isin(code_points(unicodedata.normalize("NFC", chunk)), trained) & char_scored
+            num_unseen += int(char_unseen.sum())
+            unseen.append(np.repeat(char_unseen, counts))
         num_chars += int(char_scored.sum())
         ids.append(chunk_ids)
         scored.append(np.repeat(char_scored, counts))  # (tokens,)
+    none = None if trained is None else np.zeros(0, bool)
     if not ids:
-        return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown)
-    return EncodedText(np.concatenate(ids), np.concatenate(scored), num_chars, sum(unknown.values()), unknown)
+        return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown, none)
+    return EncodedText(np.concatenate(ids), np.concatenate(scored), num_chars, sum(unknown.values()), unknown,
+                       None if trained is None else np.concatenate(unseen), num_unseen)
 
 
 def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,8 +127,10 @@ def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.n
 
 @torch.no_grad()
 def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_length: int, stride: int,
-                 batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True) -> Score:
-    """Total loss (nats) and count of the scored targets of `ids`, predicting each one once."""
+                 batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True,
+                 unseen: np.ndarray | None = None) -> Score:
+    """Total loss (nats) and count of the scored targets of `ids`, predicting each one once; with `unseen`
+    (a per-token mask), also the part of both on the marked targets."""
     if len(ids) < 2:
         return Score(0.0, 0)
     if batch_size < 1:
@@ -112,8 +140,9 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
     positions = np.arange(length + 1)
     tokens = torch.from_numpy(ids.astype(np.int64))
     mask_all = torch.from_numpy(scored)
+    unseen_all = None if unseen is None else torch.from_numpy(unseen)
     model.eval()
-    nats, count = 0.0, 0
+    nats, count, unseen_nats, unseen_count = 0.0, 0, 0.0, 0
     bar = tqdm(total=len(starts), desc="evaluate", unit="window", disable=not progress or len(starts) <= batch_size,
                file=sys.stderr, dynamic_ncols=True)
     for i in range(0, len(starts), batch_size):
@@ -131,9 +160,13 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
                 losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")
         nats += float(losses[mask].double().sum())
         count += int(mask.sum())
+        if unseen_all is not None:
+            marked = mask & unseen_all[index[:, 1:]].to(device)
+            unseen_nats += float(losses[marked].double().sum())
+            unseen_count += int(marked.sum())
         bar.update(len(b))
     bar.close()
-    return Score(nats, count)
+    return Score(nats, count, unseen_nats, unseen_count)
 
 
 def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stride: int | None, batch_size: int,
@@ -145,7 +178,7 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
     if text.num_chars == 0:
         raise UserError(f"{path} has nothing to score: it needs at least two characters the model knows")
     score = score_tokens(model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx,
-                         progress)
+                         progress, text.unseen)
     return {
         "loss": score.loss,
         "bpc": score.nats / math.log(2) / text.num_chars,
@@ -158,4 +191,21 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
         "context_length": context_length,
         "stride": stride,
         "data": str(path),
+        **_seen_split(tokenizer, text, score),
+    }
+
+
+def _seen_split(tokenizer: Tokenizer, text: EncodedText, score: Score) -> dict:
+    """bpc on the characters the training text held and on those it lacked (hangul only; see the module doc)."""
+    if text.unseen is None:
+        # char and jamo cannot represent an unseen character at all: no split; an old hangul vocabulary: null
+        keys = ("bpc_seen", "bpc_unseen", "chars_seen", "chars_unseen")
+        return dict.fromkeys(keys) if tokenizer.kind == "hangul" else {}
+    seen_chars = text.num_chars - text.num_unseen
+    seen_nats = score.nats - score.unseen_nats
+    return {
+        "bpc_seen": seen_nats / math.log(2) / seen_chars if seen_chars else None,
+        "bpc_unseen": score.unseen_nats / math.log(2) / text.num_unseen if text.num_unseen else None,
+        "chars_seen": seen_chars,
+        "chars_unseen": text.num_unseen,
     }

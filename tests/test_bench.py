@@ -25,7 +25,11 @@ TOP_KEYS = {"device", "device_name", "torch", "vocab_size", "corpus", "matmul_pe
             "encode_chars_per_sec", "encode_python_loop_chars_per_sec", "encode_speedup_over_python_loop",
             "encode_speedup_over_python_loop_int64", "encode_table_build_seconds_once_per_process",
             "encode_seconds_prenormalized", "encode_speedup_over_python_loop_prenormalized", "peak_rss_mb",
-            "generation"}
+            "generation", "hangul"}
+HANGUL_KEYS = {"config", "dtype", "vocab_size_char", "vocab_size_hangul", "train_tokens_per_sec_char",
+               "train_tokens_per_sec_hangul", "train_hangul_over_char", "target_hangul_over_char",
+               "generate_tokens_per_sec_char", "generate_tokens_per_sec_hangul", "generate_hangul_over_char",
+               "generate_new_tokens"}
 MEMORY_KEYS = {"big_corpus_mb", "big_corpus_train_seconds", "big_corpus_peak_rss_mb"}
 
 
@@ -114,13 +118,30 @@ def test_quick_and_smoke_only_change_defaults():
         parse_options(["--rounds", "x"])
 
 
-def test_smoke_run_prints_every_key():
-    proc = run("bench.py", "--smoke", "--device", "cpu", timeout=60)
+@pytest.fixture(scope="module")
+def smoke_result() -> dict:
+    """One `--smoke` run shared by the tests that read its output (each run takes tens of seconds)."""
+    proc = run("bench.py", "--smoke", "--device", "cpu", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_smoke_run_prints_every_key(smoke_result):
+    result = smoke_result
     assert set(result) == TOP_KEYS | {"tiny"}
     assert set(result["tiny"]) == preset_keys(["float32", "bfloat16"])
     assert result["corpus"] == "embedded" and result["generate_new_tokens"] == 16
+
+
+def test_smoke_run_has_the_hangul_section(smoke_result):
+    hangul = smoke_result["hangul"]
+    assert set(hangul) == HANGUL_KEYS
+    assert hangul["config"]["embedding_size"] == 32 and hangul["generate_new_tokens"] == 16  # the tiny preset
+    assert hangul["vocab_size_hangul"] > 11172 > hangul["vocab_size_char"]
+    for side in ("char", "hangul"):
+        assert hangul[f"train_tokens_per_sec_{side}"] > 0 and hangul[f"generate_tokens_per_sec_{side}"] > 0
+    ratio = hangul["train_tokens_per_sec_hangul"] / hangul["train_tokens_per_sec_char"]
+    assert hangul["train_hangul_over_char"] == pytest.approx(ratio, abs=2e-3)
 
 
 @pytest.mark.slow

@@ -151,6 +151,10 @@ class KoreanCharTokenizer(JsonVocabulary):
         for chunk in chunks:
             seen.update(np.unique(code_points(unicodedata.normalize("NFC", chunk))).tolist())
         new = sorted(chr(c) for c in seen if not self._table[c])
+        return self._grown(new, seen)
+
+    def _grown(self, new: list[str], seen: set[int]) -> KoreanCharTokenizer:
+        """This vocabulary plus `new`; `seen` (every code point of the new text) is for subclasses that record it."""
         return type(self)(self._base_chars(), self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
