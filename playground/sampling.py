@@ -12,6 +12,9 @@ Design choices:
   of its tokens', and its alternatives are those of its first token.
 - `Continuation` is blocking and not thread-safe; the server calls it from one worker thread at a time and
   holds the run's lock around each forward pass only.
+- For a hangul-tokenizer run a syllable's event also carries `stages` (playground.stages): its probability
+  split into p(initial), p(medial | initial), p(final | initial, medial) under the same distribution. Other
+  characters and other tokenizers have no such key, so every existing key stays as it was.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torch import Tensor
 from inference.generation import prompt_ids, token_grammar
 from model.sampling import sampling_probs
 from playground.cache import CachedRun
+from playground.stages import is_syllable_id, syllable_stages
 
 TOP_ALTERNATIVES = 5
 
@@ -49,6 +53,7 @@ class TokenRecord:
     id: int
     prob: float
     top: list[dict]  # the most likely other tokens: [{"text", "prob"}], best first
+    stages: list[dict] | None = None  # a hangul syllable's three stage probabilities; None otherwise
 
 
 class Continuation:
@@ -73,6 +78,7 @@ class Continuation:
         self._steps = run.model.stream(idx, params.max_new_tokens, params.temperature, params.top_k,
                                        params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
         self._decoder = self.tokenizer.stream_decoder()
+        self._stages = getattr(self.tokenizer, "kind", None) == "hangul"  # ids 1..11172 are the syllables
         self._pending: list[TokenRecord] = []
         self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
         self.generated = 0  # tokens sampled so far
@@ -89,13 +95,16 @@ class Continuation:
         probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
         top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
                for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]
-        return TokenRecord(token_id, float(probs[token_id]), top[:TOP_ALTERNATIVES])
+        stages = syllable_stages(probs, token_id) if self._stages and is_syllable_id(token_id) else None
+        return TokenRecord(token_id, float(probs[token_id]), top[:TOP_ALTERNATIVES], stages)
 
     def _event(self, text: str, tokens: list[TokenRecord], pos: int) -> dict:
         prob = 1.0
         for t in tokens:
             prob *= t.prob
         event = {"text": text, "prob": round(prob, 6), "top": tokens[0].top, "pos": pos, "n_tokens": len(tokens)}
+        if len(tokens) == 1 and tokens[0].stages is not None:
+            event["stages"] = tokens[0].stages
         self.pieces.append(text)
         self.events.append(event)
         return event

@@ -169,11 +169,23 @@ function showTooltip(span, event) {
   }
   const note = document.createElement("div");
   note.textContent = event.top.length ? "다른 후보 · it beat:" : "다른 후보 없음 · no other candidate";
-  tip.replaceChildren(head, note, table);
+  tip.replaceChildren(head, ...stagesLine(event), note, table);
   const box = span.getBoundingClientRect();
   tip.hidden = false;
   tip.style.left = Math.min(box.left, window.innerWidth - tip.offsetWidth - 8) + "px";
   tip.style.top = (box.bottom + 6 + tip.offsetHeight > window.innerHeight ? box.top - tip.offsetHeight - 6 : box.bottom + 6) + "px";
+}
+
+// A hangul run's syllable: p(initial) · p(medial | initial) · p(final | both), whose product is its
+// probability ("ㄱ 62.0% · ㅏ 80.0% · ㄴ 41.0%"; no final shows as ∅). Other characters have no line.
+function stagesLine(event) {
+  if (!event.stages) return [];
+  const line = document.createElement("div");
+  line.className = "tip-stages";
+  const [initial, medial, final] = event.stages;
+  line.textContent = "초성·중성·종성 · jamo stages: " + [[initial.initial, initial.p], [medial.medial, medial.p],
+    [final.final, final.p]].map(([letter, p]) => `${visible(letter)} ${percent(p)}`).join(" · ");
+  return [line];
 }
 
 function paneOf(span) {

@@ -1,0 +1,44 @@
+"""A Hangul syllable's probability split into its three spelling stages, for the playground's hover.
+
+Design choices:
+- The stages are read off the distribution the sampler drew from (`probs` after temperature, top-k and
+  top-p), not off the model's head, so p(initial) · p(medial | initial) · p(final | initial, medial) is the
+  character's reported `prob` for every tokenizer and head that uses the hangul ids.
+- The hangul tokenizer's ids 1..11172 are the syllables in code-point order, id - 1 = (initial·21 + medial)·28
+  + final, so one reshape of probs[1:11173] to (19, 21, 28) and two sums give every stage: cheap next to a
+  forward pass.
+- Letters are Hangul compatibility jamo (ㄱ, ㅏ, ㄴ), the ones a reader types and sees standalone; conjoining
+  jamo render oddly outside a syllable. "No final" is the empty string (the page shows it as ∅).
+- A stage whose condition has zero probability (possible only under top-k/top-p for a syllable not drawn)
+  cannot occur for a drawn syllable, since its own probability is positive.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+NUM_INITIALS, NUM_MEDIALS, NUM_FINALS = 19, 21, 28
+FIRST_ID, NUM_SYLLABLES = 1, NUM_INITIALS * NUM_MEDIALS * NUM_FINALS
+INITIALS = "ㄱㄲㄴㄷㄸㄹㅁㅂㅃㅅㅆㅇㅈㅉㅊㅋㅌㅍㅎ"
+MEDIALS = "ㅏㅐㅑㅒㅓㅔㅕㅖㅗㅘㅙㅚㅛㅜㅝㅞㅟㅠㅡㅢㅣ"
+FINALS = [""] + list("ㄱㄲㄳㄴㄵㄶㄷㄹㄺㄻㄼㄽㄾㄿㅀㅁㅂㅄㅅㅆㅇㅈㅊㅋㅌㅍㅎ")
+
+
+def is_syllable_id(token_id: int) -> bool:
+    """Whether a hangul tokenizer's id is a precomposed syllable (ids 1..11172)."""
+    return FIRST_ID <= token_id < FIRST_ID + NUM_SYLLABLES
+
+
+def syllable_stages(probs: Tensor, token_id: int) -> list[dict]:
+    """[{"initial", "p"}, {"medial", "p"}, {"final", "p"}] for syllable `token_id` under `probs` (one vector
+    over the hangul tokenizer's ids); their product is probs[token_id]."""
+    grid = probs[FIRST_ID: FIRST_ID + NUM_SYLLABLES].double().reshape(NUM_INITIALS, NUM_MEDIALS, NUM_FINALS)
+    i, rest = divmod(token_id - FIRST_ID, NUM_MEDIALS * NUM_FINALS)
+    m, f = divmod(rest, NUM_FINALS)
+    pair = grid[i, m].sum()  # p(initial, medial)
+    p_initial = grid[i].sum()
+    # Doubles, so the quotients multiply back to the syllable's probability to well within float32's rounding.
+    p_medial = pair / p_initial if p_initial > 0 else pair.new_zeros(())
+    p_final = grid[i, m, f] / pair if pair > 0 else pair.new_zeros(())
+    return [{"initial": INITIALS[i], "p": float(p_initial)}, {"medial": MEDIALS[m], "p": float(p_medial)},
+            {"final": FINALS[f], "p": float(p_final)}]
