@@ -52,7 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
-    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--seeds", default="1337", help="comma-separated; each variant runs once per seed and the table "
+                    "gives the mean and the spread (default 1337)")
     ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
     ap.add_argument("--out", default="runs/hangul", help="runs, splits and results go here")
     args = ap.parse_args(argv)
@@ -60,6 +61,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         name, _, path = spec.partition("=")
         if not name or not Path(path).expanduser().is_file():
             raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+    try:
+        args.seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        raise UserError(f"--seeds {args.seeds!r}: give comma-separated integers, such as 1337,1338") from None
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown or not args.seconds > 0:
         raise UserError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)}); --seconds > 0"
@@ -117,16 +122,17 @@ def sample(run_dir: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else "(generate.py failed)"
 
 
-def one_run(corpus: str, variant: str, paths: tuple[Path, Path], seen: Counter, args: argparse.Namespace) -> dict:
+def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
+            args: argparse.Namespace) -> dict:
     from benchmarks.ladder import load_average, run_facts, train_rung
     from data.text import iter_text_chunks
 
     train, heldout = paths
-    run_dir = Path(args.out) / corpus / variant
-    record = {"corpus": corpus, "variant": variant, "seconds_budget": args.seconds, "set": args.set,
+    run_dir = Path(args.out) / corpus / f"{variant}-seed{seed}"
+    record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
               "load_before": load_average()}
     opts = argparse.Namespace(steps=None, seconds=args.seconds, set=f"{VARIANTS[variant]} {args.set}".strip())
-    trained = train_rung("lecture", args.seed, train, run_dir, opts)
+    trained = train_rung("lecture", seed, train, run_dir, opts)
     if "error" in trained:
         return {**record, **trained}
     text = "".join(iter_text_chunks(heldout))
@@ -135,21 +141,34 @@ def one_run(corpus: str, variant: str, paths: tuple[Path, Path], seen: Counter, 
     return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir)}
 
 
-def table(results: list[dict]) -> str:
-    def f(v):
-        return "—" if v is None else f"{v:.3f}"
+def _mean_spread(values: list[float | None]) -> str:
+    """"4.812" for one run, "4.812 ± 0.010" (half the range) for several; "—" where nothing was scored."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return "—"
+    mean = sum(v) / len(v)
+    return f"{mean:.3f}" if len(v) == 1 else f"{mean:.3f} ± {(max(v) - min(v)) / 2:.3f}"
 
-    lines = ["| corpus | variant | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s | steps "
-             "| params |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+def table(results: list[dict]) -> str:
+    """One row per corpus and variant: the mean (± half the range over seeds) of each number."""
+    lines = ["| corpus | variant | seeds | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s "
+             "| steps | params |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
-        if "error" in r:
-            lines.append(f"| {r['corpus']} | {r['variant']} | error: {r['error']} | | | | | | |")
+        groups.setdefault((r["corpus"], r["variant"]), []).append(r)
+    for (corpus, variant), runs in groups.items():
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            lines.append(f"| {corpus} | {variant} | {len(runs)} | error: {runs[0]['error']} | | | | | | |")
             continue
-        unseen = "(<unk>)" if r["variant"] == "char" else f(r["bpc_unseen"])
-        lines.append(f"| {r['corpus']} | {r['variant']} | {f(r['bpc_all'])} | {f(r['bpc_seen'])} | "
-                     f"{f(r['bpc_rare'])} | {unseen} | {r.get('tokens_per_sec') or '—'} | {r['steps']} | "
-                     f"{r.get('params', 0):,} |")
+        col = {k: _mean_spread([r.get(k) for r in ok]) for k in ("bpc_all", "bpc_seen", "bpc_rare", "bpc_unseen")}
+        unseen = "(<unk>)" if variant == "char" else col["bpc_unseen"]
+        speed = round(sum(r.get("tokens_per_sec") or 0 for r in ok) / len(ok))
+        steps = round(sum(r["steps"] for r in ok) / len(ok))
+        lines.append(f"| {corpus} | {variant} | {len(ok)} | {col['bpc_all']} | {col['bpc_seen']} | {col['bpc_rare']} | "
+                     f"{unseen} | {speed:,} | {steps:,} | {ok[0].get('params', 0):,} |")
     return "\n".join(lines) + "\n"
 
 
@@ -167,14 +186,14 @@ def main(argv: list[str]) -> None:
         name, _, path = spec.partition("=")
         paths = split_heldout(Path(path).expanduser(), out / "splits", args.heldout)
         seen = Counter("".join(iter_text_chunks(paths[0])))
-        for variant in args.variants.split(","):
-            key = (name, variant, args.seconds, args.set)
-            old = [r for r in done if (r["corpus"], r["variant"], r["seconds_budget"], r["set"]) == key
-                   and "error" not in r]
+        for seed, variant in ((s, v) for s in args.seeds for v in args.variants.split(",")):
+            key = (name, variant, seed, args.seconds, args.set)
+            old = [r for r in done if (r["corpus"], r["variant"], r.get("seed", 1337), r["seconds_budget"], r["set"])
+                   == key and "error" not in r]
             if old:
                 results.append(old[-1])
                 continue
-            r = one_run(name, variant, paths, seen, args)
+            r = one_run(name, variant, seed, paths, seen, args)
             print(json.dumps(r, ensure_ascii=False), flush=True)
             with open(log_file, "a", encoding="utf-8") as log:
                 log.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -187,3 +187,13 @@ def test_the_staged_head_is_refused_where_it_cannot_work(tmp_path, corpus):
     r = cli("train.py", *TINY, "model.head=jamo", f"data.path={corpus}", "train.max_steps=1",
             f"hydra.run.dir={tmp_path / 'bad'}")
     assert r.returncode == 2 and "model.head=jamo" in r.stderr and "data.tokenizer=hangul" in r.stderr
+
+
+def test_a_batch_without_syllables_still_gives_every_staged_parameter_a_gradient():
+    """DDP needs every parameter in each rank's graph, even when a micro-batch holds no Hangul at all."""
+    head = _head()
+    h = torch.randn(2, 3, 32, requires_grad=True)
+    targets = torch.tensor([[0, 11173, 11199], [11180, 11173, 0]])  # <unk> and other characters only
+    head.token_losses(h, targets).mean().backward()
+    assert all(p.grad is not None for p in head.parameters())
+    assert torch.isfinite(h.grad).all()

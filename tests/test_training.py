@@ -103,13 +103,15 @@ def test_max_seconds_stops_cleanly(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.serial
-def test_ddp_two_processes_on_cpu(tmp_path):
+@pytest.mark.parametrize("parts", [(), ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo")],
+                         ids=["char", "hangul-staged"])
+def test_ddp_two_processes_on_cpu(tmp_path, parts):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "model=tiny", "device=cpu", "train.batch_size=4", "train.max_steps=6", "train.eval_interval=3",
            "train.eval_steps=2", "train.sample_chars=0", "train.grad_accum_steps=2", f"hydra.run.dir={run}",
-           f"data.cache_dir={tmp_path / 'cache'}"]
+           f"data.cache_dir={tmp_path / 'cache'}", *parts]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     # the two ranks print at the same moment: their lines may share one line of the captured output
