@@ -26,6 +26,14 @@ def make_hangul_run(folder, head: str):
     torch.manual_seed(4)
     m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32,
                                num_heads=4, num_blocks=1, head=head)
+    if head == "jamo":
+        # Untrained, the staged head spreads a syllable's mass over 11,172 of them while each other character
+        # keeps a whole stage-1 share, so a top-k sample may hold no syllable at all. LayerNorm's output sums to
+        # its bias, so these weights make stage 1 prefer the initials whatever the context.
+        with torch.no_grad():
+            m.ln_f.bias.fill_(1.0)
+            m.jamo_head.stage1.weight[:19] = 0.5
+            m.jamo_head.stage1.weight[19:] = -0.5
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict()), folder / "ckpt.pt")
 
