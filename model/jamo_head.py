@@ -64,19 +64,19 @@ class JamoHead(nn.Module):
         """h: (..., E), targets: (...) ids -> their negative log-likelihoods in nats (...), in float32."""
         syl = (targets >= FIRST_ID) & (targets <= LAST_ID)
         s = (targets - FIRST_ID).clamp(0, NUM_SYLLABLES - 1)
-        ini, med, fin = s // PER_INITIAL, (s // NUM_FINALS) % NUM_MEDIALS, s % NUM_FINALS
-        first = torch.where(syl, ini, NUM_INITIALS + self.other_index(targets))
+        first = torch.where(syl, s // PER_INITIAL, NUM_INITIALS + self.other_index(targets))
         loss = F.cross_entropy(self.stage1(h).float().flatten(0, -2), first.flatten(), reduction="none")
         loss = loss.view(targets.shape)
         # Stages 2 and 3 run even when no target is a syllable (N = 0): every parameter then still takes part in
-        # the graph, as DDP requires of each rank's step, and no host sync asks whether any is.
-        hs = h[syl]  # (N, E): only the syllable positions need stages 2 and 3
-        z2 = F.gelu(self.medial_in(hs) + self.medial_initial(ini[syl]))
-        z3 = F.gelu(self.final_in(hs) + self.final_initial(ini[syl]) + self.final_medial(med[syl]))
-        l2 = self.medial_out(z2) + self._own(hs, self.medial_rows, ini[syl], NUM_MEDIALS)  # (N, 21)
-        l3 = self.final_out(z3) + self._own(hs, self.final_rows, (s // NUM_FINALS)[syl], NUM_FINALS)  # (N, 28)
-        extra = F.cross_entropy(l2.float(), med[syl], reduction="none") \
-            + F.cross_entropy(l3.float(), fin[syl], reduction="none")
+        # the graph, as DDP requires of each rank's step, and no `any()` check is needed.
+        hs, t = h[syl], s[syl]  # (N, E), (N,): only the syllable positions need stages 2 and 3
+        pair = t // NUM_FINALS  # (initial, medial) pair; the parts below all derive from the one selection
+        ini, med, fin = t // PER_INITIAL, pair % NUM_MEDIALS, t % NUM_FINALS
+        z2 = F.gelu(self.medial_in(hs) + self.medial_initial(ini))
+        z3 = F.gelu(self.final_in(hs) + self.final_initial(ini) + self.final_medial(med))
+        l2 = self.medial_out(z2) + self._own(hs, self.medial_rows, ini, NUM_MEDIALS)  # (N, 21)
+        l3 = self.final_out(z3) + self._own(hs, self.final_rows, pair, NUM_FINALS)  # (N, 28)
+        extra = F.cross_entropy(l2.float(), med, reduction="none") + F.cross_entropy(l3.float(), fin, reduction="none")
         return loss.masked_scatter(syl, loss[syl] + extra)
 
     @staticmethod
