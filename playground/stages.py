@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-NUM_INITIALS, NUM_MEDIALS, NUM_FINALS = 19, 21, 28
-FIRST_ID, NUM_SYLLABLES = 1, NUM_INITIALS * NUM_MEDIALS * NUM_FINALS
+from model.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
+
 INITIALS = "ㄱㄲㄴㄷㄸㄹㅁㅂㅃㅅㅆㅇㅈㅉㅊㅋㅌㅍㅎ"
 MEDIALS = "ㅏㅐㅑㅒㅓㅔㅕㅖㅗㅘㅙㅚㅛㅜㅝㅞㅟㅠㅡㅢㅣ"
 FINALS = [""] + list("ㄱㄲㄳㄴㄵㄶㄷㄹㄺㄻㄼㄽㄾㄿㅀㅁㅂㅄㅅㅆㅇㅈㅊㅋㅌㅍㅎ")
