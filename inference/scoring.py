@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import sys
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from tqdm import tqdm
 from common.errors import UserError
 from data.sources import corpus_files
 from tokenizer import UNK_ID, Tokenizer
-from tokenizer.char import code_points
 
 
 @dataclass
@@ -64,16 +62,16 @@ class Score:
         return self.nats / self.tokens if self.tokens else float("nan")
 
 
-def _training_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
-    """Code points a char tokenizer of the same training text would hold; None if the tokenizer has no record."""
+def _training_ids(tokenizer: Tokenizer) -> np.ndarray | None:
+    """Ids of the characters a char tokenizer of the same training text would hold; None without a record."""
     vocab = getattr(tokenizer, "char_vocabulary", lambda: None)()  # only hangul records it
-    return None if vocab is None else np.array(sorted(ord(c) for c in vocab), dtype=np.uint32)
+    return None if vocab is None else np.unique(tokenizer.encode("".join(vocab), normalized=True))
 
 
 def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedText:
     """Ids of the text, and which of them are scored: not the first character, not unknown characters."""
     ids, scored, unseen, unknown = [], [], [], Counter()
-    trained = _training_code_points(tokenizer)
+    trained = _training_ids(tokenizer)
     num_chars = num_unseen = 0
     first = True
     for chunk in chunks:
@@ -89,13 +87,12 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
             first = False
         if char_unknown.any():
             unknown.update(tokenizer.unknown_chars(chunk))
-        if trained is not None:  # one token per character here (hangul), so characters line up with tokens
-            char_unseen = ~np.isin(code_points(unicodedata.normalize("NFC", chunk)), trained) & char_scored
-            num_unseen += int(char_unseen.sum())
-            unseen.append(np.repeat(char_unseen, counts))
         num_chars += int(char_scored.sum())
         ids.append(chunk_ids)
         scored.append(np.repeat(char_scored, counts))  # (tokens,)
+        if trained is not None:  # one token per character here (hangul), so tokens are characters
+            unseen.append(~np.isin(chunk_ids, trained) & scored[-1])
+            num_unseen += int(unseen[-1].sum())
     none = None if trained is None else np.zeros(0, bool)
     if not ids:
         return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown, none)
