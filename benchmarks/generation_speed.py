@@ -33,7 +33,7 @@ BATCHES = (1, 8)
 KINDS = {"learned": {}, "rope": dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, init="torch")}
 
 
-def _generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
+def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
                       window_shift: int | None = None) -> Callable[[], float]:
     """A timer returning the tokens/s (all rows) of generating `new_tokens` after `prompt` (warmed up once)."""
 
@@ -56,9 +56,9 @@ def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, r
     """Tokens/s of cached and uncached generation, their ratios, and the cached path's breakdown."""
     model = _model(preset, vocab, device)
     prompt = torch.randint(0, vocab, (1, PROMPT_TOKENS), device=device)
-    tps = median_alternating({"cached": _generation_timer(model, prompt, new_tokens, True),
-                              "uncached": _generation_timer(model, prompt, new_tokens, False),
-                              "crop_every_step": _generation_timer(model, prompt, new_tokens, False, 1)}, rounds)
+    tps = median_alternating({"cached": generation_timer(model, prompt, new_tokens, True),
+                              "uncached": generation_timer(model, prompt, new_tokens, False),
+                              "crop_every_step": generation_timer(model, prompt, new_tokens, False, 1)}, rounds)
     return {"generate_new_tokens": new_tokens,
             "generate_tokens_per_sec_cached": round(tps["cached"], 1),
             "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
@@ -77,8 +77,8 @@ def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.d
         timers = {}
         for b in BATCHES:
             prompt = torch.randint(0, vocab, (b, 1), device=device)
-            timers[f"cached_{b}"] = _generation_timer(model, prompt, new_tokens, True)
-            timers[f"crop_{b}"] = _generation_timer(model, prompt, new_tokens, False, 1)
+            timers[f"cached_{b}"] = generation_timer(model, prompt, new_tokens, True)
+            timers[f"crop_{b}"] = generation_timer(model, prompt, new_tokens, False, 1)
         tps = median_alternating(timers, rounds)
         report[kind] = {f"batch_{b}": {"cached_tokens_per_sec": round(tps[f"cached_{b}"], 1),
                                        "crop_tokens_per_sec": round(tps[f"crop_{b}"], 1),

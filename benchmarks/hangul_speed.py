@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.generation_speed import PROMPT_TOKENS, _generation_timer
+from benchmarks.generation_speed import PROMPT_TOKENS, generation_timer
 from benchmarks.presets import model_kwargs
 from benchmarks.timing import median_alternating
 from benchmarks.training_speed import training_timer
@@ -47,7 +47,7 @@ def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds
     for side, m in models.items():
         m.eval()
         prompt = torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device)
-        timers[side] = _generation_timer(m, prompt, new_tokens, True)
+        timers[side] = generation_timer(m, prompt, new_tokens, True)
     generate = median_alternating(timers, rounds)
     out: dict[str, object] = {"config": dict(preset), "dtype": "float32"}
     out.update({f"vocab_size_{side}": v for side, v in vocabs.items()})
