@@ -19,9 +19,21 @@ from common.overrides import prepare_overrides, quote_non_ascii_overrides, shell
 T = TypeVar("T")
 
 
+def _from_interrupt(exc: BaseException | None) -> bool:
+    """True for a KeyboardInterrupt, or an error raised because of one: Python 3.11 wraps a Ctrl-C that lands in
+    a class body's __set_name__ (mid-import) in a RuntimeError whose __cause__ is the KeyboardInterrupt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _interrupt_hook(exc_type, exc, tb) -> None:
     debug = os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    if issubclass(exc_type, KeyboardInterrupt) and not debug:  # self-contained: it may run mid-import
+    if _from_interrupt(exc) and not debug:  # self-contained: it may run mid-import
         print("interrupted", file=sys.__stderr__, flush=True)
         os._exit(130)  # sys.exit cannot be used from inside an excepthook
     _previous_hook(exc_type, exc, tb)
@@ -223,6 +235,9 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
+        if _from_interrupt(e) and not debug_enabled():
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         if debug_enabled():
             raise
         from common.crash_report import unexpected_error_line

@@ -204,3 +204,27 @@ def test_the_ready_file_marks_the_installed_hook(tmp_path):
     code = "import sys; sys.path.insert(0, sys.argv[1]); import common.cli; print(sys.excepthook.__name__)"
     r = cli("-c", code, str(Path(__file__).resolve().parent.parent), env={"KOCHAR_READY_FILE": str(ready)})
     assert r.returncode == 0 and r.stdout.strip() == "_interrupt_hook" and ready.exists(), r.stderr
+
+
+def test_a_ctrl_c_wrapped_by_python_still_ends_in_one_line(tmp_path):
+    """Python 3.11 turns a Ctrl-C that lands in a class body's __set_name__ (as while importing ipaddress) into a
+    RuntimeError caused by the KeyboardInterrupt; CI once saw that traceback instead of `interrupted`."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import common.cli\n"
+            "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
+            "    raise RuntimeError('Error calling __set_name__') from e\n")
+    r = cli("-c", code, str(Path(__file__).resolve().parent.parent))
+    assert r.returncode == 130 and "Traceback" not in r.stderr and r.stderr.strip() == "interrupted", r.stderr
+
+
+def test_run_cli_reads_an_interrupt_inside_another_error_as_an_interrupt(capsys):
+    from common.cli import run_cli
+
+    def job():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise RuntimeError("wrapped") from e
+
+    with pytest.raises(SystemExit) as ended:
+        run_cli(job)
+    assert ended.value.code == 130 and capsys.readouterr().err.strip() == "interrupted"
