@@ -11,14 +11,26 @@ import torch
 
 from inference.checkpoint import load_checkpoint
 from tests.helpers import KOREAN, TINY, cli, tiny_model
-from training.auto_settings import MAX_DROPOUT, NO_DROPOUT_UNTIL, dropout_for_passes, measured_tokens_per_sec
+from training.auto_settings import MAX_DROPOUT, dropout_for_passes, measured_tokens_per_sec
 from training.optim import make_optimizer
+
+FREE = 4.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 16)
 
 
 def test_dropout_grows_with_passes_and_is_capped():
-    values = [dropout_for_passes(p) for p in (0.01, 0.5, 1.0, NO_DROPOUT_UNTIL, 3, 5, 10, 30, 100, 1e6)]
-    assert values[:4] == [0.0] * 4  # one pass or less: nothing to regularise
+    values = [dropout_for_passes(p, FREE) for p in (0.01, 0.5, 1.0, FREE, 3, 5, 10, 30, 100, 1e6)]
+    assert values[:4] == [0.0] * 4  # up to the recipe's threshold: nothing to regularise
     assert values == sorted(values) and 0 < values[5] < MAX_DROPOUT and values[-1] == MAX_DROPOUT
+
+
+def test_the_threshold_is_the_recipes():
+    from tests.helpers import config_object
+
+    lecture, modern = config_object("train"), config_object("train", "recipe=modern")
+    assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (16, 4)
+    assert dropout_for_passes(12, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 12 passes
+    assert dropout_for_passes(12, modern.train.auto_dropout_after) == 0.08  # Muon memorises: log2(3) * 0.05
+    assert dropout_for_passes(64, 16) == 0.1 and dropout_for_passes(0.5, 0) == MAX_DROPOUT
 
 
 def test_speed_is_measured_on_a_copy():
@@ -48,11 +60,11 @@ def run(tmp_path, corpus, name, *extra):
 
 
 def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
-    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null")
+    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}")
     lines = [line for line in r.stdout.splitlines() if line.startswith("auto: model.dropout=")]
     assert len(lines) == 1 and "passes" in lines[0]
     value = auto.model_config.dropout
-    expected = dropout_for_passes(80 * 2 * 32 / int(len(KOREAN * 3) * 0.9))
+    expected = dropout_for_passes(80 * 2 * 32 / int(len(KOREAN * 3) * 0.9), FREE)
     assert value == pytest.approx(expected, abs=0.011) and value > 0  # about 7 passes: some dropout
     assert auto.config["model"]["dropout"] == value  # the job the checkpoint records holds the value
     r2, typed = run(tmp_path, corpus, "typed", f"model.dropout={value}")
@@ -69,10 +81,10 @@ def test_hparams_record_the_passes(tmp_path, corpus):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    run(tmp_path, corpus, "hp", "model.dropout=null")
+    run(tmp_path, corpus, "hp", "model.dropout=null", f"train.auto_dropout_after={FREE}")
     acc = EventAccumulator(str(tmp_path / "hp"))
     acc.Reload()
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
-    assert info.hparams["auto.dropout_passes"].number_value > NO_DROPOUT_UNTIL
+    assert info.hparams["auto.dropout_passes"].number_value > FREE
     assert info.hparams["model.dropout"].number_value > 0

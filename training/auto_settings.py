@@ -3,10 +3,12 @@
 Design choices:
 - Dropout helps a model that sees its training text many times and only slows one that sees it once or less
   (its masks also cost a good part of a CPU step). So "auto" resolves it from the number of passes over the
-  training split the run will make: none up to `NO_DROPOUT_UNTIL` passes, then rising with the logarithm of the
-  passes to `MAX_DROPOUT`. At three to four passes both recipes learned less with dropout 0.1 than without it
-  in the same time, on the novels and on the reviews; at ten to thirteen passes the modern recipe memorised
-  without it (docs/en/training.md has the measurements and the commands).
+  training split the run will make: none up to `train.auto_dropout_after` passes, then rising with the logarithm
+  of the passes to `MAX_DROPOUT`. Where a recipe starts to memorise is the recipe's: at three to four passes both
+  recipes learned less with dropout 0.1 than without it; at ten to thirteen passes the modern recipe (Muon)
+  memorised without it, while the lecture recipe still learned more without it at twelve to fourteen passes, on
+  the novels and on the built-in corpus. So the threshold is a training key, 16 by default and 4 in
+  recipe=modern (docs/en/training.md has the measurements and the commands).
 - The passes come from the step limit when there is one. Under a time budget they come from the run's own
   speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
   real model and its random streams are untouched), less the time evaluations take.
@@ -33,9 +35,8 @@ from training import distributed
 from training.config import TrainJob
 from training.optim import make_optimizer
 
-NO_DROPOUT_UNTIL = 4.0  # passes over the training split
 MAX_DROPOUT = 0.2
-DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond NO_DROPOUT_UNTIL
+DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after
 TRAINING_SHARE = 0.9  # of a time budget spent on training steps rather than evaluations and checkpoints
 TIMED_STEPS = 3
 
@@ -45,19 +46,22 @@ class AutoDropout:
     value: float
     passes: float
     source: str  # "steps" (from the step limit) or "speed" (measured under a time budget)
+    free_passes: float  # train.auto_dropout_after: no dropout up to this many passes
 
     def line(self, train_tokens: int) -> str:
         how = "in the step limit" if self.source == "steps" else "at this machine's measured speed in the time budget"
         passes = f"{self.passes:.1f}" if self.passes >= 1 else f"{self.passes:.2f}"
         return (f"auto: model.dropout={self.value:g} (about {passes} passes over the {train_tokens:,} "
-                f"training tokens {how}; type model.dropout=... to choose)")
+                f"training tokens {how}, none up to train.auto_dropout_after={self.free_passes:g}; "
+                "type model.dropout=... to choose)")
 
 
-def dropout_for_passes(passes: float) -> float:
-    """Dropout for a run that sees its training split `passes` times, rounded to 0.01."""
-    if passes <= NO_DROPOUT_UNTIL:
+def dropout_for_passes(passes: float, free_passes: float) -> float:
+    """Dropout for a run that sees its training split `passes` times and needs none up to `free_passes`,
+    rounded to 0.01."""
+    if passes <= free_passes:
         return 0.0
-    return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / NO_DROPOUT_UNTIL)), 2)
+    return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
 
 
 def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
@@ -85,7 +89,8 @@ def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Modul
 
 
 def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_tokens: int, tokens_per_step: int,
-                    speed: Callable[[], float], dist: distributed.DistInfo, device: torch.device) -> AutoDropout:
+                    speed: Callable[[], float], dist: distributed.DistInfo, device: torch.device,
+                    free_passes: float) -> AutoDropout:
     """The dropout for the passes this run will make: from its step limit, or its time budget at `speed()`
     tokens per second per process, whichever ends it first."""
     passes, source = math.inf, "steps"
@@ -96,7 +101,7 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
         if timed < passes:
             passes, source = timed, "speed"
     passes = distributed.agreed_max(passes, dist, device)
-    return AutoDropout(dropout_for_passes(passes), passes, source)
+    return AutoDropout(dropout_for_passes(passes, free_passes), passes, source, free_passes)
 
 
 def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
@@ -114,7 +119,8 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
         return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
 
-    auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device)
+    auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device,
+                           t.auto_dropout_after)
     model.set_dropout(auto.value)
     job.model = replace(job.model, dropout=auto.value)
     if dist.is_main:

@@ -48,6 +48,7 @@ class TrainConfig:
     muon_momentum: float = 0.95
     muon_weight_decay: float = 0.0
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
+    auto_dropout_after: float = 16.0  # passes over the training split up to which model.dropout=null means none
     eval_interval: int = 250
     eval_steps: int = 40
     log_interval: int = 10
@@ -71,6 +72,7 @@ class TrainConfig:
         inf = float("inf")
         checks.number_in("train.max_epochs", self.max_epochs, 0, inf, low_open=True, optional=True)
         checks.number_in("train.max_seconds", self.max_seconds, 0, inf, low_open=True, optional=True)
+        checks.number_in("train.auto_dropout_after", self.auto_dropout_after, 0, inf)
         checks.number_in("train.lr", self.lr, 0, inf, low_open=True)
         checks.number_in("train.min_lr", self.min_lr, 0, self.lr)
         checks.number_in("train.weight_decay", self.weight_decay, 0, inf)
