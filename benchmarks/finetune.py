@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ladder import RESULT, evaluate, load_average  # noqa: E402
+from benchmarks.ladder import RESULT, evaluate, machine_before_run  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 
@@ -89,7 +89,7 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
         if all(previous.get(k) == v for k, v in record.items()):
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
-    record["load_before"] = load_average()
+    record.update(machine_before_run())
     trained = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", *args.set.split()],
                     run_dir)
     if "error" in trained:
@@ -106,7 +106,7 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
     record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              "load_before": load_average()}
+              **machine_before_run()}
     trained = train(overrides + args.set.split(), run_dir)
     if "error" in trained:
         return {**record, **trained}

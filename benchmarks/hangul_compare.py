@@ -124,13 +124,13 @@ def sample(run_dir: Path) -> str:
 
 def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
             args: argparse.Namespace) -> dict:
-    from benchmarks.ladder import load_average, run_facts, train_rung
+    from benchmarks.ladder import machine_before_run, run_facts, train_rung
     from data.text import iter_text_chunks
 
     train, heldout = paths
     run_dir = Path(args.out) / corpus / f"{variant}-seed{seed}"
     record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              "load_before": load_average()}
+              **machine_before_run()}
     opts = argparse.Namespace(steps=None, seconds=args.seconds, set=f"{VARIANTS[variant]} {args.set}".strip())
     trained = train_rung("lecture", seed, train, run_dir, opts)
     if "error" in trained:

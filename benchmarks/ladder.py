@@ -24,11 +24,13 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,11 +74,28 @@ def budget(args: argparse.Namespace) -> str:
     return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
 
 
-def load_average() -> float:
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"warning: the machine is not idle (1-minute load {load:.2f}); timings will be low", file=sys.stderr)
-    return round(load, 2)
+def cpu_busy(seconds: float = 2.0) -> float | None:
+    """The share of all CPUs busy over the next `seconds` (from /proc/stat; None where there is none). The
+    campaign itself sleeps meanwhile, so this is what other programs use: unlike the load average, it does not
+    still count the run that just ended."""
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
+
+
+def machine_before_run() -> dict:
+    """The load average (which still counts the previous run) and the CPU share other programs use now."""
+    busy = cpu_busy()
+    if busy is not None and busy > 0.1:
+        print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)
+    return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy}
 
 
 def evaluate(ckpt: Path, heldout: Path) -> dict:
@@ -115,11 +134,19 @@ def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Na
             "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
 
 
+def run_name(rung: str, seed: int, overrides: str) -> str:
+    """A run's folder: with `--set`, a short digest of the overrides, so that a probe keeps its own folder
+    instead of overwriting the plain rung's."""
+    if not overrides.strip():
+        return f"{rung}-seed{seed}"
+    return f"{rung}-seed{seed}-set{hashlib.sha1(overrides.encode('utf-8')).hexdigest()[:8]}"
+
+
 def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
     train, heldout = paths
-    run_dir = Path(args.out) / corpus / f"{rung}-seed{seed}"
+    run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
     record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
-              "load_before": load_average()}
+              **machine_before_run()}
     if rung == "nanogpt":
         return {**record, **run_peer(seed, train, heldout, run_dir, args)}
     trained = train_rung(rung, seed, train, run_dir, args)

@@ -33,11 +33,16 @@ def throughput(run: dict) -> float | None:
 
 
 def summarise(results: list[dict]) -> dict[str, list[dict]]:
-    """{corpus: [row per rung, in the order first seen]} over the results without errors."""
+    """{corpus: [row per rung: nanoGPT, then the ladder's order]} over the results without errors."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
         if "error" not in r and r.get("heldout_bpc") is not None:
             groups.setdefault((r["corpus"], r["rung"]), []).append(r)
+    corpora = list(dict.fromkeys(corpus for corpus, _ in groups))
+    order = ["nanogpt", "lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init",
+             "modern"]
+    groups = dict(sorted(groups.items(), key=lambda kv: (corpora.index(kv[0][0]),
+                                                         order.index(kv[0][1]) if kv[0][1] in order else len(order))))
     table: dict[str, list[dict]] = {}
     for (corpus, rung), runs in groups.items():
         bpcs = [r["heldout_bpc"] for r in runs]
@@ -46,7 +51,9 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
             "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
             "tokens_per_sec": tps[len(tps) // 2] if tps else None, "steps": statistics.fmean(r["steps"] for r in runs),
             "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
-            "max_load": max(r.get("load_before", 0.0) for r in runs)})
+            "max_load": max(r.get("load_before", 0.0) for r in runs),
+            "max_busy": max((r["cpu_busy_before"] for r in runs if r.get("cpu_busy_before") is not None),
+                            default=None)})
     for rows in table.values():
         peer = next((row["bpc"] for row in rows if row["rung"] == "nanogpt"), None)
         for row in rows:
@@ -66,9 +73,18 @@ def markdown(table: dict[str, list[dict]], budget: str) -> str:
             seen = f"{row['tokens'] / 1e6:.2f}M" if row["tokens"] else ""
             lines.append(f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {seen} | {tps} | "
                          f"{row['steps']:,.0f} | {row['seeds']} |")
-        loads = max(row["max_load"] for row in rows)
-        lines += ["", f"Highest 1-minute load average before a run: {loads:.2f}.", ""]
+        lines += ["", machine_line(rows), ""]
     return "\n".join(lines)
+
+
+def machine_line(rows: list[dict]) -> str:
+    """How idle the machine was before the runs: the CPU share others used, where measured, and the load."""
+    load = max(row["max_load"] for row in rows)
+    busy = [row["max_busy"] for row in rows if row.get("max_busy") is not None]
+    said = f"Other programs used at most {max(busy):.1%} of the CPUs just before a run (where measured); the " \
+        if busy else "The "
+    return (f"{said}1-minute load average before a run was at most {load:.2f} (it still counts the run "
+            "that had just ended: runs go one after another).")
 
 
 def draw(table: dict[str, list[dict]], path: Path) -> None:

@@ -113,3 +113,24 @@ def test_peer_settings_are_checked():
     assert settings(["dropout=0.1", "bias=true"])["dropout"] == 0.1
     with pytest.raises(UserError, match="unknown setting"):
         settings(["wat=1"])
+
+
+def test_a_probe_keeps_its_own_folder():
+    from benchmarks.ladder import run_name
+
+    plain, probe = run_name("modern", 1337, ""), run_name("modern", 1337, "model.dropout=0.2")
+    assert plain == "modern-seed1337" and probe.startswith("modern-seed1337-set")
+    assert probe != run_name("modern", 1337, "model.dropout=0")
+    assert probe == run_name("modern", 1337, "model.dropout=0.2")
+
+
+def test_the_idle_check_measures_other_programs():
+    from benchmarks.ladder import cpu_busy, machine_before_run
+    from benchmarks.ladder_report import machine_line
+
+    busy = cpu_busy(0.2)
+    assert busy is None or 0.0 <= busy <= 1.0
+    assert set(machine_before_run()) == {"load_before", "cpu_busy_before"}
+    said = machine_line([{"max_load": 1.9, "max_busy": 0.03}, {"max_load": 2.0, "max_busy": None}])
+    assert "at most 3.0% of the CPUs" in said and "at most 2.00" in said
+    assert machine_line([{"max_load": 0.2, "max_busy": None}]).startswith("The 1-minute load average")

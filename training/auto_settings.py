@@ -4,10 +4,11 @@ Design choices:
 - Dropout helps a model that sees its training text many times and only slows one that sees it once or less
   (its masks also cost a good part of a CPU step). So "auto" resolves it from the number of passes over the
   training split the run will make: none up to `train.auto_dropout_after` passes, then rising with the logarithm
-  of the passes to `MAX_DROPOUT`. Where a recipe starts to memorise is the recipe's: at three to four passes both
-  recipes learned less with dropout 0.1 than without it; at ten to thirteen passes the modern recipe (Muon)
-  memorised without it, while the lecture recipe still learned more without it at twelve to fourteen passes, on
-  the novels and on the built-in corpus. So the threshold is a training key, 16 by default and 4 in
+  of the passes to `MAX_DROPOUT`; a rate under `MIN_DROPOUT` is none, since the masks cost the same time at
+  any rate and a tiny rate does not regularise. Where a recipe starts to memorise is the recipe's: at three to
+  four passes both recipes learned less with dropout 0.1 than without it; at ten to thirteen passes the modern
+  recipe (Muon) memorised without it, while the lecture recipe still learned more without it at twelve to
+  fourteen passes, on the novels and on the built-in corpus. So the threshold is a training key, 16 by default and 4 in
   recipe=modern (docs/en/training.md has the measurements and the commands).
 - The passes come from the step limit when there is one. Under a time budget they come from the run's own
   speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
@@ -37,6 +38,7 @@ from training.optim import make_optimizer
 
 MAX_DROPOUT = 0.2
 DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after
+MIN_DROPOUT = 0.05  # a smaller rate is resolved to none: its masks cost as much time as a useful rate's
 TRAINING_SHARE = 0.9  # of a time budget spent on training steps rather than evaluations and checkpoints
 TIMED_STEPS = 3
 
@@ -61,7 +63,8 @@ def dropout_for_passes(passes: float, free_passes: float) -> float:
     rounded to 0.01."""
     if passes <= free_passes:
         return 0.0
-    return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
+    value = round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
+    return value if value >= MIN_DROPOUT else 0.0
 
 
 def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
