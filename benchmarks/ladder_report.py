@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.ladder import RUNGS, budget
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC_PAGES = (ROOT / "docs" / "en" / "ladder.md", ROOT / "docs" / "ko" / "ladder.md")
 PICTURE = ROOT / "docs" / "images" / "ladder.png"
@@ -39,14 +41,16 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
         if "error" not in r and r.get("heldout_bpc") is not None:
             groups.setdefault((r["corpus"], r["rung"]), []).append(r)
     corpora = list(dict.fromkeys(corpus for corpus, _ in groups))
-    order = ["nanogpt", "lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init",
-             "modern"]
-    groups = dict(sorted(groups.items(), key=lambda kv: (corpora.index(kv[0][0]),
-                                                         order.index(kv[0][1]) if kv[0][1] in order else len(order))))
+    order = ["nanogpt", *RUNGS]
+
+    def rank(key: tuple[str, str]) -> tuple[int, int]:  # corpora as first seen, rungs in the ladder's order
+        corpus, rung = key
+        return corpora.index(corpus), order.index(rung) if rung in order else len(order)
+
     table: dict[str, list[dict]] = {}
-    for (corpus, rung), runs in groups.items():
+    for (corpus, rung), runs in sorted(groups.items(), key=lambda kv: rank(kv[0])):
         bpcs = [r["heldout_bpc"] for r in runs]
-        tps = sorted(throughput(r) for r in runs if throughput(r))
+        tps = sorted(v for v in map(throughput, runs) if v)
         table.setdefault(corpus, []).append({
             "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
             "tokens_per_sec": tps[len(tps) // 2] if tps else None, "steps": statistics.fmean(r["steps"] for r in runs),
@@ -61,10 +65,10 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
     return table
 
 
-def markdown(table: dict[str, list[dict]], budget: str) -> str:
+def markdown(table: dict[str, list[dict]], limit: str) -> str:
     lines = []
     for corpus, rows in table.items():
-        lines += [f"**{corpus}** ({budget} per run; held-out bits per character, mean ± half-range over seeds)", "",
+        lines += [f"**{corpus}** ({limit} per run; held-out bits per character, mean ± half-range over seeds)", "",
                   "| run | held-out bpc | vs nanoGPT | tokens seen | tokens/s | steps | seeds |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for row in rows:
@@ -110,9 +114,8 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
 
 
 def report(results: list[dict], args: argparse.Namespace, out: Path) -> None:
-    budget = f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
-    chosen = [r for r in results if r.get("set", "") == args.set and r.get("budget") == budget]
-    text = markdown(summarise(chosen), budget)
+    chosen = [r for r in results if r.get("set", "") == args.set and r.get("budget") == budget(args)]
+    text = markdown(summarise(chosen), budget(args))
     print(text)
     (out / "ladder.md").write_text(text, encoding="utf-8")
     if args.docs:
