@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from common.errors import UserError
-from common.fsutil import atomic_write
+from common.fsutil import atomic_copy, atomic_write
 from model.config import ModelConfig
 
 FORMAT = "kochar-gpt/checkpoint"
@@ -156,6 +156,18 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
         kept = f"the previous {path.name} is kept unchanged" if path.exists() else "nothing was written"
         raise CheckpointWriteError(f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or "
+                                   "fix the folder, then resume") from None
+
+
+def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
+    """`dst` becomes the complete checkpoint `src` (a hard link where possible: no second write); a failed
+    copy is one UserError, as for `save_checkpoint`."""
+    dst = Path(dst)
+    try:
+        atomic_copy(src, dst)
+    except OSError as e:
+        kept = f"the previous {dst.name} is kept unchanged" if dst.exists() else "nothing was written"
+        raise CheckpointWriteError(f"could not save checkpoint {dst} ({_write_failure(e)}); {kept}; free space or "
                                    "fix the folder, then resume") from None
 
 

@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from model.config import ATTENTION_KINDS
+from model.dropout import Dropout
+from model.dropout import dropout as masked_dropout
 from model.kv_cache import LayerKV
 from model.rope import apply_rope, rope_tables
 
@@ -41,6 +43,8 @@ def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
 ) -> Tensor:
     """scaled_dot_product_attention over (B, H, T, D) queries and (B, H, S, D) keys/values -> (B, H, T, D)."""
+    if dropout_p > 0.0 and q.device.type == "cpu":
+        return attend_with_dropout(q, k, v, mask, causal, dropout_p)
     # PyTorch's CPU flash kernel is slower than the plain math path in bf16 (its backward above all), so
     # reduced precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
     # SDPA picks the kernel.
@@ -49,6 +53,18 @@ def attend(
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
+
+
+def attend_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+    """`attend` in training on the CPU: SDPA's own math path, with `model.dropout`'s cheaper masks on the
+    attention weights instead of one random draw per weight."""
+    T, S = q.shape[-2], k.shape[-2]
+    if causal:
+        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=S - T)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return masked_dropout(F.softmax(scores, dim=-1), p, training=True) @ v
 
 
 def token_positions(start: int, length: int, device: torch.device, rope: Rope | None) -> Tensor | None:
@@ -80,7 +96,7 @@ class Head(nn.Module):
         self.query = nn.Linear(embedding_size, head_dim, bias=False)
         self.key = nn.Linear(embedding_size, head_dim, bias=False)
         self.value = nn.Linear(embedding_size, head_dim, bias=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.scale = 1.0 / math.sqrt(head_dim)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
@@ -131,7 +147,7 @@ class MultiHeadAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.proj = nn.Linear(head_size, embedding_size)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
     def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from model.attention import MultiHeadAttention
 from model.config import ModelConfig
+from model.dropout import Dropout
 from model.kv_cache import LayerKV
 
 
@@ -41,7 +42,7 @@ class FeedForward(nn.Module):
         self.fc = nn.Linear(embedding_size, 2 * hidden if kind == "swiglu" else hidden)
         self.act = nn.GELU()  # kept as a module so the lecture's model prints as it always did
         self.proj = nn.Linear(hidden, embedding_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.fc(x)

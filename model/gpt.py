@@ -25,6 +25,7 @@ from model.attention import ATTENTION_KINDS
 from model.block import Block, make_norm
 from model.config import ModelConfig
 from model.decode import DecodeStep
+from model.dropout import Dropout
 from model.jamo_embedding import FIRST_ID, NUM_PARTS, NUM_SYLLABLES, JamoEmbedding
 from model.jamo_head import JamoHead
 from model.kv_cache import KVCache, TokenWindow
@@ -52,7 +53,7 @@ class AttentionLanguageModel(nn.Module):
         self.jamo_embedding = JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else None
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" \
             else None
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
         self.ln_f = make_norm(c.norm, c.embedding_size)
         self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None

@@ -50,7 +50,8 @@ class TrainConfig:
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     auto_dropout_after: float = 16.0  # passes over the training split up to which model.dropout=null means none
     eval_interval: int = 250
-    eval_steps: int = 40
+    eval_steps: int = 20
+    snapshot_interval: int = 1000  # steps between TensorBoard samples and attention maps (0 = never)
     log_interval: int = 10
     dtype: str = "auto"
     compile: bool = False
@@ -65,7 +66,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for key in ("batch_size", "eval_interval", "eval_steps", "grad_accum_steps", "log_interval"):
             checks.positive_int(f"train.{key}", getattr(self, key))
-        for key in ("warmup_steps", "sample_chars", "sample_tokens", "attention_tokens"):
+        for key in ("warmup_steps", "sample_chars", "sample_tokens", "attention_tokens", "snapshot_interval"):
             checks.positive_int(f"train.{key}", getattr(self, key), minimum=0)
         checks.positive_int("train.max_steps", self.max_steps, minimum=0, optional=True)
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)

@@ -88,6 +88,7 @@ class LoopState:
     stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | SIGINT | SIGTERM
     started: float = field(default_factory=time.perf_counter)
     last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
+    last_snapshot: int | None = None  # step of this process's last TensorBoard snapshot
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.started

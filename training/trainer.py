@@ -7,7 +7,10 @@ Design choices:
 - Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
   progress bar and writes checkpoints; every rank agrees on when to stop.
 - A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss. Non-finite weights are never saved.
+  lowest validation loss (a hard link to that evaluation's `ckpt.pt`, not a second write). Non-finite weights
+  are never saved.
+- Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
+  attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from tqdm import tqdm
 
 from common.errors import UserError
 from common.overrides import shell_path
-from inference.checkpoint import BEST_NAME, CKPT_NAME, Checkpoint, TrainingState, save_checkpoint, strip_compile_prefix
+from inference.checkpoint import (
+    BEST_NAME,
+    CKPT_NAME,
+    Checkpoint,
+    TrainingState,
+    copy_checkpoint,
+    save_checkpoint,
+    strip_compile_prefix,
+)
 from training import distributed
 from training.config import TrainJob
 from training.evaluation import bits_per_char, estimate_loss
@@ -78,8 +89,9 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
                     tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
                                f"train.resume={shell_path(s.run_dir)}")
                 break
-            if state.step % job.train.eval_interval == 0 or state.step == s.max_steps or halt:
-                validate(s, state)
+            last = state.step == s.max_steps or halt
+            if state.step % job.train.eval_interval == 0 or last:
+                validate(s, state, last)
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
                 break
@@ -107,23 +119,32 @@ def evaluate(s: Session) -> tuple[float, float]:
             estimate_loss(s.eval_model, s.val_tokens, *args, seed=s.job.seed + 2))
 
 
-def validate(s: Session, state: LoopState) -> None:
+def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved)."""
     train_est, state.val_loss = evaluate(s)
     bpc = bits_per_char(state.val_loss, s.tokens_per_char)
     s.logger.scalars(state.step, {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est})
-    s.logger.snapshot(state.step)
+    if snapshot_due(s.job.train.snapshot_interval, state.last_snapshot, state.step, last):
+        s.logger.snapshot(state.step)
+        state.last_snapshot = state.step
     s.logger.flush()
     if s.dist.is_main:
         tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
-    save(s, state, CKPT_NAME)
-    if improved:
-        save(s, state, BEST_NAME)
+    save(s, state, CKPT_NAME, also=BEST_NAME if improved else None)
 
 
-def save(s: Session, state: LoopState, name: str) -> None:
+def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool) -> bool:
+    """TensorBoard samples and attention maps at the first evaluation, the first one `interval` steps after
+    the previous snapshot, and the last; never with interval 0."""
+    if interval == 0:
+        return False
+    return last or last_snapshot is None or step - last_snapshot >= interval
+
+
+def save(s: Session, state: LoopState, name: str, also: str | None = None) -> None:
+    """Write the checkpoint `name`, and give it the second name `also` (best.pt) without writing it twice."""
     if not s.dist.is_main:
         return
     if not all(torch.isfinite(p).all() for p in s.raw_model.parameters()):
@@ -135,6 +156,8 @@ def save(s: Session, state: LoopState, name: str) -> None:
                       s.tokens_per_char, config, training)
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
+        if also:
+            copy_checkpoint(s.run_dir / name, s.run_dir / also)
     except UserError:
         for bar in list(getattr(tqdm, "_instances", ())):  # so the error starts its own line
             bar.close()
