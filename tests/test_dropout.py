@@ -86,3 +86,19 @@ def test_a_model_with_dropout_learns_and_is_deterministic_in_evaluation():
     assert not torch.equal(train_a, train_b)  # masks differ from call to call
     m.eval()
     torch.testing.assert_close(m(x)[0], m(x)[0])
+
+
+def test_the_dropout_benchmark_prints_its_three_sides_and_restores_our_masks(capsys):
+    import json
+
+    import model.attention
+    import model.dropout
+    from benchmarks import dropout_speed
+
+    ours = model.dropout.dropout
+    dropout_speed.main(["--model", "lecture", "--batch", "2", "--rounds", "1", "--steps", "1", "--vocab-size", "50",
+                        "--dtype", "float32"])
+    out = json.loads(capsys.readouterr().out)
+    assert {"train_tokens_per_sec_none", "train_tokens_per_sec_torch_masks", "train_tokens_per_sec_ours",
+            "ours_over_torch_masks", "ours_over_none"} <= set(out)
+    assert model.dropout.dropout is ours and model.attention.masked_dropout is ours

@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
 from common.fsutil import atomic_rename
+from common.memory import keep_freed_memory
 from common.overrides import shell_path
 from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
@@ -237,6 +238,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     device = pick_device(job.device, dist.local_rank)
     dtype = resolve_dtype(t.dtype, device)
     enable_fast_matmul(device)
+    if device.type == "cpu":
+        keep_freed_memory()  # common/memory.py: no page faults for the buffers every step frees
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
