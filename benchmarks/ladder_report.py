@@ -53,7 +53,8 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
         tps = [v for v in map(throughput, runs) if v]
         table.setdefault(corpus, []).append({
             "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
-            "tokens_per_sec": statistics.median(tps) if tps else None, "steps": statistics.fmean(r["steps"] for r in runs),
+            "tokens_per_sec": statistics.median(tps) if tps else None,
+            "steps": statistics.fmean(r["steps"] for r in runs),
             "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
             "max_load": max(r.get("load_before", 0.0) for r in runs),
             "max_busy": max((r["cpu_busy_before"] for r in runs if r.get("cpu_busy_before") is not None),

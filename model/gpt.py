@@ -1,6 +1,5 @@
-"""AttentionLanguageModel: a GPT over token ids.
-
-token (+ learned position) embeddings -> num_blocks pre-norm blocks -> final norm -> LM head.
+"""AttentionLanguageModel: a GPT over token ids: token (+ learned position) embeddings -> num_blocks pre-norm
+blocks -> final norm -> LM head.
 
 Design choices:
 - With `position=rope` there is no position embedding at all: positions enter only through the rotation of
