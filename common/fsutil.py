@@ -6,9 +6,9 @@ Design choices:
   target, and the folder is fsynced so the rename itself survives a power cut. A crash or Ctrl-C at any
   moment leaves the old file or the new one, never half of one.
 - `atomic_rename` is the same rename for a file that was written elsewhere in full (a download's `.part`);
-  `atomic_copy` gives a complete file a second name the same way (a hard link where the file system has
-  them, so `best.pt` costs no second write; a copy where it does not). Changing one name later never changes
-  the other: every writer replaces a file by renaming a new one over it, never by writing into it.
+  `atomic_copy` gives a complete file's bytes a second name the same way (the kernel copies them; `best.pt`
+  needs no second serialisation). Always a copy, never a hard link: a user's `cp x best.pt` writes into the
+  file in place and would change both names of a linked pair.
   Together they are the only places in the project that call `os.replace`.
 - Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
 - `user_cache_dir` is the one answer to "where do derived files go when no folder was given".
@@ -65,12 +65,9 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        try:
-            os.link(src, tmp)
-        except OSError:  # no hard links here (some network and FAT file systems): copy the bytes
-            shutil.copyfile(src, tmp)
-            with tmp.open("rb+") as f:
-                os.fsync(f.fileno())
+        shutil.copyfile(src, tmp)
+        with tmp.open("rb+") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)

@@ -160,7 +160,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
-    """`dst` becomes the complete checkpoint `src` (a hard link where possible: no second write); a failed
+    """`dst` becomes the complete checkpoint `src` (a byte copy: no second serialisation); a failed
     copy is one UserError, as for `save_checkpoint`."""
     dst = Path(dst)
     try:

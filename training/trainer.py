@@ -7,7 +7,7 @@ Design choices:
 - Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
   progress bar and writes checkpoints; every rank agrees on when to stop.
 - A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss (a hard link to that evaluation's `ckpt.pt`, not a second write). Non-finite weights
+  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation). Non-finite weights
   are never saved.
 - Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
   attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
