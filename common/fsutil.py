@@ -5,11 +5,8 @@ Design choices:
   target's folder (so the rename never crosses file systems), are fsynced, then `os.replace`d over the
   target, and the folder is fsynced so the rename itself survives a power cut. A crash or Ctrl-C at any
   moment leaves the old file or the new one, never half of one.
-- `atomic_rename` is the same rename for a file that was written elsewhere in full (a download's `.part`);
-  `atomic_copy` gives a complete file's bytes a second name the same way (the kernel copies them; `best.pt`
-  needs no second serialisation). Always a copy, never a hard link: a user's `cp x best.pt` writes into the
-  file in place and would change both names of a linked pair.
-  Together they are the only places in the project that call `os.replace`.
+- `atomic_rename` is the same rename for a file that was written elsewhere in full (a download's `.part`):
+  together they are the only places in the project that call `os.replace`.
 - Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
 - `user_cache_dir` is the one answer to "where do derived files go when no folder was given".
 """
@@ -18,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -56,22 +52,6 @@ def atomic_rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     leave half done; both must be in the same folder or at least on the same file system."""
     os.replace(src, dst)
     _fsync_folder(Path(dst).parent)
-
-
-def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Make `dst` hold what the complete file `src` holds, replacing any `dst` atomically."""
-    src, dst = Path(src), Path(dst)
-    remove_stale_temps(dst)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        shutil.copyfile(src, tmp)
-        with tmp.open("rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_folder(dst.parent)
 
 
 def _fsync_folder(folder: Path) -> None:

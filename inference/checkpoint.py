@@ -20,16 +20,17 @@ from __future__ import annotations
 import errno
 import pickle
 import re
+import shutil
 import warnings
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 from common.errors import UserError
-from common.fsutil import atomic_copy, atomic_write
+from common.fsutil import Writer, atomic_write
 from model.config import ModelConfig
 
 FORMAT = "kochar-gpt/checkpoint"
@@ -149,25 +150,27 @@ def _check_weights(config: ModelConfig, weights: dict, path: Path) -> None:
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
     """Write atomically; a failed write (full disk, quota, read-only folder) is one UserError that says the
     file already there is kept (atomic_write never touches it before the new one is complete)."""
-    path = Path(path)
     payload = ckpt.to_payload()
-    try:
-        atomic_write(path, lambda f: torch.save(payload, f))
-    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
-        kept = f"the previous {path.name} is kept unchanged" if path.exists() else "nothing was written"
-        raise CheckpointWriteError(f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or "
-                                   "fix the folder, then resume") from None
+    _write_checkpoint(Path(path), lambda f: torch.save(payload, f))
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
-    """`dst` becomes the complete checkpoint `src` (a byte copy: no second serialisation); a failed
-    copy is one UserError, as for `save_checkpoint`."""
-    dst = Path(dst)
+    """`dst` becomes the complete checkpoint `src`, written the same way from its bytes (no second
+    serialisation, and a file of its own: never a hard link, which an in-place `cp` over one name would change
+    under the other)."""
+    def copy(f: BinaryIO) -> None:
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, f)
+
+    _write_checkpoint(Path(dst), copy)
+
+
+def _write_checkpoint(path: Path, writer: Writer) -> None:
     try:
-        atomic_copy(src, dst)
-    except OSError as e:
-        kept = f"the previous {dst.name} is kept unchanged" if dst.exists() else "nothing was written"
-        raise CheckpointWriteError(f"could not save checkpoint {dst} ({_write_failure(e)}); {kept}; free space or "
+        atomic_write(path, writer)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        kept = f"the previous {path.name} is kept unchanged" if path.exists() else "nothing was written"
+        raise CheckpointWriteError(f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or "
                                    "fix the folder, then resume") from None
 
 

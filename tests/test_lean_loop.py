@@ -73,7 +73,7 @@ def test_a_failed_copy_is_one_user_error_and_keeps_the_old_best(tmp_path, monkey
     def full(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fsutil.shutil, "copyfile", full)
+    monkeypatch.setattr("inference.checkpoint.shutil.copyfileobj", full)
     with pytest.raises(UserError, match="could not save checkpoint .*best.pt .the disk is full.; the previous best.pt"):
         copy_checkpoint(tmp_path / "ckpt.pt", tmp_path / "best.pt")
     assert (tmp_path / "best.pt").read_bytes() == b"old"
