@@ -24,7 +24,8 @@ def hf_config(c: ModelConfig) -> dict:
             "vocab_size": c.vocab_size, "context_length": c.context_length, "embedding_size": c.embedding_size,
             "head_size": c.head_size, "num_heads": c.num_heads, "num_blocks": c.num_blocks, "position": c.position,
             "norm": c.norm, "mlp": c.mlp, "qk_norm": c.qk_norm, "mlp_hidden": c.mlp_hidden,
-            "tie_weights": c.tie_weights, "embedding": c.embedding, "head": c.head, "tie_word_embeddings": False,
+            "tie_weights": c.tie_weights, "embedding": c.embedding, "head": c.head, "jamo_initials": c.jamo_initials,
+            "tie_word_embeddings": False,
             "pad_token_id": 0}
 
 

@@ -28,6 +28,7 @@ MLPS = ("gelu", "relu2", "swiglu")
 INITS = ("gpt2", "torch")
 EMBEDDINGS = ("token", "jamo")
 HEADS = ("softmax", "jamo")
+JAMO_INITIALS = ("pairs", "linear")
 
 
 @dataclass
@@ -50,6 +51,8 @@ class ModelConfig:
     embedding: str = "token"  # token (a row per token) | jamo (a syllable's row composed from its jamo; needs the
     #                           hangul tokenizer's ids: model/jamo_embedding.py)
     head: str = "softmax"  # softmax (a row per token) | jamo (initial, then medial, then final: model/jamo_head.py)
+    jamo_initials: str = "pairs"  # model.head=jamo's stage 1: pairs (an initial scored from its 21 (initial, medial)
+    #                               rows) | linear (one row per initial: the first version)
 
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
@@ -63,7 +66,8 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
         for name, kinds in (("attention", ATTENTION_KINDS), ("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                            ("init", INITS), ("embedding", EMBEDDINGS), ("head", HEADS)):
+                            ("init", INITS), ("embedding", EMBEDDINGS), ("head", HEADS),
+                            ("jamo_initials", JAMO_INITIALS)):
             checks.one_of(f"model.{name}", getattr(self, name), kinds)
         if self.head == "jamo" and self.tie_weights:
             raise ConfigError("model.head=jamo has no output matrix to tie to the embedding; set "
@@ -92,9 +96,12 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
         """From a checkpoint's plain dict; keys this version does not know are an error, missing keys take
-        their defaults (checkpoints written before an option existed were built without it)."""
+        their defaults (checkpoints written before an option existed were built without it), except that a staged
+        head from before `jamo_initials` existed is the first version's, `linear`."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown model settings {', '.join(unknown)} (written by a newer version?)")
+        if d.get("head") == "jamo" and "jamo_initials" not in d:
+            d = {**d, "jamo_initials": "linear"}
         return cls(**d)

@@ -56,7 +56,7 @@ class AttentionLanguageModel(nn.Module):
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
         self.ln_f = make_norm(c.norm, c.embedding_size)
         self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None
-        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size) if c.head == "jamo" else None
+        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials) if c.head == "jamo" else None
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
         self._init_weights(c)

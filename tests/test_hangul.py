@@ -10,6 +10,7 @@ import unicodedata
 import pytest
 import torch
 
+from common.errors import UserError
 from data.corpus import load_corpus
 from model import AttentionLanguageModel
 from model.jamo_embedding import NUM_PARTS, syllable_parts
@@ -111,20 +112,21 @@ def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
 
 # -- model.head=jamo -----------------------------------------------------------------------------------------
 
-def _head(seed: int = 0):
+def _head(seed: int = 0, initials: str = "pairs"):
     from model.jamo_head import JamoHead
 
     torch.manual_seed(seed)
-    head = JamoHead(11200, 32)
+    head = JamoHead(11200, 32, initials)
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, 0.5)  # far from uniform, so a stage that mixed up its parts would show
     return head
 
 
+@pytest.mark.parametrize("initials", ["pairs", "linear"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype):
-    head = _head()
+def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype, initials):
+    head = _head(initials=initials)
     h = torch.randn(6, 32)
     targets = torch.tensor([0, 1, 11172, 11173, 11199, 5000])  # <unk>, 가, 힣, the first other id, the last, 뉴
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
@@ -134,6 +136,35 @@ def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype):
     assert torch.allclose(torch.logsumexp(joint, -1), torch.zeros(6), atol=1e-5)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     assert torch.allclose(losses, -joint[torch.arange(6), targets], atol=tol, rtol=tol)
+
+
+def test_an_initial_is_as_likely_as_the_pairs_it_opens():
+    """With its own stage-1 rows and stage 2's shared part at zero, the pairs version's first two stages are one
+    softmax over the 399 (initial, medial) rows and the other characters; the linear version is not."""
+    from model.jamo_embedding import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
+
+    for initials, flat in (("pairs", True), ("linear", False)):
+        head = _head(3, initials)
+        with torch.no_grad():
+            head.stage1.weight[:NUM_INITIALS] = 0
+            head.medial_out.weight.zero_()
+            h = torch.randn(2, 32)
+            joint = head.joint(h)
+            pair_p = joint[:, 1:11173].exp().view(2, NUM_INITIALS * NUM_MEDIALS, NUM_FINALS).sum(-1)  # (2, 399)
+            scores = torch.cat([h @ head.medial_rows.T, head.stage1(h)[:, NUM_INITIALS:]], dim=-1)
+            expected = torch.softmax(scores, -1)[:, :NUM_INITIALS * NUM_MEDIALS]
+        assert torch.allclose(pair_p, expected, atol=1e-6) == flat
+
+
+def test_a_staged_head_saved_before_the_choice_of_initials_rebuilds_as_it_was():
+    from model.config import ModelConfig
+
+    old = {k: v for k, v in ModelConfig(vocab_size=11200, head="jamo").to_dict().items() if k != "jamo_initials"}
+    assert ModelConfig.from_dict(old).jamo_initials == "linear"
+    assert ModelConfig.from_dict({**old, "head": "softmax"}).jamo_initials == "pairs"  # no staged head: the default
+    assert ModelConfig(head="jamo").jamo_initials == "pairs"
+    with pytest.raises(UserError, match="jamo_initials"):
+        ModelConfig(jamo_initials="flat")
 
 
 def test_sampled_frequencies_follow_the_scored_distribution():
@@ -189,9 +220,10 @@ def test_the_staged_head_is_refused_where_it_cannot_work(tmp_path, corpus):
     assert r.returncode == 2 and "model.head=jamo" in r.stderr and "data.tokenizer=hangul" in r.stderr
 
 
-def test_a_batch_without_syllables_still_gives_every_staged_parameter_a_gradient():
+@pytest.mark.parametrize("initials", ["pairs", "linear"])
+def test_a_batch_without_syllables_still_gives_every_staged_parameter_a_gradient(initials):
     """DDP needs every parameter in each rank's graph, even when a micro-batch holds no Hangul at all."""
-    head = _head()
+    head = _head(initials=initials)
     h = torch.randn(2, 3, 32, requires_grad=True)
     targets = torch.tensor([[0, 11173, 11199], [11180, 11173, 0]])  # <unk> and other characters only
     head.token_losses(h, targets).mean().backward()

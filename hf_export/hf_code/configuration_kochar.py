@@ -12,7 +12,7 @@ class KocharConfig(PreTrainedConfig):
 
     def __init__(self, vocab_size=100, context_length=128, embedding_size=128, head_size=128, num_heads=4,
                  num_blocks=4, position="learned", norm="layernorm", mlp="gelu", qk_norm=False, mlp_hidden=512,
-                 tie_weights=False, embedding="token", head="softmax", **kwargs):
+                 tie_weights=False, embedding="token", head="softmax", jamo_initials="linear", **kwargs):
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.max_position_embeddings = context_length
@@ -31,5 +31,6 @@ class KocharConfig(PreTrainedConfig):
         self.tie_weights = tie_weights
         self.embedding = embedding
         self.head = head
+        self.jamo_initials = jamo_initials  # folders exported before it existed hold the first version, linear
         kwargs.setdefault("tie_word_embeddings", tie_weights)
         super().__init__(**kwargs)

@@ -40,9 +40,9 @@ class JamoEmbedding(nn.Module):
 class JamoHead(nn.Module):
     """Initial (with every other id), then medial given it, then final given both: log-probabilities of every id."""
 
-    def __init__(self, vocab_size, size):
+    def __init__(self, vocab_size, size, initials="linear"):
         super().__init__()
-        self.vocab_size = vocab_size
+        self.vocab_size, self.initials = vocab_size, initials
         self.stage1 = nn.Linear(size, N_L + vocab_size - N_SYL, bias=False)
         self.medial_in, self.medial_initial = nn.Linear(size, size), nn.Embedding(N_L, size)
         self.medial_out = nn.Linear(size, N_V, bias=False)
@@ -54,9 +54,13 @@ class JamoHead(nn.Module):
 
     def forward(self, h):
         shape, h = h.shape[:-1], h.reshape(-1, h.shape[-1])
-        s1 = F.log_softmax(self.stage1(h).float(), dim=-1)
+        pairs = (h @ self.medial_rows.to(h.dtype).T).view(-1, N_L, N_V)
+        l1 = self.stage1(h).float()
+        if self.initials == "pairs":  # an initial's score gathers its 21 (initial, medial) rows
+            l1 = torch.cat([l1[:, :N_L] + torch.logsumexp(pairs.float(), -1), l1[:, N_L:]], dim=-1)
+        s1 = F.log_softmax(l1, dim=-1)
         l2 = self.medial_out(F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight))
-        s2 = F.log_softmax((l2 + (h @ self.medial_rows.to(h.dtype).T).view(-1, N_L, N_V)).float(), -1)
+        s2 = F.log_softmax((l2 + pairs).float(), -1)
         pair = (self.final_initial.weight[:, None] + self.final_medial.weight[None]).flatten(0, 1)
         l3 = self.final_out(F.gelu(self.final_in(h)[:, None] + pair))
         l3 = l3 + (h @ self.final_rows.to(h.dtype).T).view(-1, N_L * N_V, N_T)
@@ -153,7 +157,7 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
         self.ln_f = _norm(c.norm, c.embedding_size)
         self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None
-        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size) if c.head == "jamo" else None
+        self.jamo_head = JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials) if c.head == "jamo" else None
         self.post_init()
 
     def _init_weights(self, module):
