@@ -257,6 +257,10 @@ def test_every_bash_command_is_one_we_check(page, words):
         _check_time_budget(words[3:])
     elif words[:2] == ["python", "-m"] and words[2] in CAMPAIGNS:
         _check_campaign(words[2], words[3:])
+    elif words[:3] == ["python", "-m", "benchmarks.hangul_stages"]:
+        from benchmarks.hangul_stages import parse_args
+
+        parse_args(words[3:])
     elif words[:3] == ["python", "-m", "benchmarks.dropout_speed"]:
         from benchmarks.dropout_speed import parse_args
 

@@ -1,0 +1,126 @@
+"""Where a model loses bits on Hangul, stage by stage: the staged head's three choices read off any model.
+
+    python -m benchmarks.hangul_stages runs/hangul/nsmc/char-seed1337 runs/hangul/nsmc/hangul+jamo-in+out-seed1337 \
+        --text runs/hangul/splits/<corpus>/heldout.txt --train runs/hangul/splits/<corpus>/train.txt
+
+Every model with one token per character (`char` or `hangul`, either head) gives a full distribution over the
+next character; summing it over the syllables that share an initial, or an (initial, medial) pair, gives what
+the staged head's stages choose: p(initial), p(medial | initial), p(final | initial, medial). A softmax head
+has them implicitly, the staged head explicitly; side by side they show which stage a variant loses on. One
+JSON line per run: bits per syllable for each stage, bits per other character, bits per character, on the
+held-out characters the training text holds (those every variant can score).
+
+Design choices:
+- Non-overlapping windows of the model's context, each target predicted once with the context before it in its
+  window, as `hangul_compare` scores; windows that do not fill a context are skipped.
+- Probabilities are summed in float64, so a stage's bits are the exact marginal of the model's distribution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+HANGUL_FIRST, NUM_SYLLABLES, PER_INITIAL, NUM_FINALS = 0xAC00, 11172, 588, 28
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+
+    ap = OneLineArgumentParser(prog="hangul_stages.py", description=__doc__.split("\n\nEvery model")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories or checkpoint files")
+    ap.add_argument("--text", required=True, help="held-out text to score")
+    ap.add_argument("--train", required=True, help="the text the runs trained on (which characters were seen)")
+    ap.add_argument("--chars", type=int, default=60000, help="score the first N characters of --text (default 60000)")
+    return ap.parse_args(argv)
+
+
+def syllable_tables(chars: list[str]):
+    """Each id's initial (19) and (initial, medial) pair (399) as one-hot float64 matrices (V, 19), (V, 399), and
+    the id's initial and pair indices (-1 for ids that are not a syllable)."""
+    import torch
+
+    code = torch.tensor([ord(c) - HANGUL_FIRST if len(c) == 1 else -1 for c in chars])
+    syl = (code >= 0) & (code < NUM_SYLLABLES)
+    initial = torch.where(syl, code // PER_INITIAL, -1)
+    pair = torch.where(syl, code // NUM_FINALS, -1)
+    rows = syl.nonzero().squeeze(1)
+    by_initial = torch.zeros(len(chars), 19, dtype=torch.float64)
+    by_pair = torch.zeros(len(chars), 399, dtype=torch.float64)
+    by_initial[rows, initial[rows]] = 1
+    by_pair[rows, pair[rows]] = 1
+    return by_initial, by_pair, initial, pair
+
+
+def stage_bits(model, tokenizer, text: str, seen: set[str], batch: int = 8) -> dict:
+    """The staged view of a model's held-out loss (see the module docstring); `seen` = the training characters."""
+    import numpy as np
+    import torch
+
+    from common.errors import UserError
+
+    if (tokenizer.token_counts(text) != 1).any():
+        raise UserError("hangul_stages needs one token per character (data.tokenizer=char or hangul)")
+    chars = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
+    by_initial, by_pair, initial, pair = syllable_tables(chars)
+    scored = torch.tensor([c in seen for c in chars])
+    ids = torch.from_numpy(tokenizer.encode(text, normalized=True).astype(np.int64))
+    L = model.context_length
+    starts = list(range(0, len(ids) - L - 1, L))
+    sums = dict.fromkeys(("initial", "medial", "final", "other"), 0.0)
+    counts = {"syllables": 0, "others": 0}
+    model.eval()
+    with torch.inference_mode():
+        for k in range(0, len(starts), batch):
+            w = torch.stack([ids[s:s + L + 1] for s in starts[k:k + batch]])
+            out, _ = model(w[:, :-1])
+            logp = torch.log_softmax(out.double(), dim=-1)  # a no-op on the staged head's log-probabilities
+            p = logp.exp()
+            log_initial, log_pair = (p @ by_initial).log(), (p @ by_pair).log()  # (B, T, 19), (B, T, 399)
+            t = w[:, 1:]
+            target = logp.gather(-1, t[..., None])[..., 0]
+            ok = scored[t]
+            syl = ok & (initial[t] >= 0)
+            li = log_initial.gather(-1, initial[t].clamp(min=0)[..., None])[..., 0]
+            lp = log_pair.gather(-1, pair[t].clamp(min=0)[..., None])[..., 0]
+            sums["initial"] -= li[syl].sum().item()
+            sums["medial"] -= (lp - li)[syl].sum().item()
+            sums["final"] -= (target - lp)[syl].sum().item()
+            sums["other"] -= target[ok & ~syl].sum().item()
+            counts["syllables"] += int(syl.sum())
+            counts["others"] += int((ok & ~syl).sum())
+    n_syl, n_other = max(counts["syllables"], 1), max(counts["others"], 1)
+    bits = {f"bits_{k}": v / (n_other if k == "other" else n_syl) / math.log(2) for k, v in sums.items()}
+    bits["bpc"] = sum(sums.values()) / max(n_syl + counts["others"], 1) / math.log(2)
+    return {k: round(v, 4) for k, v in bits.items()} | counts
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    from common.errors import UserError
+    from data.text import iter_text_chunks
+    from inference.loading import load_run
+
+    args = parse_args(argv)
+    if args.chars <= 0:
+        raise UserError("--chars must be positive")
+    text = "".join(iter_text_chunks(Path(args.text)))[:args.chars]
+    seen = set("".join(iter_text_chunks(Path(args.train))))
+    for run_dir in args.runs:
+        run = load_run(Path(run_dir), torch.device("cpu"))
+        print(json.dumps({"run": run_dir, **stage_bits(run.model, run.tokenizer, text, seen)}), flush=True)
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
