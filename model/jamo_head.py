@@ -72,26 +72,30 @@ class JamoHead(nn.Module):
 
     def token_losses(self, h: Tensor, targets: Tensor) -> Tensor:
         """h: (..., E), targets: (...) ids -> their negative log-likelihoods in nats (...), in float32."""
+        shape = targets.shape
+        h, targets = h.reshape(-1, h.shape[-1]), targets.reshape(-1)  # (M, E), (M,)
         syl = (targets >= FIRST_ID) & (targets <= LAST_ID)
-        s = (targets - FIRST_ID).clamp(0, NUM_SYLLABLES - 1)
-        first = torch.where(syl, s // PER_INITIAL, NUM_INITIALS + self.other_index(targets))
+        s = (targets - FIRST_ID).clamp(0, NUM_SYLLABLES - 1)  # other ids stand in as syllable 0, masked below
+        pair = s // NUM_FINALS  # (initial, medial) pair; the parts below all derive from it
+        ini, med, fin = s // PER_INITIAL, pair % NUM_MEDIALS, s % NUM_FINALS
+        first = torch.where(syl, ini, NUM_INITIALS + self.other_index(targets))
         logits1, pair_scores = self._stage1(h)
-        loss = F.cross_entropy(logits1.flatten(0, -2), first.flatten(), reduction="none").view(targets.shape)
-        # Stages 2 and 3 run even when no target is a syllable (N = 0): every parameter then still takes part in
-        # the graph, as DDP requires of each rank's step, and no `any()` check is needed.
-        hs, t = h[syl], s[syl]  # (N, E), (N,): only the syllable positions need stages 2 and 3
-        pair = t // NUM_FINALS  # (initial, medial) pair; the parts below all derive from the one selection
-        ini, med, fin = t // PER_INITIAL, pair % NUM_MEDIALS, t % NUM_FINALS
-        z2 = F.gelu(self.medial_in(hs) + self.medial_initial(ini))
-        z3 = F.gelu(self.final_in(hs) + self.final_initial(ini) + self.final_medial(med))
+        loss = F.cross_entropy(logits1, first, reduction="none")
+        # Stages 2 and 3 run at every position, not only the syllables': a boolean selection would give every
+        # batch its own row count, and each new shape costs the CPU's matmul library a new kernel plan (that,
+        # not the arithmetic, made the selected version slower). The mask then drops the other ids' terms.
+        # Every parameter so takes part in each step's graph, as DDP requires, even with no syllable at all.
+        z2 = F.gelu(self.medial_in(h) + self.medial_initial(ini))
+        z3 = F.gelu(self.final_in(h) + self.final_initial(ini) + self.final_medial(med))
         if pair_scores is None:
-            own2 = self._own(hs, self.medial_rows, ini, NUM_MEDIALS)
+            own2 = self._own(h, self.medial_rows, ini, NUM_MEDIALS)
         else:  # the initial's 21 row scores, already computed for stage 1
-            own2 = pair_scores[syl].view(-1, NUM_INITIALS, NUM_MEDIALS)[torch.arange(len(ini)), ini]
-        l2 = self.medial_out(z2) + own2  # (N, 21)
-        l3 = self.final_out(z3) + self._own(hs, self.final_rows, pair, NUM_FINALS)  # (N, 28)
+            rows = pair_scores.view(-1, NUM_INITIALS, NUM_MEDIALS)
+            own2 = rows.gather(1, ini[:, None, None].expand(-1, 1, NUM_MEDIALS)).squeeze(1)
+        l2 = self.medial_out(z2) + own2  # (M, 21)
+        l3 = self.final_out(z3) + self._own(h, self.final_rows, pair, NUM_FINALS)  # (M, 28)
         extra = F.cross_entropy(l2.float(), med, reduction="none") + F.cross_entropy(l3.float(), fin, reduction="none")
-        return loss.masked_scatter(syl, loss[syl] + extra)
+        return (loss + extra * syl).view(shape)
 
     def _stage1(self, h: Tensor) -> tuple[Tensor, Tensor | None]:
         """h (..., E) -> stage 1's logits (..., 19 + others) in float32, and with initials="pairs" the scores of the
