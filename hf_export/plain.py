@@ -36,6 +36,7 @@ HANDLED = {
     # the architecture: the layout follows them (hf_export/writer.py choose_layout)
     "position": "layout", "norm": "layout", "mlp": "layout", "qk_norm": "layout", "tie_weights": "layout",
     "head": "layout", "embedding": "layout (folded into the token embedding where that earns a stock class)",
+    "jamo_initials": "the staged head's stage 1 (custom layout only; written to config.json)",
 }
 
 

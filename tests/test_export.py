@@ -28,9 +28,10 @@ VARIANTS = {
     "narrow-heads": ({"head_size": 16}, "custom"),
     "rope-gelu": ({"position": "rope"}, "custom"),
     "hangul": ({"embedding": "jamo", "head": "jamo", "position": "rope", "norm": "rmsnorm"}, "custom"),
+    "hangul-linear-initials": ({"embedding": "jamo", "head": "jamo", "jamo_initials": "linear"}, "custom"),
     "hangul-softmax": ({"embedding": "jamo"}, "gpt2"),  # the jamo embedding folded (hf_export/plain.py)
 }
-HANGUL = {"hangul", "hangul-softmax"}
+HANGUL = {"hangul", "hangul-linear-initials", "hangul-softmax"}
 TEXT = "강가의 버드나무 아래서 우리는 오래 이야기했다. 밤이 깊도록 별을 세었다.\n그리고 아침이 왔다."
 
 
