@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-HANGUL_FIRST, NUM_SYLLABLES, PER_INITIAL, NUM_FINALS = 0xAC00, 11172, 588, 28
-
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from benchmarks.options import OneLineArgumentParser
@@ -48,13 +46,16 @@ def syllable_tables(chars: list[str]):
     the id's initial and pair indices (-1 for ids that are not a syllable)."""
     import torch
 
-    code = torch.tensor([ord(c) - HANGUL_FIRST if len(c) == 1 else -1 for c in chars])
+    from tokenizer.hangul import NUM_SYLLABLES, SYLLABLE_FIRST
+    from tokenizer.jamo import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
+
+    code = torch.tensor([ord(c) - SYLLABLE_FIRST if len(c) == 1 else -1 for c in chars])
     syl = (code >= 0) & (code < NUM_SYLLABLES)
-    initial = torch.where(syl, code // PER_INITIAL, -1)
+    initial = torch.where(syl, code // (NUM_MEDIALS * NUM_FINALS), -1)
     pair = torch.where(syl, code // NUM_FINALS, -1)
     rows = syl.nonzero().squeeze(1)
-    by_initial = torch.zeros(len(chars), 19, dtype=torch.float64)
-    by_pair = torch.zeros(len(chars), 399, dtype=torch.float64)
+    by_initial = torch.zeros(len(chars), NUM_INITIALS, dtype=torch.float64)
+    by_pair = torch.zeros(len(chars), NUM_INITIALS * NUM_MEDIALS, dtype=torch.float64)
     by_initial[rows, initial[rows]] = 1
     by_pair[rows, pair[rows]] = 1
     return by_initial, by_pair, initial, pair

@@ -9,15 +9,16 @@ Design choices:
 - On top of those shared stages, each (initial, medial) pair and each syllable has its own read-out row, as a
   softmax head has one per character: the shared part is what a syllable gets from its parts (all a syllable
   never seen in training has), the row what is its own. Without the rows the head trailed `char` by 0.45 bits
-  per character at equal steps; with them, by 0.04 (docs/en/hangul.md has the measurements). A row costs a
-  gather of its group's rows (21 or 28) per position, not a product with all 11,172.
+  per character at equal steps; with them, by 0.04 (docs/en/hangul.md has the measurements). A syllable's
+  row costs a gather of its pair's 28 rows per position, not a product with all 11,172; the 399 pair rows
+  are one (N, E) x (E, 399) product.
 - `initials="pairs"` (the default): stage 1 scores an initial by its own row plus the log-sum-exp of its 21
   (initial, medial) read-out rows, so an initial is as likely as the pairs it opens. A single linear row per
   initial (`"linear"`, the first version, which checkpoints written before this option rebuild) cannot be
   that: an initial such as ㅇ opens 이, 은, 을, 아, 에, 요... in unrelated contexts, and a softmax head's own
   score for it is a log-sum-exp over all of them. On movie reviews at 4,000 steps the linear version trailed
   `char` by 0.24 bits per character, the pairs version by 0.13; the pairs' scores are one (N, E) x (E, 399)
-  product, which stage 2 then reuses instead of gathering its rows.
+  product, which stage 2 reads its own part from (in either version) instead of gathering rows.
 - The log-probability of a character is the sum of its stages'. Every stage is normalised, so the distribution
   over all representable ids sums to 1 exactly: no probability leaks to impossible characters.
 - Training and scoring use teacher forcing (`token_losses`): each position evaluates only its own target's
@@ -32,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.config import JAMO_INITIALS
 from model.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
 
 LAST_ID = FIRST_ID + NUM_SYLLABLES - 1
 PER_INITIAL = NUM_MEDIALS * NUM_FINALS
-INITIALS = ("pairs", "linear")  # how stage 1 scores an initial (see the module docstring)
 
 
 class JamoHead(nn.Module):
@@ -47,8 +48,8 @@ class JamoHead(nn.Module):
         super().__init__()
         if vocab_size <= LAST_ID:
             raise ValueError("model.head=jamo needs the hangul tokenizer's ids (data.tokenizer=hangul)")
-        if initials not in INITIALS:
-            raise ValueError(f"initials={initials!r}: one of {', '.join(INITIALS)}")
+        if initials not in JAMO_INITIALS:
+            raise ValueError(f"initials={initials!r}: one of {', '.join(JAMO_INITIALS)}")
         E = embedding_size
         self.vocab_size, self.initials = vocab_size, initials
         self.num_others = vocab_size - NUM_SYLLABLES  # <unk> and the ids after the syllables
@@ -87,30 +88,27 @@ class JamoHead(nn.Module):
         # Every parameter so takes part in each step's graph, as DDP requires, even with no syllable at all.
         z2 = F.gelu(self.medial_in(h) + self.medial_initial(ini))
         z3 = F.gelu(self.final_in(h) + self.final_initial(ini) + self.final_medial(med))
-        if pair_scores is None:
-            own2 = self._own(h, self.medial_rows, ini, NUM_MEDIALS)
-        else:  # the initial's 21 row scores, already computed for stage 1
-            rows = pair_scores.view(-1, NUM_INITIALS, NUM_MEDIALS)
-            own2 = rows.gather(1, ini[:, None, None].expand(-1, 1, NUM_MEDIALS)).squeeze(1)
+        rows = pair_scores.view(-1, NUM_INITIALS, NUM_MEDIALS)  # the initial's 21 row scores, from stage 1
+        own2 = rows.gather(1, ini[:, None, None].expand(-1, 1, NUM_MEDIALS)).squeeze(1)
         l2 = self.medial_out(z2) + own2  # (M, 21)
         l3 = self.final_out(z3) + self._own(h, self.final_rows, pair, NUM_FINALS)  # (M, 28)
         extra = F.cross_entropy(l2.float(), med, reduction="none") + F.cross_entropy(l3.float(), fin, reduction="none")
         return (loss + extra * syl).view(shape)
 
-    def _stage1(self, h: Tensor) -> tuple[Tensor, Tensor | None]:
-        """h (..., E) -> stage 1's logits (..., 19 + others) in float32, and with initials="pairs" the scores of the
-        399 (initial, medial) rows (..., 399) that its initials' logits gather."""
+    def _stage1(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """h (..., E) -> stage 1's logits (..., 19 + others) in float32, and the scores of the 399 (initial, medial)
+        rows (..., 399): stage 2's own part, which with initials="pairs" stage 1's initials also gather."""
         logits = self.stage1(h).float()
-        if self.initials == "linear":
-            return logits, None
         pairs = h @ self.medial_rows.to(h.dtype).T  # (..., 399)
+        if self.initials == "linear":
+            return logits, pairs
         gathered = torch.logsumexp(pairs.float().unflatten(-1, (NUM_INITIALS, NUM_MEDIALS)), dim=-1)  # (..., 19)
         return torch.cat([logits[..., :NUM_INITIALS] + gathered, logits[..., NUM_INITIALS:]], dim=-1), pairs
 
     @staticmethod
     def _own(hs: Tensor, rows: Tensor, group: Tensor, size: int) -> Tensor:
-        """hs (N, E), group (N,) -> (N, size): hs · each row of its group (the medials of an initial, or the finals
-        of an (initial, medial) pair). The table is cast to hs's dtype before the gather, not after: under bf16
+        """hs (N, E), group (N,) -> (N, size): hs · each row of its group (the finals of an (initial, medial)
+        pair). The table is cast to hs's dtype before the gather, not after: under bf16
         autocast that halves the bytes the gather and its backward move, which dominate this head's cost."""
         kind = hs.device.type
         if torch.is_autocast_enabled(kind):
@@ -124,7 +122,6 @@ class JamoHead(nn.Module):
         h = h.reshape(-1, h.shape[-1])  # (N, E)
         logits1, pairs = self._stage1(h)
         s1 = F.log_softmax(logits1, dim=-1)  # (N, 19 + others)
-        pairs = h @ self.medial_rows.to(h.dtype).T if pairs is None else pairs  # (N, 399)
         z2 = F.gelu(self.medial_in(h)[:, None] + self.medial_initial.weight)  # (N, 19, E)
         l2 = self.medial_out(z2) + pairs.view(-1, NUM_INITIALS, NUM_MEDIALS)
         s2 = F.log_softmax(l2.float(), dim=-1)  # (N, 19, 21)
