@@ -42,11 +42,16 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
 
 
 def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
-                   steps: int) -> Callable[[], float]:
-    """A timer returning the tokens/s of `steps` optimizer steps on one random batch (after a warm-up)."""
+                   steps: int, tokens: torch.Tensor | None = None) -> Callable[[], float]:
+    """A timer returning the tokens/s of `steps` optimizer steps on one batch (after a warm-up): random ids, or
+    windows of `tokens` (a text's ids) at random offsets."""
     vocab, context = model.config.vocab_size, model.config.context_length
-    x = torch.randint(0, vocab, (batch, context), device=device)
-    y = torch.randint(0, vocab, (batch, context), device=device)
+    if tokens is None:
+        x = torch.randint(0, vocab, (batch, context), device=device)
+        y = torch.randint(0, vocab, (batch, context), device=device)
+    else:
+        at = torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)
+        x, y = tokens[at][:, :-1].to(device), tokens[at][:, 1:].to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type in ("cuda", "cpu"))
 
     def step() -> None:

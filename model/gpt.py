@@ -76,7 +76,7 @@ class AttentionLanguageModel(nn.Module):
                 continue
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
-            elif p.dim() >= 2:
+            elif p.dim() >= 2 and not name.endswith("final_rows"):  # a syllable's own read-out row: zero
                 std = 0.02 / math.sqrt(2 * c.num_blocks) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
 
@@ -102,7 +102,8 @@ class AttentionLanguageModel(nn.Module):
         self.config = replace(self.config, dropout=p)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
+        """Tied weights count once; a table held as kept rows while training (model/syllable_rows.py) in full."""
+        return sum(p.numel() for p in self.parameters()) + sum(getattr(m, "not_held", 0) for m in self.modules())
 
     def flops_per_token(self, context_length: int | None = None) -> int:
         """Training FLOPs per token (forward + backward = 3x forward), matmuls only, as in PaLM / nanoGPT."""
@@ -174,9 +175,8 @@ class AttentionLanguageModel(nn.Module):
 
         Positions stop at context_length, so a longer sequence is read through a window that jumps forward
         `shift` tokens at a time (holding between context_length - shift + 1 and context_length tokens).
-        Cached and uncached generation use the same windows, hence give the same logits. shift=1 is the
-        classic "crop to the last context_length tokens" at every step: what a rotary model does by default,
-        its cache sliding one token at a time; learned positions refill the cache when the window jumps.
+        Cached and uncached generation use the same windows, hence give the same logits. shift=1 is the classic
+        "crop to the last context_length tokens" at every step (a rotary model's default: its cache slides).
         """
         C = self.context_length
         return 0 if length <= C else shift * math.ceil((length - C) / shift)

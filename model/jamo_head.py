@@ -106,14 +106,17 @@ class JamoHead(nn.Module):
         return torch.cat([logits[..., :NUM_INITIALS] + gathered, logits[..., NUM_INITIALS:]], dim=-1), pairs
 
     @staticmethod
-    def _own(hs: Tensor, rows: Tensor, group: Tensor, size: int) -> Tensor:
+    def _own(hs: Tensor, rows: Tensor | nn.Module, group: Tensor, size: int) -> Tensor:
         """hs (N, E), group (N,) -> (N, size): hs · each row of its group (the finals of an (initial, medial)
         pair). The table is cast to hs's dtype before the gather, not after: under bf16
         autocast that halves the bytes the gather and its backward move, which dominate this head's cost."""
         kind = hs.device.type
         if torch.is_autocast_enabled(kind):
             hs = hs.to(torch.get_autocast_dtype(kind))
-        r = rows.to(hs.dtype).view(-1, size, hs.shape[-1]).index_select(0, group)  # (N, size, E)
+        if isinstance(rows, Tensor):  # the dense table
+            r = rows.to(hs.dtype).view(-1, size, hs.shape[-1]).index_select(0, group)  # (N, size, E)
+        else:  # kept rows (model/syllable_rows.py, while training)
+            r = rows.rows(group[:, None] * size + torch.arange(size, device=group.device), hs.dtype)
         return torch.einsum("nse,ne->ns", r, hs)  # a batched matrix-vector product: bmm is slower at this shape
 
     def joint(self, h: Tensor) -> Tensor:
@@ -127,7 +130,9 @@ class JamoHead(nn.Module):
         s2 = F.log_softmax(l2.float(), dim=-1)  # (N, 19, 21)
         pair = (self.final_initial.weight[:, None] + self.final_medial.weight[None]).flatten(0, 1)  # (399, E)
         z3 = F.gelu(self.final_in(h)[:, None] + pair)  # (N, 399, E)
-        l3 = self.final_out(z3) + (h @ self.final_rows.to(h.dtype).T).view(-1, NUM_INITIALS * NUM_MEDIALS, NUM_FINALS)
+        rows = self.final_rows
+        own = h @ rows.to(h.dtype).T if isinstance(rows, Tensor) else rows.scores(h)  # (N, 11172)
+        l3 = self.final_out(z3) + own.view(-1, NUM_INITIALS * NUM_MEDIALS, NUM_FINALS)
         s3 = F.log_softmax(l3.float(), dim=-1).view(-1, NUM_INITIALS, NUM_MEDIALS, NUM_FINALS)
         syllables = s1[:, :NUM_INITIALS, None, None] + s2[..., None] + s3  # (N, 19, 21, 28)
         others = s1[:, NUM_INITIALS:]  # (N, others): <unk>, then the ids after the syllables

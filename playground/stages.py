@@ -40,5 +40,6 @@ def syllable_stages(probs: Tensor, token_id: int) -> list[dict]:
     # Doubles, so the quotients multiply back to the syllable's probability to well within float32's rounding.
     p_medial = pair / p_initial if p_initial > 0 else pair.new_zeros(())
     p_final = grid[i, m, f] / pair if pair > 0 else pair.new_zeros(())
-    return [{"initial": INITIALS[i], "p": float(p_initial)}, {"medial": MEDIALS[m], "p": float(p_medial)},
-            {"final": FINALS[f], "p": float(p_final)}]
+    # A stage that holds all of top-k's mass sums float32 probabilities to a hair over 1: it is 1.
+    return [{"initial": INITIALS[i], "p": min(1.0, float(p_initial))},
+            {"medial": MEDIALS[m], "p": min(1.0, float(p_medial))}, {"final": FINALS[f], "p": min(1.0, float(p_final))}]

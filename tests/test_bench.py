@@ -29,7 +29,7 @@ TOP_KEYS = {"device", "device_name", "torch", "vocab_size", "corpus", "matmul_pe
 HANGUL_KEYS = {"config", "dtype", "vocab_size_char", "vocab_size_hangul", "train_tokens_per_sec_char",
                "train_tokens_per_sec_hangul", "train_hangul_over_char", "target_hangul_over_char",
                "generate_tokens_per_sec_char", "generate_tokens_per_sec_hangul", "generate_hangul_over_char",
-               "generate_new_tokens"}
+               "generate_new_tokens", "train_tokens_per_sec_hangul_all_rows", "train_hangul_all_rows_over_char"}
 MEMORY_KEYS = {"big_corpus_mb", "big_corpus_train_seconds", "big_corpus_peak_rss_mb"}
 
 
@@ -140,6 +140,7 @@ def test_smoke_run_has_the_hangul_section(smoke_result):
     assert hangul["vocab_size_hangul"] > 11172 > hangul["vocab_size_char"]
     for side in ("char", "hangul"):
         assert hangul[f"train_tokens_per_sec_{side}"] > 0 and hangul[f"generate_tokens_per_sec_{side}"] > 0
+    assert hangul["train_tokens_per_sec_hangul_all_rows"] > 0
     ratio = hangul["train_tokens_per_sec_hangul"] / hangul["train_tokens_per_sec_char"]
     assert hangul["train_hangul_over_char"] == pytest.approx(ratio, abs=2e-3)
 

@@ -24,6 +24,7 @@ from model.config import ModelConfig
 from training.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "muon")
+SYLLABLE_ROWS = ("seen", "all")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 
 
@@ -48,6 +49,7 @@ class TrainConfig:
     muon_momentum: float = 0.95
     muon_weight_decay: float = 0.0
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
+    syllable_rows: str = "seen"  # seen (train only the syllable rows the training text holds) | all
     auto_dropout_after: float = 16.0  # passes over the training split up to which model.dropout=null means none
     eval_interval: int = 250
     eval_steps: int = 20
@@ -83,6 +85,7 @@ class TrainConfig:
         checks.one_of("train.lr_schedule", self.lr_schedule, SCHEDULES)
         checks.one_of("train.dtype", self.dtype, ("auto", *DTYPES))
         checks.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
+        checks.one_of("train.syllable_rows", self.syllable_rows, SYLLABLE_ROWS)
         checks.number_in("train.muon_lr", self.muon_lr, 0, inf, low_open=True)
         checks.number_in("train.muon_momentum", self.muon_momentum, 0, 1, high_open=True)
         checks.number_in("train.muon_weight_decay", self.muon_weight_decay, 0, inf)

@@ -27,8 +27,9 @@ from common.errors import UserError
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
 # the weights' own settings.
 MODEL_CHANGEABLE = ("model.dropout", "model.attention")
-# train.optimizer: its state is per optimizer
-FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer")
+# train.optimizer and train.syllable_rows: the optimizer's state is per optimizer and per parameter shape
+FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer",
+               "train.syllable_rows")
 
 
 def is_fixed(key: str) -> bool:

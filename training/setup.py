@@ -35,6 +35,7 @@ from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
 from model import AttentionLanguageModel
+from model.syllable_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
@@ -162,6 +163,16 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
     return model
 
 
+def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray,
+                       resumed: Checkpoint | None) -> None:
+    """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches
+    (model/syllable_rows.py). A run resumed from before the key existed trained them all, and still does."""
+    if resumed is not None and "syllable_rows" not in (resumed.config.get("train") or {}):
+        job.train.syllable_rows = "all"
+    if job.train.syllable_rows == "seen":
+        compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
+
+
 def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, sampler: BatchSampler,
                      world_size: int, resumed: Checkpoint) -> LoopState:
     saved = resumed.training
@@ -247,6 +258,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
+    hold_syllable_rows(job, raw_model, train_tokens, resumed)
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)

@@ -34,6 +34,7 @@ from inference.checkpoint import (
     save_checkpoint,
     strip_compile_prefix,
 )
+from model.syllable_rows import dense_state_dict
 from training import distributed
 from training.config import TrainJob
 from training.evaluation import bits_per_char, estimate_loss
@@ -152,7 +153,7 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size)
     config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
-    ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(s.raw_model.state_dict()), s.tokenizer.to_dict(),
+    ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
                       s.tokens_per_char, config, training)
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays

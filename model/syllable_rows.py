@@ -1,0 +1,114 @@
+"""Training only the syllable rows a run can reach (`train.syllable_rows=seen`): the Hangul-aware model's two
+11,172-row tables held as the rows its training text uses plus one shared zero row.
+
+Design choices:
+- Both per-syllable tables start at zero: the jamo input's own rows (`model.embedding=jamo`: a syllable is its
+  jamo plus a residual row) and the staged head's read-out rows (`model.head=jamo`). A text holds a few
+  thousand of the 11,172 syllables, yet a dense table costs every step a gradient of all its rows, their
+  clipping, their optimizer update and (under bf16) a cast of the whole head table.
+- The input rows of syllables the training text never holds get no gradient, so dense training leaves them at
+  zero exactly: compacting them changes nothing. The head's rows differ in one case: a dense head also pushes
+  down the row of a syllable the text never holds when its (initial, medial) pair is the target's; compacted,
+  that row stays zero and the shared stage 3 alone scores it (docs/en/hangul.md has the measurement).
+- Kept are the rows of every syllable in the training split and every row that is not zero (a run started from
+  another run's weights keeps all it learned there); every other row is the shared zero row, which padding
+  keeps out of the gradient. So the kept set is the same when a run resumes, and the optimizer's moments fit.
+- The layout is the training loop's business alone: `dense_state_dict` writes checkpoints with the full
+  tables, so checkpoints, export, fine-tuning and every reader see the model as it always was.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.jamo_embedding import FIRST_ID, NUM_SYLLABLES
+
+
+def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
+    """Rows of `table` to keep: those of the syllables in `reachable` (ids; the syllables' rows start at `first`),
+    every row that is not zero, and every row outside the syllables' range."""
+    keep = table.detach().ne(0).any(dim=1)
+    outside = torch.ones_like(keep)
+    outside[first:first + NUM_SYLLABLES] = False
+    reachable = reachable.long()
+    ids = reachable[(reachable >= FIRST_ID) & (reachable < FIRST_ID + NUM_SYLLABLES)].to(keep.device)
+    keep[ids - FIRST_ID + first] = True
+    return (keep | outside).nonzero().squeeze(1)
+
+
+class KeptEmbedding(nn.Embedding):
+    """An embedding of `num_ids` rows held as its kept rows plus a shared zero (padding) row."""
+
+    def __init__(self, full: Tensor, kept: Tensor):
+        super().__init__(len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device, dtype=full.dtype)
+        index = torch.full((full.shape[0],), len(kept), dtype=torch.long, device=full.device)
+        index[kept] = torch.arange(len(kept), device=full.device)
+        self.register_buffer("index", index, persistent=False)
+        self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
+        with torch.no_grad():
+            self.weight.copy_(torch.cat([full[kept], full.new_zeros(1, full.shape[1])]))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return super().forward(self.index[ids])
+
+    def full(self) -> Tensor:
+        """The table as it would be dense: (num_ids, E)."""
+        return self.weight[self.index]
+
+
+class KeptRows(nn.Module):
+    """The staged head's read-out rows, a (11,172, E) matrix, held as kept rows plus a shared zero row. Not an
+    `nn.Embedding`: the optimizer groups it with the matrices, as it grouped the dense table."""
+
+    def __init__(self, full: Tensor, kept: Tensor):
+        super().__init__()
+        self.pad = len(kept)
+        index = torch.full((full.shape[0],), self.pad, dtype=torch.long, device=full.device)
+        index[kept] = torch.arange(len(kept), device=full.device)
+        self.register_buffer("index", index, persistent=False)
+        self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
+        self.weight = nn.Parameter(torch.cat([full.detach()[kept], full.new_zeros(1, full.shape[1])]))
+
+    def rows(self, index: Tensor, dtype: torch.dtype) -> Tensor:
+        """index (...) into the dense table -> those rows (..., E) in `dtype` (the small table is cast first)."""
+        return F.embedding(self.index[index], self.weight.to(dtype), padding_idx=self.pad)
+
+    def scores(self, h: Tensor) -> Tensor:
+        """h (N, E) -> h times every dense row (N, 11172): one product with the kept rows, spread by the index."""
+        return (h @ self.weight.to(h.dtype).T)[:, self.index]
+
+    def full(self) -> Tensor:
+        return self.weight[self.index]
+
+
+def compact_syllable_rows(model: nn.Module, reachable: Tensor) -> int:
+    """Hold the model's per-syllable tables as kept rows (see the module docstring); `reachable`: the ids of
+    the training split. Returns the number of dense rows no longer held. Call before building the optimizer."""
+    dropped = 0
+    emb = model.token_embedding
+    tied = model.lm_head is not None and model.lm_head.weight is emb.weight
+    if model.jamo_embedding is not None and not tied and type(emb) is nn.Embedding:
+        kept = _kept_rows(emb.weight, reachable, FIRST_ID)
+        model.token_embedding = KeptEmbedding(emb.weight.detach(), kept)
+        dropped += emb.num_embeddings - len(kept)
+    head = model.jamo_head
+    if head is not None and isinstance(head.final_rows, nn.Parameter):
+        full = head.final_rows.detach()
+        kept = _kept_rows(full, reachable, 0)
+        del head.final_rows
+        head.final_rows = KeptRows(full, kept)
+        dropped += NUM_SYLLABLES - len(kept)
+    return dropped
+
+
+def dense_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """model.state_dict() with every kept-rows table written out dense, under the key of the dense layout."""
+    state = model.state_dict()
+    for name, module in model.named_modules():
+        if isinstance(module, (KeptEmbedding, KeptRows)):
+            state.pop(f"{name}.weight")
+            key = f"{name}.weight" if isinstance(module, KeptEmbedding) else name
+            state[key] = module.full().detach().clone()
+    return state
