@@ -50,8 +50,8 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
         x = torch.randint(0, vocab, (batch, context), device=device)
         y = torch.randint(0, vocab, (batch, context), device=device)
     else:
-        at = torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)
-        x, y = tokens[at][:, :-1].to(device), tokens[at][:, 1:].to(device)
+        window = tokens[torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)]
+        x, y = window[:, :-1].to(device), window[:, 1:].to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type in ("cuda", "cpu"))
 
     def step() -> None:

@@ -38,14 +38,19 @@ def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
     return (keep | outside).nonzero().squeeze(1)
 
 
+def _row_index(num_rows: int, kept: Tensor) -> Tensor:
+    """(num_rows,) long: each dense row's row in the held table; len(kept), the shared zero row, for the rest."""
+    index = torch.full((num_rows,), len(kept), dtype=torch.long, device=kept.device)
+    index[kept] = torch.arange(len(kept), device=kept.device)
+    return index
+
+
 class KeptEmbedding(nn.Embedding):
     """An embedding of `num_ids` rows held as its kept rows plus a shared zero (padding) row."""
 
     def __init__(self, full: Tensor, kept: Tensor):
         super().__init__(len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device, dtype=full.dtype)
-        index = torch.full((full.shape[0],), len(kept), dtype=torch.long, device=full.device)
-        index[kept] = torch.arange(len(kept), device=full.device)
-        self.register_buffer("index", index, persistent=False)
+        self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
         self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
         with torch.no_grad():
             self.weight.copy_(torch.cat([full[kept], full.new_zeros(1, full.shape[1])]))
@@ -65,9 +70,7 @@ class KeptRows(nn.Module):
     def __init__(self, full: Tensor, kept: Tensor):
         super().__init__()
         self.pad = len(kept)
-        index = torch.full((full.shape[0],), self.pad, dtype=torch.long, device=full.device)
-        index[kept] = torch.arange(len(kept), device=full.device)
-        self.register_buffer("index", index, persistent=False)
+        self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
         self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
         self.weight = nn.Parameter(torch.cat([full.detach()[kept], full.new_zeros(1, full.shape[1])]))
 
