@@ -11,7 +11,13 @@ import torch
 
 from inference.checkpoint import load_checkpoint
 from tests.helpers import KOREAN, TINY, cli, tiny_model
-from training.auto_settings import MAX_DROPOUT, MIN_DROPOUT, dropout_for_passes, measured_tokens_per_sec
+from training.auto_settings import (
+    MAX_DROPOUT,
+    MIN_DROPOUT,
+    auto_weight_decays,
+    dropout_for_passes,
+    measured_tokens_per_sec,
+)
 from training.optim import make_optimizer
 
 FREE = 1.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 16)
@@ -27,10 +33,20 @@ def test_the_threshold_is_the_recipes():
     from tests.helpers import config_object
 
     lecture, modern = config_object("train"), config_object("train", "recipe=modern")
-    assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (16, 4)
+    assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (16, 3)
     assert dropout_for_passes(12, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 12 passes
-    assert dropout_for_passes(12, modern.train.auto_dropout_after) == 0.08  # Muon memorises: log2(3) * 0.05
+    assert dropout_for_passes(12, modern.train.auto_dropout_after) == 0.1  # Muon memorises: log2(4) * 0.05
     assert dropout_for_passes(64, 16) == 0.1 and dropout_for_passes(0.5, 0) == MAX_DROPOUT
+
+
+def test_the_recipes_weight_decays_come_with_the_dropout_and_a_typed_one_wins():
+    from tests.helpers import config_object
+
+    lecture, modern = config_object("train").train, config_object("train", "recipe=modern").train
+    assert auto_weight_decays(lecture, 0.1, None) == {}  # the lecture recipe names none
+    assert auto_weight_decays(modern, 0.0, None) == {}  # no dropout (a pass or a few): the recipe's own decays
+    assert auto_weight_decays(modern, 0.1, None) == {"weight_decay": 1.0, "muon_weight_decay": 0.1}
+    assert auto_weight_decays(modern, 0.1, {"train.weight_decay", "seed"}) == {"muon_weight_decay": 0.1}
 
 
 def test_a_rate_too_small_to_regularise_is_none():
@@ -66,14 +82,16 @@ def run(tmp_path, corpus, name, *extra):
 
 
 def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
-    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}")
+    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}",
+                  "train.auto_weight_decay=0.5")
     lines = [line for line in r.stdout.splitlines() if line.startswith("auto: model.dropout=")]
-    assert len(lines) == 1 and "passes" in lines[0]
+    assert len(lines) == 1 and "passes" in lines[0] and ", train.weight_decay=0.5 (" in lines[0]
+    assert auto.config["train"]["weight_decay"] == 0.5
     value = auto.model_config.dropout
     expected = dropout_for_passes(80 * 2 * 32 / int(len(KOREAN * 3) * 0.9), FREE)
     assert value == pytest.approx(expected, abs=0.011) and value > 0  # about 7 passes, threshold 1: some dropout
     assert auto.config["model"]["dropout"] == value  # the job the checkpoint records holds the value
-    r2, typed = run(tmp_path, corpus, "typed", f"model.dropout={value}")
+    r2, typed = run(tmp_path, corpus, "typed", f"model.dropout={value}", "train.weight_decay=0.5")
     assert "auto:" not in r2.stdout
     assert all(torch.equal(v, typed.model[k]) for k, v in auto.model.items())  # bit for bit the same run
 

@@ -8,11 +8,13 @@ import copy
 import pytest
 import torch
 
+from common.errors import UserError
 from inference.checkpoint import load_checkpoint, save_checkpoint
 from model import AttentionLanguageModel
 from model.jamo_embedding import FIRST_ID, NUM_SYLLABLES
 from model.syllable_rows import KeptEmbedding, KeptRows, compact_syllable_rows, dense_state_dict
 from tests.helpers import train_job
+from training import resume_settings
 from training.optim import make_optimizer
 from training.trainer import train
 
@@ -122,3 +124,15 @@ def test_a_run_from_before_the_setting_resumes_with_every_row(tmp_path, hangul_r
     job = hangul_run(f"train.resume={run}", "train.max_steps=4")
     assert train(job, run).step == 4 and job.train.syllable_rows == "all"
     assert load_checkpoint(run / "ckpt.pt").config["train"]["syllable_rows"] == "all"
+
+
+def test_typing_seen_on_a_run_from_before_the_setting_is_refused(tmp_path, hangul_run, monkeypatch):
+    run = tmp_path / "run"
+    train(hangul_run("train.max_steps=2", "train.syllable_rows=all"), run)
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    del ckpt.config["train"]["syllable_rows"]
+    save_checkpoint(ckpt, run / "ckpt.pt")
+    typed = [f"train.resume={run}", "train.max_steps=4", "train.syllable_rows=seen"]
+    monkeypatch.setattr(resume_settings, "_command_line", typed)  # as train.py records what the user typed
+    with pytest.raises(UserError, match="train.syllable_rows=seen: the checkpoint was written before"):
+        train(hangul_run(*typed), run)

@@ -14,8 +14,12 @@ Design choices:
   speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
   real model and its random streams are untouched), less the time evaluations take.
 - Under torchrun every rank measures, and all take the largest estimate, so every rank resolves the same value.
-- What was resolved is printed once and recorded: the checkpoint's config and model settings hold the value,
-  TensorBoard's HParams the value and the passes it came from. A value the user types always wins.
+- Dropout alone did not stop the modern recipe memorising a small corpus: with it, weight decay on the LM head
+  and on Muon's matrices did (docs/en/ladder.md). Decay that strong costs a run that sees its text once, so it
+  is resolved with the dropout: a recipe names it (`train.auto_weight_decay`, `train.auto_muon_weight_decay`)
+  and a run gets it only when auto gives it dropout; a weight decay the user typed is kept.
+- What was resolved is printed once and recorded: the checkpoint's config and model settings hold the values,
+  TensorBoard's HParams the values and the passes they came from. A value the user types always wins.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -33,14 +37,16 @@ from torch import nn
 from common.device import autocast
 from data.sampler import BatchSampler
 from training import distributed
-from training.config import TrainJob
+from training.config import TrainConfig, TrainJob
 from training.optim import make_optimizer
+from training.resume_settings import typed_command_line
 
 MAX_DROPOUT = 0.2
 DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after
 MIN_DROPOUT = 0.05  # a smaller rate is resolved to none: its masks cost as much time as a useful rate's
 TRAINING_SHARE = 0.9  # of a time budget spent on training steps rather than evaluations and checkpoints
 TIMED_STEPS = 3
+AUTO_DECAYS = {"weight_decay": "auto_weight_decay", "muon_weight_decay": "auto_muon_weight_decay"}
 
 
 @dataclass
@@ -49,11 +55,13 @@ class AutoDropout:
     passes: float
     source: str  # "steps" (from the step limit) or "speed" (measured under a time budget)
     free_passes: float  # train.auto_dropout_after: no dropout up to this many passes
+    weight_decays: dict[str, float] = field(default_factory=dict)  # train.<key>: value, resolved with the dropout
 
     def line(self, train_tokens: int) -> str:
         how = "in the step limit" if self.source == "steps" else "at this machine's measured speed in the time budget"
         passes = f"{self.passes:.1f}" if self.passes >= 1 else f"{self.passes:.2f}"
-        return (f"auto: model.dropout={self.value:g} (about {passes} passes over the {train_tokens:,} "
+        decays = "".join(f", train.{key}={value:g}" for key, value in self.weight_decays.items())
+        return (f"auto: model.dropout={self.value:g}{decays} (about {passes} passes over the {train_tokens:,} "
                 f"training tokens {how}, none up to train.auto_dropout_after={self.free_passes:g}; "
                 "type model.dropout=... to choose)")
 
@@ -126,6 +134,18 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
                            t.auto_dropout_after)
     model.set_dropout(auto.value)
     job.model = replace(job.model, dropout=auto.value)
+    auto.weight_decays = auto_weight_decays(t, auto.value, typed_command_line())
+    for key, value in auto.weight_decays.items():
+        setattr(t, key, value)
     if dist.is_main:
         print(auto.line(len(train_tokens)), flush=True)
     return auto
+
+
+def auto_weight_decays(t: TrainConfig, dropout: float, typed: set[str] | None) -> dict[str, float]:
+    """The weight decays the recipe gives a run that auto gives dropout ({"weight_decay": 1.0, ...}): those of
+    `train.auto_weight_decay` and `train.auto_muon_weight_decay` that are set, less the ones the user typed."""
+    if dropout <= 0:
+        return {}
+    return {key: getattr(t, auto) for key, auto in AUTO_DECAYS.items()
+            if getattr(t, auto) is not None and f"train.{key}" not in (typed or ())}

@@ -51,6 +51,8 @@ class TrainConfig:
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     syllable_rows: str = "seen"  # seen (train only the syllable rows the training text holds) | all
     auto_dropout_after: float = 16.0  # passes over the training split up to which model.dropout=null means none
+    auto_weight_decay: float | None = None  # weight_decay of a run auto gives dropout (None = train.weight_decay)
+    auto_muon_weight_decay: float | None = None  # likewise for muon_weight_decay
     eval_interval: int = 250
     eval_steps: int = 20
     snapshot_interval: int = 1000  # steps between TensorBoard samples and attention maps (0 = never)
@@ -89,6 +91,8 @@ class TrainConfig:
         checks.number_in("train.muon_lr", self.muon_lr, 0, inf, low_open=True)
         checks.number_in("train.muon_momentum", self.muon_momentum, 0, 1, high_open=True)
         checks.number_in("train.muon_weight_decay", self.muon_weight_decay, 0, inf)
+        checks.number_in("train.auto_weight_decay", self.auto_weight_decay, 0, inf, optional=True)
+        checks.number_in("train.auto_muon_weight_decay", self.auto_muon_weight_decay, 0, inf, optional=True)
         checks.number_in("train.embedding_lr", self.embedding_lr, 0, inf, low_open=True, optional=True)
 
 

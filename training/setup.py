@@ -42,7 +42,7 @@ from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
-from training.resume_settings import apply_checkpoint_settings, summary
+from training.resume_settings import apply_checkpoint_settings, summary, typed_command_line
 from training.state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
 
@@ -168,6 +168,10 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
     """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches
     (model/syllable_rows.py). A run resumed from before the key existed trained them all, and still does."""
     if resumed is not None and "syllable_rows" not in (resumed.config.get("train") or {}):
+        if job.train.syllable_rows != "all" and "train.syllable_rows" in (typed_command_line() or ()):
+            raise UserError(f"train.syllable_rows={job.train.syllable_rows}: the checkpoint was written before "
+                            "the key existed and trained every syllable row (all); drop the override to resume, "
+                            "or start a new run")
         job.train.syllable_rows = "all"
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
@@ -259,6 +263,10 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
     hold_syllable_rows(job, raw_model, train_tokens, resumed)
+    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
+    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
+    # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)
@@ -268,9 +276,6 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
         print_first_batch(sampler, dist)
-    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
-    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
-    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     model = torch.compile(raw_model) if t.compile else raw_model
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
