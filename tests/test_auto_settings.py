@@ -33,8 +33,9 @@ def test_the_threshold_is_the_recipes():
     from tests.helpers import config_object
 
     lecture, modern = config_object("train"), config_object("train", "recipe=modern")
-    assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (16, 3)
-    assert dropout_for_passes(12, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 12 passes
+    assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (8, 3)
+    assert dropout_for_passes(14, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 12-14 passes
+    assert dropout_for_passes(16, lecture.train.auto_dropout_after) == 0.05  # and memorises at 16
     assert dropout_for_passes(12, modern.train.auto_dropout_after) == 0.1  # Muon memorises: log2(4) * 0.05
     assert dropout_for_passes(64, 16) == 0.1 and dropout_for_passes(0.5, 0) == MAX_DROPOUT
 

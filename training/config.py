@@ -50,7 +50,7 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     syllable_rows: str = "seen"  # seen (train only the syllable rows the training text holds) | all
-    auto_dropout_after: float = 16.0  # passes over the training split up to which model.dropout=null means none
+    auto_dropout_after: float = 8.0  # passes over the training split up to which model.dropout=null means none
     auto_weight_decay: float | None = None  # weight_decay of a run auto gives dropout (None = train.weight_decay)
     auto_muon_weight_decay: float | None = None  # likewise for muon_weight_decay
     eval_interval: int = 250
