@@ -46,7 +46,7 @@ def test_the_recipes_weight_decays_come_with_the_dropout_and_a_typed_one_wins():
     lecture, modern = config_object("train").train, config_object("train", "recipe=modern").train
     assert auto_weight_decays(lecture, 0.1, None) == {}  # the lecture recipe names none
     assert auto_weight_decays(modern, 0.0, None) == {}  # no dropout (a pass or a few): the recipe's own decays
-    assert auto_weight_decays(modern, 0.1, None) == {"weight_decay": 1.0, "muon_weight_decay": 0.1}
+    assert auto_weight_decays(modern, 0.1, None) == {"weight_decay": 2.0, "muon_weight_decay": 0.1}
     assert auto_weight_decays(modern, 0.1, {"train.weight_decay", "seed"}) == {"muon_weight_decay": 0.1}
 
 

@@ -144,7 +144,7 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
 
 
 def auto_weight_decays(t: TrainConfig, dropout: float, typed: set[str] | None) -> dict[str, float]:
-    """The weight decays the recipe gives a run that auto gives dropout ({"weight_decay": 1.0, ...}): those of
+    """The weight decays the recipe gives a run that auto gives dropout ({"weight_decay": 2.0, ...}): those of
     `train.auto_weight_decay` and `train.auto_muon_weight_decay` that are set, less the ones the user typed."""
     if dropout <= 0:
         return {}
