@@ -20,7 +20,7 @@ from training.auto_settings import (
 )
 from training.optim import make_optimizer
 
-FREE = 1.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 16)
+FREE = 1.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 8)
 
 
 def test_dropout_grows_with_passes_and_is_capped():

@@ -30,6 +30,9 @@ MODEL_CHANGEABLE = ("model.dropout", "model.attention")
 # train.optimizer and train.syllable_rows: the optimizer's state is per optimizer and per parameter shape
 FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer",
                "train.syllable_rows")
+# What a checkpoint written before a key existed was trained with: it resumes with that value, and typing
+# another is refused as for any fixed key. (Before train.syllable_rows, every syllable row was trained.)
+BEFORE_THE_KEY = {"train.syllable_rows": "all"}
 
 
 def is_fixed(key: str) -> bool:
@@ -90,12 +93,15 @@ def _is_typed(key: str, typed: set[str] | None) -> bool:
 
 
 def _stored(ckpt, key: str) -> Any:
-    """The checkpoint's value of a dotted key (shape keys from the weights' settings); KeyError if unknown."""
+    """The checkpoint's value of a dotted key (shape keys from the weights' settings; BEFORE_THE_KEY for a
+    checkpoint written before the key existed); KeyError if unknown."""
     section, _, name = key.rpartition(".")
     if section == "model" and hasattr(ckpt.model_config, name):
         return getattr(ckpt.model_config, name)
     node = ckpt.config.get(section) if section else ckpt.config
     if not isinstance(node, dict) or name not in node:
+        if key in BEFORE_THE_KEY:
+            return BEFORE_THE_KEY[key]
         raise KeyError(key)
     return node[name]
 

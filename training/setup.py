@@ -42,7 +42,7 @@ from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
-from training.resume_settings import apply_checkpoint_settings, summary, typed_command_line
+from training.resume_settings import apply_checkpoint_settings, summary
 from training.state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
 
@@ -163,16 +163,10 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
     return model
 
 
-def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray,
-                       resumed: Checkpoint | None) -> None:
+def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray) -> None:
     """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches
-    (model/syllable_rows.py). A run resumed from before the key existed trained them all, and still does."""
-    if resumed is not None and "syllable_rows" not in (resumed.config.get("train") or {}):
-        if job.train.syllable_rows != "all" and "train.syllable_rows" in (typed_command_line() or ()):
-            raise UserError(f"train.syllable_rows={job.train.syllable_rows}: the checkpoint was written before "
-                            "the key existed and trained every syllable row (all); drop the override to resume, "
-                            "or start a new run")
-        job.train.syllable_rows = "all"
+    (model/syllable_rows.py). A resumed run keeps its checkpoint's setting (training/resume_settings.py: `all`
+    for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
 
@@ -262,7 +256,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
-    hold_syllable_rows(job, raw_model, train_tokens, resumed)
+    hold_syllable_rows(job, raw_model, train_tokens)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
     auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
