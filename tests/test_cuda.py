@@ -53,23 +53,6 @@ def test_train_on_cuda_with_bf16_and_compile(tmp_path):
     assert g.returncode == 0 and g.stdout.startswith("안녕"), g.stderr
 
 
-def test_the_staged_head_sums_to_one_and_scores_its_joint_on_cuda_under_bf16():
-    from model.jamo_head import JamoHead
-
-    torch.manual_seed(0)
-    head = JamoHead(11200, 32, "pairs").cuda()
-    with torch.no_grad():
-        for p in head.parameters():
-            p.normal_(0, 0.5)
-    h = torch.randn(6, 32, device="cuda")
-    targets = torch.tensor([0, 1, 11172, 11173, 11199, 5000], device="cuda")
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        joint, losses = head.joint(h), head.token_losses(h, targets)
-    assert joint.dtype == torch.float32
-    assert torch.allclose(torch.logsumexp(joint, -1), torch.zeros(6, device="cuda"), atol=1e-5)
-    assert torch.allclose(losses, -joint[torch.arange(6), targets], atol=2e-2, rtol=2e-2)
-
-
 def test_the_hangul_model_trains_with_held_rows_and_samples_on_cuda(tmp_path, corpus):
     run = tmp_path / "run"
     r = cli("train.py", "model=tiny", "device=cuda", "train.dtype=auto", "data.tokenizer=hangul",

@@ -123,17 +123,20 @@ def _head(seed: int = 0, initials: str = "pairs"):
     return head
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 @pytest.mark.parametrize("initials", ["pairs", "linear"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype, initials):
-    head = _head(initials=initials)
-    h = torch.randn(6, 32)
-    targets = torch.tensor([0, 1, 11172, 11173, 11199, 5000])  # <unk>, 가, 힣, the first other id, the last, 뉴
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype, initials, device):
+    head = _head(initials=initials).to(device)
+    h = torch.randn(6, 32).to(device)
+    # <unk>, 가, 힣, the first other id, the last, 뉴
+    targets = torch.tensor([0, 1, 11172, 11173, 11199, 5000], device=device)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
         joint = head.joint(h)
         losses = head.token_losses(h, targets)
     assert joint.dtype == torch.float32 and joint.shape == (6, 11200)
-    assert torch.allclose(torch.logsumexp(joint, -1), torch.zeros(6), atol=1e-5)
+    assert torch.allclose(torch.logsumexp(joint, -1), torch.zeros(6, device=device), atol=1e-5)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     assert torch.allclose(losses, -joint[torch.arange(6), targets], atol=tol, rtol=tol)
 
