@@ -176,3 +176,28 @@ def test_embedding_lr_gives_adamw_embeddings_their_own_rate():
     emb = next(g for g in opt.param_groups if any(p is model.token_embedding.weight for p in g["params"]))
     assert emb["lr"] == pytest.approx(2.5e-3) and emb["weight_decay"] == 0.0
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_embedding_weight_decay_shrinks_the_embeddings_and_nothing_else(optimizer):
+    from training.config import TrainConfig
+    from training.optim import make_optimizer
+
+    def one_step_without_gradient(decay: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        model = tiny_model(**MODERN)
+        train = TrainConfig(optimizer=optimizer, lr=1e-2, embedding_weight_decay=decay)
+        opt = make_optimizer(model, 1e-2, 0.0, (0.9, 0.99), torch.device("cpu"), train)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)  # Adam's step is then zero: only a decay moves a weight
+        watched = {"embedding": model.token_embedding.weight, "head": model.lm_head.weight}
+        before = {k: w.detach().clone() for k, w in watched.items()}
+        opt.step()
+        return {k: (before[k], w.detach()) for k, w in watched.items()}
+
+    default = one_step_without_gradient(0.0)
+    assert torch.equal(*default["embedding"])  # embeddings never decay unless asked
+    decayed = one_step_without_gradient(0.5)
+    before, after = decayed["embedding"]
+    assert torch.allclose(after, before * (1 - 1e-2 * 0.5))
+    assert torch.equal(*decayed["head"])  # train.weight_decay=0: the head keeps its weights

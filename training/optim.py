@@ -1,8 +1,9 @@
 """The optimizer factory: which parameters decay, which take Muon, and the optimizer that updates them.
 
 Design choices:
-- Weight decay on matrices only: never on biases, norm weights or embeddings (decaying an embedding
-  pulls rare characters' vectors towards zero).
+- Weight decay on matrices only: never on biases or norm weights, and on embeddings only when
+  `train.embedding_weight_decay` asks (decaying an embedding pulls rare characters' vectors towards zero,
+  which a small corpus seen many times over may want and a large one does not).
 - `train.optimizer=muon` gives the hidden matrices (every 2-D weight inside the blocks) to Muon and keeps
   AdamW for the embeddings, the LM head, norms and biases: Muon's orthogonalised step suits a matrix that maps
   one hidden space to another, not a lookup table or the final read-out. Every parameter is in exactly one
@@ -58,11 +59,12 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     fused = device.type in ("cuda", "cpu")
     if train is None or train.optimizer == "adamw":
         groups = param_groups(model, weight_decay)
-        if train is not None and train.embedding_lr is not None:  # the embeddings at their own rate
-            split = split_parameters(model, use_muon=True)
+        if train is not None and (train.embedding_lr is not None or train.embedding_weight_decay > 0):
+            split = split_parameters(model, use_muon=True)  # the embeddings in a group of their own
+            emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
             groups = [{"params": split["muon"] + split["decay"], "weight_decay": weight_decay},
-                      {"params": split["embeddings"], "weight_decay": 0.0, "lr_scale": train.embedding_lr / lr,
-                       "lr": train.embedding_lr},
+                      {"params": split["embeddings"], "weight_decay": train.embedding_weight_decay,
+                       "lr_scale": emb_lr / lr, "lr": emb_lr},
                       {"params": split["no_decay"], "weight_decay": 0.0}]
             groups = [g for g in groups if g["params"]]
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
@@ -72,7 +74,8 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
         {"params": split["muon"], "use_muon": True, "lr_scale": train.muon_lr / lr, "lr": train.muon_lr,
          "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay},
         {"params": split["decay"], "lr": lr, "weight_decay": weight_decay},
-        {"params": split["embeddings"], "lr_scale": emb_lr / lr, "lr": emb_lr, "weight_decay": 0.0},
+        {"params": split["embeddings"], "lr_scale": emb_lr / lr, "lr": emb_lr,
+         "weight_decay": train.embedding_weight_decay},
         {"params": split["no_decay"], "lr": lr, "weight_decay": 0.0},
     ]
     for g in groups[1:]:
