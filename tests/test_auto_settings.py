@@ -13,7 +13,6 @@ from inference.checkpoint import load_checkpoint
 from tests.helpers import KOREAN, TINY, cli, tiny_model
 from training.auto_settings import (
     MAX_DROPOUT,
-    MIN_DROPOUT,
     auto_weight_decays,
     dropout_for_passes,
     measured_tokens_per_sec,
@@ -34,8 +33,9 @@ def test_the_threshold_is_the_recipes():
 
     lecture, modern = config_object("train"), config_object("train", "recipe=modern")
     assert (lecture.train.auto_dropout_after, modern.train.auto_dropout_after) == (8, 3)
-    assert dropout_for_passes(14, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 12-14 passes
-    assert dropout_for_passes(16, lecture.train.auto_dropout_after) == 0.05  # and memorises at 16
+    assert dropout_for_passes(8, lecture.train.auto_dropout_after) == 0.0  # the lecture still learns at 8 passes
+    assert dropout_for_passes(10, lecture.train.auto_dropout_after) == 0.02  # the quick start: a little
+    assert dropout_for_passes(16, lecture.train.auto_dropout_after) == 0.05  # and it memorises at 16
     assert dropout_for_passes(12, modern.train.auto_dropout_after) == 0.1  # Muon memorises: log2(4) * 0.05
     assert dropout_for_passes(64, 16) == 0.1 and dropout_for_passes(0.5, 0) == MAX_DROPOUT
 
@@ -50,10 +50,23 @@ def test_the_recipes_weight_decays_come_with_the_dropout_and_a_typed_one_wins():
     assert auto_weight_decays(modern, 0.1, {"train.weight_decay", "seed"}) == {"muon_weight_decay": 0.1}
 
 
-def test_a_rate_too_small_to_regularise_is_none():
-    # just past the threshold the formula gives 0.01-0.04: masks that cost a good part of a CPU step for nothing
-    assert [dropout_for_passes(p, 16) for p in (17, 20, 28)] == [0.0, 0.0, 0.0]
-    assert dropout_for_passes(32, 16) == MIN_DROPOUT
+def test_no_pass_count_is_a_cliff():
+    # the passes of a timed run come from a measured speed: a little faster must not mean much less dropout
+    # (a rule that gave none below 0.05 put 15 and 16 passes 0.36 bits apart on held-out novels)
+    passes = [8 * 1.01**i for i in range(1, 300)]
+    values = [dropout_for_passes(p, 8) for p in passes]
+    assert values == sorted(values) and values[0] == 0.0 and values[-1] == MAX_DROPOUT
+    assert max(b - a for a, b in itertools.pairwise(values)) <= 0.01
+
+
+def test_the_decays_grow_with_the_dropout_to_the_recipes():
+    from tests.helpers import config_object
+
+    modern = config_object("train", "recipe=modern").train  # 0.1 and 0.0 of its own; 2.0 and 0.1 with dropout
+    assert auto_weight_decays(modern, 0.05, None) == pytest.approx({"weight_decay": 1.05, "muon_weight_decay": 0.05})
+    assert auto_weight_decays(modern, 0.2, None) == {"weight_decay": 2.0, "muon_weight_decay": 0.1}
+    steps = [auto_weight_decays(modern, d / 100, None)["weight_decay"] for d in range(1, 21)]
+    assert steps == sorted(steps) and max(b - a for a, b in itertools.pairwise(steps)) < 0.25
 
 
 def test_speed_is_measured_on_a_copy():

@@ -4,21 +4,23 @@ Design choices:
 - Dropout helps a model that sees its training text many times and only slows one that sees it once or less
   (its masks also cost a good part of a CPU step). So "auto" resolves it from the number of passes over the
   training split the run will make: none up to `train.auto_dropout_after` passes, then rising with the logarithm
-  of the passes to `MAX_DROPOUT`; a rate under `MIN_DROPOUT` is none, since the masks cost the same time at
-  any rate and a tiny rate does not regularise. Where a recipe starts to memorise is the recipe's: at three to
-  four passes both recipes learned less with dropout 0.1 than without it; at ten to thirteen passes the modern
-  recipe (Muon) memorised without it, while the lecture recipe still learned more without it at twelve to
-  fourteen passes, on the novels and on the built-in corpus, and at sixteen did better with 0.06. So the
-  threshold is a training key, 8 by default (none up to 14 passes, 0.05 at 16) and 3 in recipe=modern
-  (docs/en/training.md has the measurements and the commands).
+  of the passes to `MAX_DROPOUT`. The rise is continuous: a run's passes under a time budget come from its
+  measured speed, and an earlier rule that gave no dropout below 0.05 (to spare the masks' cost) gave a rung at
+  fifteen passes none and one at sixteen 0.05, 0.36 bits per character apart on held-out novels. Where a recipe
+  starts to memorise is the recipe's: at three to four passes both recipes learned less with dropout 0.1 than
+  without it; at ten to thirteen passes the modern recipe (Muon) memorised without it, while the lecture recipe
+  still learned more without it than with 0.1 at twelve to fourteen passes, and at sixteen did better with
+  0.06. So the threshold is a training key, 8 by default (0.02 at 10 passes, 0.05 at 16) and 3 in
+  recipe=modern (docs/en/training.md has the measurements and the commands).
 - The passes come from the step limit when there is one. Under a time budget they come from the run's own
   speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
   real model and its random streams are untouched), less the time evaluations take.
 - Under torchrun every rank measures, and all take the largest estimate, so every rank resolves the same value.
 - Dropout alone did not stop the modern recipe memorising a small corpus: with it, weight decay on the LM head
   and on Muon's matrices did (docs/en/ladder.md). Decay that strong costs a run that sees its text once, so it
-  is resolved with the dropout: a recipe names it (`train.auto_weight_decay`, `train.auto_muon_weight_decay`)
-  and a run gets it only when auto gives it dropout; a weight decay the user typed is kept.
+  comes with the dropout: a recipe names the decays of a run that auto gives dropout `FULL_DECAY_DROPOUT`
+  (`train.auto_weight_decay`, `train.auto_muon_weight_decay`); a run given less moves from the recipe's own
+  decay towards them in proportion, so that no pass count is a cliff; a weight decay the user typed is kept.
 - What was resolved is printed once and recorded: the checkpoint's config and model settings hold the values,
   TensorBoard's HParams the values and the passes they came from. A value the user types always wins.
 """
@@ -44,7 +46,7 @@ from training.resume_settings import typed_command_line
 
 MAX_DROPOUT = 0.2
 DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after
-MIN_DROPOUT = 0.05  # a smaller rate is resolved to none: its masks cost as much time as a useful rate's
+FULL_DECAY_DROPOUT = 0.1  # the dropout at which a run gets the whole of the recipe's auto weight decays
 TRAINING_SHARE = 0.9  # of a time budget spent on training steps rather than evaluations and checkpoints
 TIMED_STEPS = 3
 AUTO_DECAYS = {"weight_decay": "auto_weight_decay", "muon_weight_decay": "auto_muon_weight_decay"}
@@ -72,8 +74,7 @@ def dropout_for_passes(passes: float, free_passes: float) -> float:
     rounded to 0.01."""
     if passes <= free_passes:
         return 0.0
-    value = round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
-    return value if value >= MIN_DROPOUT else 0.0
+    return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
 
 
 def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
@@ -145,8 +146,11 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
 
 def auto_weight_decays(t: TrainConfig, dropout: float, typed: set[str] | None) -> dict[str, float]:
     """The weight decays the recipe gives a run that auto gives dropout ({"weight_decay": 2.0, ...}): those of
-    `train.auto_weight_decay` and `train.auto_muon_weight_decay` that are set, less the ones the user typed."""
+    `train.auto_weight_decay` and `train.auto_muon_weight_decay` that are set, less the ones the user typed; at
+    a dropout under `FULL_DECAY_DROPOUT`, that share of the way from the recipe's own decay to them."""
     if dropout <= 0:
         return {}
-    return {key: getattr(t, auto) for key, auto in AUTO_DECAYS.items()
+    share = min(1.0, dropout / FULL_DECAY_DROPOUT)
+    return {key: round(getattr(t, key) + share * (getattr(t, auto) - getattr(t, key)), 4)
+            for key, auto in AUTO_DECAYS.items()
             if getattr(t, auto) is not None and f"train.{key}" not in (typed or ())}
