@@ -56,7 +56,7 @@ def test_no_pass_count_is_a_cliff():
     passes = [8 * 1.01**i for i in range(1, 300)]
     values = [dropout_for_passes(p, 8) for p in passes]
     assert values == sorted(values) and values[0] == 0.0 and values[-1] == MAX_DROPOUT
-    assert max(b - a for a, b in itertools.pairwise(values)) <= 0.01
+    assert max(b - a for a, b in itertools.pairwise(values)) <= 0.01 + 1e-9  # one rounding step at a time
 
 
 def test_the_decays_grow_with_the_dropout_to_the_recipes():
