@@ -52,7 +52,8 @@ def test_the_recipes_weight_decays_come_with_the_dropout_and_a_typed_one_wins():
 
 def test_no_pass_count_is_a_cliff():
     # the passes of a timed run come from a measured speed: a little faster must not mean much less dropout
-    # (a rule that gave none below 0.05 put 15 and 16 passes 0.36 bits apart on held-out novels)
+    # (a rule that gave none below 0.05 left a ladder rung just under 16 passes without dropout: 4.775 held-out
+    # bpc on the novels, against 4.415 for the rung before it, at 16 passes with 0.05)
     passes = [8 * 1.01**i for i in range(1, 300)]
     values = [dropout_for_passes(p, 8) for p in passes]
     assert values == sorted(values) and values[0] == 0.0 and values[-1] == MAX_DROPOUT
