@@ -18,7 +18,8 @@ Design choices:
 - Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
   nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail.
 - Runs go one after another, never in parallel; the 1-minute load average before each run is recorded and
-  a warning printed when the machine is not idle.
+  a warning printed when the machine is not idle. So is the machine's speed on a fixed matrix product
+  (`reference_speed`), since a machine that looks idle can still slow down between one run and the next.
 """
 
 from __future__ import annotations
@@ -90,12 +91,27 @@ def cpu_busy(seconds: float = 2.0) -> float | None:
     return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
 
 
+def reference_speed(seconds: float = 1.0) -> float:
+    """GFLOP/s of one fixed float32 matrix product on this process's threads, now. An idle machine can still
+    change speed (a host's other tenants, its clock): runs hours apart compare only if this held still."""
+    import torch
+
+    a, b = torch.randn(256, 1024), torch.randn(1024, 1024)
+    a @ b  # warm-up
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b
+        count += 1
+    return round(2 * 256 * 1024 * 1024 * count / (time.perf_counter() - started) / 1e9, 1)
+
+
 def machine_before_run() -> dict:
-    """The load average (which still counts the previous run) and the CPU share other programs use now."""
+    """The load average (which still counts the previous run), the CPU share other programs use now, and the
+    machine's speed on a fixed matrix product."""
     busy = cpu_busy()
     if busy is not None and busy > 0.1:
         print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)
-    return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy}
+    return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy, "reference_gflops": reference_speed()}
 
 
 def evaluate(ckpt: Path, heldout: Path) -> dict:

@@ -23,6 +23,7 @@ from benchmarks.ladder import RUNGS, budget
 ROOT = Path(__file__).resolve().parent.parent
 DOC_PAGES = (ROOT / "docs" / "en" / "ladder.md", ROOT / "docs" / "ko" / "ladder.md")
 PICTURE = ROOT / "docs" / "images" / "ladder.png"
+SPEED_DRIFT = 1.1  # a reference speed range wider than this is called out under the table
 MARKERS = re.compile(r"(<!-- ladder:begin -->\n).*?(<!-- ladder:end -->)", re.S)
 
 
@@ -58,7 +59,8 @@ def summarise(results: list[dict]) -> dict[str, list[dict]]:
             "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
             "max_load": max(r.get("load_before", 0.0) for r in runs),
             "max_busy": max((r["cpu_busy_before"] for r in runs if r.get("cpu_busy_before") is not None),
-                            default=None)})
+                            default=None),
+            "reference": [r["reference_gflops"] for r in runs if r.get("reference_gflops")]})
     for rows in table.values():
         peer = next((row["bpc"] for row in rows if row["rung"] == "nanogpt"), None)
         for row in rows:
@@ -88,8 +90,16 @@ def machine_line(rows: list[dict]) -> str:
     busy = [row["max_busy"] for row in rows if row.get("max_busy") is not None]
     said = f"Other programs used at most {max(busy):.1%} of the CPUs just before a run (where measured); the " \
         if busy else "The "
-    return (f"{said}1-minute load average before a run was at most {load:.2f} (it still counts the run "
+    text = (f"{said}1-minute load average before a run was at most {load:.2f} (it still counts the run "
             "that had just ended: runs go one after another).")
+    speeds = [v for row in rows for v in row.get("reference", [])]
+    if speeds:
+        low, high = min(speeds), max(speeds)
+        text += (f" A fixed float32 matrix product ran at {low:,.0f} to {high:,.0f} GFLOP/s before the runs "
+                 f"that measured it ({len(speeds)} of them)")
+        text += (f": the machine's speed changed by {high / low - 1:.0%} between runs, so compare tokens/s "
+                 "and time-limited results with care." if high > SPEED_DRIFT * low else ".")
+    return text
 
 
 def draw(table: dict[str, list[dict]], path: Path) -> None:

@@ -130,7 +130,19 @@ def test_the_idle_check_measures_other_programs():
 
     busy = cpu_busy(0.2)
     assert busy is None or 0.0 <= busy <= 1.0
-    assert set(machine_before_run()) == {"load_before", "cpu_busy_before"}
+    state = machine_before_run()
+    assert set(state) == {"load_before", "cpu_busy_before", "reference_gflops"} and state["reference_gflops"] > 0
     said = machine_line([{"max_load": 1.9, "max_busy": 0.03}, {"max_load": 2.0, "max_busy": None}])
     assert "at most 3.0% of the CPUs" in said and "at most 2.00" in said
     assert machine_line([{"max_load": 0.2, "max_busy": None}]).startswith("The 1-minute load average")
+
+
+def test_a_machine_that_changed_speed_is_called_out():
+    from benchmarks.ladder_report import machine_line
+
+    steady = machine_line([{"max_load": 1.0, "max_busy": 0.0, "reference": [200.0, 210.0]}])
+    assert "200 to 210 GFLOP/s" in steady and "with care" not in steady
+    slowed = machine_line([{"max_load": 1.0, "max_busy": 0.0, "reference": [250.0]},
+                           {"max_load": 1.0, "max_busy": 0.0, "reference": [160.0, 170.0]}])
+    assert "changed by 56%" in slowed and "with care" in slowed
+    assert "GFLOP/s" not in machine_line([{"max_load": 1.0, "max_busy": None}])  # results from before the check
