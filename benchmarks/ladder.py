@@ -91,18 +91,17 @@ def cpu_busy(seconds: float = 2.0) -> float | None:
     return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
 
 
-def reference_speed(seconds: float = 1.0) -> float:
+def reference_speed(reps: int = 150, rounds: int = 3) -> float:
     """GFLOP/s of one fixed float32 matrix product on this process's threads, now. An idle machine can still
     change speed (a host's other tenants, its clock): runs hours apart compare only if this held still."""
     import torch
 
+    from benchmarks.timing import mean_seconds, median_alternating
+
     a, b = torch.randn(256, 1024), torch.randn(1024, 1024)
     a @ b  # warm-up
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        a @ b
-        count += 1
-    return round(2 * 256 * 1024 * 1024 * count / (time.perf_counter() - started) / 1e9, 1)
+    seconds = median_alternating({"matmul": mean_seconds(lambda: a @ b, reps)}, rounds)["matmul"]
+    return round(2 * 256 * 1024 * 1024 / seconds / 1e9, 1)
 
 
 def machine_before_run() -> dict:

@@ -61,21 +61,17 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
         groups = param_groups(model, weight_decay)
         if train is not None and (train.embedding_lr is not None or train.embedding_weight_decay > 0):
             split = split_parameters(model, use_muon=True)  # the embeddings in a group of their own
-            emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
             groups = [{"params": split["muon"] + split["decay"], "weight_decay": weight_decay},
-                      {"params": split["embeddings"], "weight_decay": train.embedding_weight_decay,
-                       "lr_scale": emb_lr / lr, "lr": emb_lr},
+                      embedding_group(split["embeddings"], lr, train),
                       {"params": split["no_decay"], "weight_decay": 0.0}]
             groups = [g for g in groups if g["params"]]
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
     split = split_parameters(model, use_muon=True)
-    emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
     groups = [
         {"params": split["muon"], "use_muon": True, "lr_scale": train.muon_lr / lr, "lr": train.muon_lr,
          "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay},
         {"params": split["decay"], "lr": lr, "weight_decay": weight_decay},
-        {"params": split["embeddings"], "lr_scale": emb_lr / lr, "lr": emb_lr,
-         "weight_decay": train.embedding_weight_decay},
+        embedding_group(split["embeddings"], lr, train),
         {"params": split["no_decay"], "lr": lr, "weight_decay": 0.0},
     ]
     for g in groups[1:]:
@@ -85,6 +81,13 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     native_bf16 = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
     ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
     return MuonAdamW([g for g in groups if g["params"]], ns_dtype=ns_dtype, fused=fused)
+
+
+def embedding_group(params: list[nn.Parameter], lr: float, train: TrainConfig) -> dict:
+    """AdamW's group for the embeddings under either optimizer: `train.embedding_lr` (default `lr`) as a
+    multiple of the schedule's rate, and `train.embedding_weight_decay`."""
+    emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
+    return {"params": params, "lr_scale": emb_lr / lr, "lr": emb_lr, "weight_decay": train.embedding_weight_decay}
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
