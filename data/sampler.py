@@ -6,6 +6,11 @@ Design choices:
 - One numpy gather per batch from the (memory-mapped) token array; ids become int64 only for that batch.
 - The generator is seeded from (seed, rank), so DDP ranks draw different batches, and its state is a plain
   dict a checkpoint can carry.
+- Input noise (`train.input_noise`, off by default) swaps each input id, with that probability, for an id drawn
+  from the training tokens themselves, i.e. from the corpus's own character frequencies, and leaves every
+  target as it is: a regulariser for a corpus seen many times ("data noising as smoothing", Xie et al. 2017).
+  Drawn from the same generator after the window starts, so a run without it draws exactly what it drew
+  before the option existed.
 """
 
 from __future__ import annotations
@@ -30,12 +35,16 @@ class BatchSampler:
         device: torch.device | str = "cpu",
         seed: int = 0,
         rank: int = 0,
+        input_noise: float = 0.0,
     ):
         if len(tokens) < context_length + 1:
             raise ValueError(f"need at least {context_length + 1} tokens, got {len(tokens)}")
         self.tokens = tokens
         self.context_length = context_length
         self.batch_size = batch_size
+        if not 0.0 <= input_noise < 1.0:
+            raise ValueError(f"input_noise must be in [0, 1), got {input_noise}")
+        self.input_noise = input_noise
         self.device = torch.device(device)
         self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, rank])))
         self._offsets = np.arange(context_length + 1)
@@ -44,11 +53,23 @@ class BatchSampler:
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         starts = self.rng.integers(0, len(self.tokens) - self.context_length, size=self.batch_size)
         windows = self.tokens[starts[:, None] + self._offsets]  # (B, T+1), one gather from the memmap
+        if self.input_noise:
+            # x and y overlap in a window, so the noised inputs get their own copy: (B, T) + (B, T) -> (B, 2T)
+            windows = np.concatenate([self._noised(windows[:, :-1]), windows[:, 1:]], axis=1)
         batch = torch.from_numpy(windows.astype(np.int64))
         if self._pin:
             batch = batch.pin_memory()
         batch = batch.to(self.device, non_blocking=True)
+        T = self.context_length
+        if self.input_noise:
+            return batch[:, :T], batch[:, T:]  # x (noised), y (true next tokens): (B, T) each
         return batch[:, :-1], batch[:, 1:]  # x, y: (B, T) each
+
+    def _noised(self, inputs: np.ndarray) -> np.ndarray:
+        inputs = inputs.copy()
+        swap = self.rng.random(inputs.shape) < self.input_noise
+        inputs[swap] = self.tokens[self.rng.integers(0, len(self.tokens), size=int(swap.sum()))]
+        return inputs
 
     __next__ = next_batch
 

@@ -21,7 +21,7 @@ OUT_OF_RANGE = [
     "train.lr_schedule=linear", "train.dtype=float64", "device=tpu", "device=cuda:x", "data.val_fraction=0",
     "data.val_fraction=1", "data.val_fraction=nan", "data.tokenizer=bpe", "model.dropout=1.0",
     "model.dropout=-0.1", "model.num_heads=0", "model.head_size=30", "model.context_length=0",
-    "model.attention=flash",
+    "model.attention=flash", "train.input_noise=1.0", "train.input_noise=-0.1",
 ]
 WRONG_TYPE = [
     "train.lr=abc", "train.lr_decay_steps=abc", "train.sample_chars=abc", "train.max_epochs=abc",

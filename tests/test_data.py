@@ -73,6 +73,23 @@ def test_sampler_windows_are_shifted_and_reproducible():
     assert torch.equal(s1.next_batch()[0], nxt)
 
 
+def test_input_noise_swaps_inputs_for_corpus_ids_and_keeps_every_target():
+    tokens = np.repeat(np.arange(100, 120, dtype=np.uint16), 50)[np.random.default_rng(0).permutation(1000)]
+    clean = BatchSampler(tokens, context_length=32, batch_size=64, seed=5)
+    noisy = BatchSampler(tokens, context_length=32, batch_size=64, seed=5, input_noise=0.3)
+    (x, y), (xn, yn) = clean.next_batch(), noisy.next_batch()
+    assert torch.equal(y, yn) and xn.shape == x.shape  # the same windows: the targets are untouched
+    changed = (xn != x).float().mean().item()
+    assert abs(changed - 0.3 * 19 / 20) < 0.04  # 30% swapped, a twentieth of them for the same id (20 equal ids)
+    assert set(xn.unique().tolist()) <= set(range(100, 120))  # every swapped-in id is one the corpus holds
+    state = noisy.state_dict()
+    after = noisy.next_batch()
+    noisy.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(noisy.next_batch(), after, strict=True))  # resumable
+    with pytest.raises(ValueError, match="input_noise"):
+        BatchSampler(tokens, 32, 4, input_noise=1.0)
+
+
 def test_missing_and_empty_corpus_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_corpus(tmp_path / "nope.txt")

@@ -50,6 +50,7 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     embedding_weight_decay: float = 0.0  # AdamW's weight decay on the embeddings (0: rare characters keep theirs)
+    input_noise: float = 0.0  # chance that an input id is swapped for one drawn from the training text (0 = none)
     syllable_rows: str = "seen"  # seen (train only the syllable rows the training text holds) | all
     auto_dropout_after: float = 8.0  # passes over the training split up to which model.dropout=null means none
     auto_weight_decay: float | None = None  # weight_decay of a run auto gives dropout (None = train.weight_decay)
@@ -96,6 +97,7 @@ class TrainConfig:
         checks.number_in("train.auto_muon_weight_decay", self.auto_muon_weight_decay, 0, inf, optional=True)
         checks.number_in("train.embedding_lr", self.embedding_lr, 0, inf, low_open=True, optional=True)
         checks.number_in("train.embedding_weight_decay", self.embedding_weight_decay, 0, inf)
+        checks.number_in("train.input_noise", self.input_noise, 0, 1, high_open=True)
 
 
 @dataclass

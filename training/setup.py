@@ -263,7 +263,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank)
+    sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
+                           t.input_noise)
     state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed) if resumed else \
         LoopState(last_log=(time.perf_counter(), 0))
     if dist.rank:
