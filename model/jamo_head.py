@@ -114,10 +114,9 @@ class JamoHead(nn.Module):
         kind = hs.device.type
         if torch.is_autocast_enabled(kind):
             hs = hs.to(torch.get_autocast_dtype(kind))
-        if isinstance(rows, Tensor):  # the dense table
-            r = rows.to(hs.dtype).view(-1, size, hs.shape[-1]).index_select(0, group)  # (N, size, E)
-        else:  # kept rows (model/syllable_rows.py, while training)
-            r = rows.rows(group[:, None] * size + torch.arange(size, device=group.device), hs.dtype)
+        if not isinstance(rows, Tensor):  # kept rows (model/syllable_rows.py, while training)
+            return rows.dot(hs, group[:, None] * size + torch.arange(size, device=group.device))
+        r = rows.to(hs.dtype).view(-1, size, hs.shape[-1]).index_select(0, group)  # the dense table: (N, size, E)
         # A batched matrix-vector product as a product and a sum: bmm (and einsum, which becomes bmm) loops over
         # the N tiny matrices on the CPU, several times slower here, most of all in bf16 where it is not native.
         return (r * hs[:, None, :]).sum(-1)

@@ -25,6 +25,9 @@ from torch import Tensor, nn
 
 from model.jamo_embedding import FIRST_ID, NUM_SYLLABLES
 
+# KeptRows.dot multiplies h with the whole held table while it has at most this many rows per score it needs
+PRODUCT_ROWS_PER_SLOT = 64
+
 
 def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
     """Rows of `table` to keep: those of the syllables in `reachable` (ids; the syllables' rows start at `first`),
@@ -77,6 +80,26 @@ class KeptRows(nn.Module):
     def rows(self, index: Tensor, dtype: torch.dtype) -> Tensor:
         """index (...) into the dense table -> those rows (..., E) in `dtype` (the small table is cast first)."""
         return F.embedding(self.index[index], self.weight.to(dtype), padding_idx=self.pad)
+
+    def dot(self, h: Tensor, index: Tensor) -> Tensor:
+        """h (N, E), index (N, k) into the dense table -> h · each indexed row (N, k), in h's dtype.
+
+        While the held table is small next to k rows per position (a text's few thousand syllables against a
+        pair's 28 finals), one (N, E) x (E, kept) product and a gather of its k columns is cheaper than gathering
+        N x k rows and multiplying them out: the product runs on the matrix units, the gather and its backward
+        move N x k x E values through memory (`python -m benchmarks.row_scores` times both)."""
+        if self.weight.shape[0] > PRODUCT_ROWS_PER_SLOT * index.shape[-1]:
+            return self.dot_by_gather(h, index)
+        return self.dot_by_product(h, index)
+
+    def dot_by_gather(self, h: Tensor, index: Tensor) -> Tensor:
+        return (self.rows(index, h.dtype) * h[:, None, :]).sum(-1)  # (N, k, E) -> (N, k)
+
+    def dot_by_product(self, h: Tensor, index: Tensor) -> Tensor:
+        held = self.index[index]  # (N, k)
+        scores = (h @ self.weight.to(h.dtype).T).gather(1, held)  # (N, kept) -> (N, k)
+        # the shared zero row's score is 0 already; the mask keeps it out of the gradient, as padding does
+        return scores.masked_fill(held == self.pad, 0)
 
     def scores(self, h: Tensor) -> Tensor:
         """h (N, E) -> h times every dense row (N, 11172): one product with the kept rows, spread by the index."""

@@ -265,6 +265,10 @@ def test_every_bash_command_is_one_we_check(page, words):
         from benchmarks.dropout_speed import parse_args
 
         parse_args(words[3:])
+    elif words[:3] == ["python", "-m", "benchmarks.row_scores"]:
+        from benchmarks.row_scores import parse_args
+
+        parse_args(words[3:])
     elif words[:2] == ["python", "benchmarks/serve_stress.py"]:
         from benchmarks.serve_stress import parse_args
 

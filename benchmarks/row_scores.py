@@ -1,0 +1,90 @@
+"""The staged head's per-syllable scores on held rows, two ways, forward and backward; prints JSON.
+
+    python -m benchmarks.row_scores          # recipe=modern's batch (16 x 128 positions), bf16 where native
+    python -m benchmarks.row_scores --held 1500,2600 --dtype float32
+
+Design choices:
+- A training position needs h · the 28 read-out rows of its target's (initial, medial) pair. `gather` fetches
+  those rows and multiplies them out (N x 28 x E values, through memory, forward and backward); `product`
+  multiplies h with every held row at once, (N, E) x (E, held), and keeps the 28 columns it needs. The first
+  grows with the positions, the second with the rows held too, so which is faster depends on how many
+  syllables the training text holds. `KeptRows.dot` (model/syllable_rows.py) picks by the held rows' count;
+  this benchmark is where its threshold comes from.
+- Both sides run `KeptRows`' own methods on the same random table, targets and upstream gradient, alternated
+  round by round with medians (`benchmarks.timing`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import OneLineArgumentParser
+
+    ap = OneLineArgumentParser(prog="python -m benchmarks.row_scores", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--held", default="1500,2600,4000,6000", help="comma-separated held-row counts")
+    ap.add_argument("--positions", type=int, default=16 * 128, help="positions per step (default 2048)")
+    ap.add_argument("--width", type=int, default=128, help="embedding size (default 128)")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 on CPUs with native bf16), float32, bfloat16")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10, help="forward and backward passes per timed round")
+    return ap.parse_args(argv)
+
+
+def timers(held: int, positions: int, width: int, dtype, reps: int) -> dict:
+    import torch
+
+    from benchmarks.timing import mean_seconds
+    from model.jamo_embedding import NUM_FINALS, NUM_SYLLABLES
+    from model.syllable_rows import KeptRows
+
+    g = torch.Generator().manual_seed(0)
+    kept = torch.randperm(NUM_SYLLABLES, generator=g)[:held].sort().values
+    rows = KeptRows(torch.randn(NUM_SYLLABLES, width, generator=g), kept)
+    pair = torch.randint(0, NUM_SYLLABLES // NUM_FINALS, (positions,), generator=g)
+    index = pair[:, None] * NUM_FINALS + torch.arange(NUM_FINALS)
+    h = torch.randn(positions, width, generator=g).to(dtype).requires_grad_()
+    grad = torch.randn(positions, NUM_FINALS, generator=g).to(dtype)
+
+    def step(way) -> None:
+        way(h, index).backward(grad)
+        rows.weight.grad = h.grad = None
+
+    return {"gather": mean_seconds(lambda: step(rows.dot_by_gather), reps),
+            "product": mean_seconds(lambda: step(rows.dot_by_product), reps)}
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    from benchmarks.timing import median_alternating
+    from common.device import resolve_dtype
+    from model.syllable_rows import PRODUCT_ROWS_PER_SLOT
+
+    args = parse_args(argv)
+    dtype = resolve_dtype(args.dtype, torch.device("cpu"))
+    report = {"positions": args.positions, "width": args.width, "dtype": str(dtype).removeprefix("torch."),
+              "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * 28, "held": {}}
+    for held in (int(x) for x in args.held.split(",")):
+        sides = timers(held, args.positions, args.width, dtype, args.reps)
+        for timer in sides.values():  # warm-up
+            timer()
+        ms = median_alternating(sides, args.rounds)
+        report["held"][held] = {"gather_ms": round(ms["gather"] * 1000, 3),
+                                "product_ms": round(ms["product"] * 1000, 3),
+                                "product_speedup": round(ms["gather"] / ms["product"], 2)}
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    from common.cli import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
