@@ -10,8 +10,9 @@ Design choices:
   softmax head has one per character: the shared part is what a syllable gets from its parts (all a syllable
   never seen in training has), the row what is its own. Without the rows the head trailed `char` by 0.45 bits
   per character at equal steps; with them, by 0.04 (docs/en/hangul.md has the measurements). A syllable's
-  row costs a gather of its pair's 28 rows per position, not a product with all 11,172; the 399 pair rows
-  are one (N, E) x (E, 399) product. A syllable's row starts at zero, as its input row does, so one the text
+  row costs a gather of its pair's 28 rows per position (in training, while the text's held rows are few,
+  one product with those: model/syllable_rows.py), not a product with all 11,172; the 399 pair rows are one
+  (N, E) x (E, 399) product. A syllable's row starts at zero, as its input row does, so one the text
   never holds is scored by its parts alone, and training holds only the text's rows (model/syllable_rows.py).
 - `initials="pairs"` (the default): stage 1 scores an initial by its own row plus the log-sum-exp of its 21
   (initial, medial) read-out rows, so an initial is as likely as the pairs it opens. A single linear row per
