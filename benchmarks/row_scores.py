@@ -67,12 +67,13 @@ def main(argv: list[str]) -> None:
 
     from benchmarks.timing import median_alternating
     from common.device import resolve_dtype
+    from model.jamo_embedding import NUM_FINALS
     from model.syllable_rows import PRODUCT_ROWS_PER_SLOT
 
     args = parse_args(argv)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))
     report = {"positions": args.positions, "width": args.width, "dtype": str(dtype).removeprefix("torch."),
-              "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * 28, "held": {}}
+              "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * NUM_FINALS, "held": {}}
     for held in (int(x) for x in args.held.split(",")):
         sides = timers(held, args.positions, args.width, dtype, args.reps)
         for timer in sides.values():  # warm-up

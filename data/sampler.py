@@ -61,9 +61,8 @@ class BatchSampler:
             batch = batch.pin_memory()
         batch = batch.to(self.device, non_blocking=True)
         T = self.context_length
-        if self.input_noise:
-            return batch[:, :T], batch[:, T:]  # x (noised), y (true next tokens): (B, T) each
-        return batch[:, :-1], batch[:, 1:]  # x, y: (B, T) each
+        # (B, T+1) windows, or (B, 2T) noised inputs then targets: either way x leads and y ends the row
+        return batch[:, :T], batch[:, -T:]  # x, y: (B, T) each
 
     def _noised(self, inputs: np.ndarray) -> np.ndarray:
         inputs = inputs.copy()
