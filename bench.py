@@ -8,7 +8,7 @@
 Timings alternate the compared sides over several rounds and report medians. The code is in benchmarks/.
 """
 
-from common.cli import run_cli
+from cli.entry import run_cli
 
 import json
 import os

@@ -3,7 +3,7 @@
 Prints one JSON line (see configs/evaluate.yaml); the bits per character of a char model and of a jamo
 model are directly comparable."""
 
-from common.cli import config_object, prepare_overrides, run_cli, run_hydra
+from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 
 import sys
 from pathlib import Path
@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from common.cli_help import register_help
+from cli.help_text import register_help
 from inference.config import EvaluateConfig, register_configs
 
 EXAMPLES = (

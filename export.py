@@ -4,7 +4,7 @@ The folder loads with `transformers` (`AutoModelForCausalLM` / `AutoTokenizer.fr
 weights in safetensors and a model card, and is itself a `ckpt=` for generate.py, evaluate.py and serve.py
 (hf_export/ explains the layouts)."""
 
-from common.cli import config_object, prepare_overrides, run_cli, run_hydra
+from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 
 import shlex
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from common.cli_help import register_help
+from cli.help_text import register_help
 from hf_export.config import ExportConfig, register_export_config
 
 EXAMPLES = (

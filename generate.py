@@ -2,7 +2,7 @@
 
 (see configs/generate.yaml)"""
 
-from common.cli import config_object, prepare_overrides, run_cli, run_hydra
+from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 
 import sys
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from common.cli_help import register_help
+from cli.help_text import register_help
 from inference.config import GenerateConfig, register_configs
 
 EXAMPLES = (

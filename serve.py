@@ -9,7 +9,7 @@ Design choices:
   sample on the page does not wait for the load.
 """
 
-from common.cli import prepare_overrides, run_cli, run_hydra
+from cli.entry import prepare_overrides, run_cli, run_hydra
 
 import socket
 import sys
@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from common.cli_help import register_help
+from cli.help_text import register_help
 from playground.config import register_configs
 
 EXAMPLES = (
@@ -73,7 +73,7 @@ def _raise_file_limit(needed: int) -> None:
 
 
 def _run(cfg: DictConfig) -> None:
-    from common.cli import config_object
+    from cli.entry import config_object
 
     import uvicorn
 

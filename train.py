@@ -1,6 +1,6 @@
 """Train a Korean character-level GPT.  python train.py [key=value ...]  (--help lists every key)"""
 
-from common.cli import config_object, prepare_overrides, run_cli, run_hydra, shell_path
+from cli.entry import config_object, prepare_overrides, run_cli, run_hydra, shell_path
 
 import math
 import os
@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.cli_help import register_help
+from cli.help_text import register_help
 from training.config import TrainJob, register_configs
 from training.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
 from training.resume_settings import record_command_line

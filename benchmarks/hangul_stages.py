@@ -46,8 +46,8 @@ def syllable_tables(chars: list[str]):
     the id's initial and pair indices (-1 for ids that are not a syllable)."""
     import torch
 
-    from tokenizer.hangul import NUM_SYLLABLES, SYLLABLE_FIRST
     from tokenizer.jamo import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
+    from tokenizer.syllable_block import NUM_SYLLABLES, SYLLABLE_FIRST
 
     code = torch.tensor([ord(c) - SYLLABLE_FIRST if len(c) == 1 else -1 for c in chars])
     syl = (code >= 0) & (code < NUM_SYLLABLES)
@@ -122,6 +122,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from common.cli import run_cli
+    from cli.entry import run_cli
 
     run_cli(lambda: main(sys.argv[1:]))

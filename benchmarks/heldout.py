@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.fsutil import atomic_write, file_sha256
+from common.atomic_files import atomic_write, file_sha256
 
 
 def tail_boundary(lines: list[str], fraction: float) -> int:

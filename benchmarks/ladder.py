@@ -222,6 +222,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from common.cli import run_cli
+    from cli.entry import run_cli
 
     run_cli(lambda: main(sys.argv[1:]))

@@ -91,6 +91,6 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     if str(ROOT) not in sys.path:  # run as a file: only benchmarks/ is on the path
         sys.path.insert(0, str(ROOT))
-    from common.cli import run_cli
+    from cli.entry import run_cli
 
     run_cli(lambda: main(sys.argv[1:]))

@@ -1,3 +1,4 @@
-"""Small utilities every layer may use: the user-error type and the entry scripts' one-line error path,
-device and precision choice, atomic file writes and the user cache folder. Nothing here knows models,
-data or tokenizers."""
+"""What every layer may use: the user-error type (`errors`), the range checks of the typed configs
+(`config_checks`), device and precision choice (`device`), files written whole or not at all and the user cache
+folder (`atomic_files`), and glibc's malloc thresholds (`malloc_tuning`). Nothing here knows models, data,
+tokenizers or command lines."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from common.checks import DEVICES
+from common.config_checks import DEVICES
 from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,4 +1,4 @@
-"""Turn a corpus (a file, a folder of files or a glob: data/sources.py) into token ids once, cached on disk
+"""Turn a corpus (a file, a folder of files or a glob: data/corpus_files.py) into token ids once, cached on disk
 as a memory-mapped array.
 
 Design choices:
@@ -10,7 +10,7 @@ Design choices:
   corpus never sits in memory as Python objects.
 - `data.val_files` holds out whole documents of a folder corpus (the cache records where each one starts).
 - The cache lives in `.cache/` beside a corpus file or inside a folder corpus (whose walk skips hidden
-  folders), or in the user's cache folder (`common.fsutil.user_cache_dir`) when that folder is read-only;
+  folders), or in the user's cache folder (`common.atomic_files.user_cache_dir`) when that folder is read-only;
   `data.cache_dir` overrides both.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.atomic_files import user_cache_dir
 from common.errors import UserError
-from common.fsutil import user_cache_dir
-from data.sources import corpus_files
+from data.corpus_files import corpus_files
 from data.text import detect_encoding
 from data.token_cache import token_ids, vocabulary
 from tokenizer import TOKENIZER_KINDS, Tokenizer

@@ -9,7 +9,7 @@ Design choices:
   error page, a binary or an empty body), then a pinned SHA-256, if any, is compared. A body that fails is
   deleted; if it was resumed, the old partial bytes may be what is wrong, so it is fetched once more from
   the start. Nothing that failed is ever under the final name, so nothing downstream can trust it.
-- The final name is given by `common.fsutil.atomic_rename`: the file is complete or absent.
+- The final name is given by `common.atomic_files.atomic_rename`: the file is complete or absent.
 - `base_url_of` turns what the user typed as a base URL into one: http(s):// and file:// URLs as they are,
   an existing folder as its file:// URL; anything else is refused in one line.
 """
@@ -23,8 +23,8 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 from urllib.request import Request, urlopen
 
+from common.atomic_files import atomic_rename, file_sha256
 from common.errors import UserError
-from common.fsutil import atomic_rename, file_sha256
 
 TIMEOUT_SECONDS = 60
 _BLOCK = 1 << 16

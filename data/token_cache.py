@@ -16,7 +16,7 @@ Design choices:
   one vectorised pass over it, in blocks of bounded size, must find the recorded largest id (below the
   vocabulary size, so no id indexes past the embedding), `<unk>` count and sum (zero-filled or overwritten
   blocks change them).
-- Files are written with `common.fsutil.atomic_write`, ids before metadata, so a crash never leaves
+- Files are written with `common.atomic_files.atomic_write`, ids before metadata, so a crash never leaves
   metadata that describes ids that are not there. Processes building the same cache at once (DDP ranks)
   write identical bytes; the last rename wins.
 - A folder that cannot be written is a `UserError` only when something must be written there: a complete,
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.atomic_files import atomic_write
 from common.errors import UserError
-from common.fsutil import atomic_write
-from data.sources import CorpusFiles
+from data.corpus_files import CorpusFiles
 from tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 VOCAB_FORMAT = "kochar-gpt/token-cache-vocabulary"

@@ -12,8 +12,8 @@ Design choices:
   refused rather than exported wrong. Before the folder gets its name, `transformers` loads it and must give
   the run's logits (hf_export/verify.py).
 - Stock classes wherever one expresses the architecture exactly: the lecture's model is a GPT-2
-  (`GPT2LMHeadModel`, hf_export/gpt2.py); rotary + RMSNorm + SwiGLU without query/key norm is a LLaMA
-  (`LlamaForCausalLM`, hf_export/llama.py). Every other combination ships the project's own modeling code in the
+  (`GPT2LMHeadModel`, hf_format/gpt2.py); rotary + RMSNorm + SwiGLU without query/key norm is a LLaMA
+  (`LlamaForCausalLM`, hf_format/llama.py). Every other combination ships the project's own modeling code in the
   folder (hf_export/hf_code/, loaded with `trust_remote_code=True`): no combination is refused.
 - The char tokenizer is a `tokenizers` WordLevel model over single characters with an NFC normaliser
   (hf_export/tokenizer_files.py); the jamo tokenizer, which turns one character into three tokens, ships its

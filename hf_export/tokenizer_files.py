@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-from hf_export.deps import require
+from hf_format.deps import require
 from tokenizer import Tokenizer
 
 CODE = Path(__file__).resolve().parent / "hf_code"

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from hf_export.deps import require
+from hf_format.deps import require
 from model import AttentionLanguageModel
 
 TOLERANCE = 1e-3

@@ -12,19 +12,17 @@ import tempfile
 from pathlib import Path
 
 from common.errors import UserError
-from hf_export import custom, gpt2, llama
-from hf_export.deps import require
 from hf_export.model_card import model_card
 from hf_export.plain import plain_model
 from hf_export.tokenizer_files import write_tokenizer
 from hf_export.verify import check_folder
+from hf_format import FORMAT, LAYOUTS, VERSION, custom, gpt2, llama
+from hf_format.deps import require
 from inference.checkpoint import Checkpoint
 from inference.loading import model_from_checkpoint
 from model.config import ModelConfig
 
-FORMAT = "kochar-gpt/export"
-VERSION = 1
-LAYOUTS = {"gpt2": gpt2, "llama": llama, "custom": custom}
+CODE = Path(__file__).resolve().parent / "hf_code"  # the modeling code a custom folder ships
 
 
 def choose_layout(c: ModelConfig) -> str:
@@ -67,7 +65,7 @@ def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_com
                                                     "max_length": c.context_length})
         if layout == "custom":
             for name in custom.FILES:
-                shutil.copy(custom.CODE / name, tmp / name)
+                shutil.copy(CODE / name, tmp / name)
         write_tokenizer(tokenizer, tmp, c.context_length)
         _write_json(tmp / "kochar.json", record(ckpt, layout, c))
         (tmp / "README.md").write_text(model_card(ckpt, params, layout, export_command), encoding="utf-8")

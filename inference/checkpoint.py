@@ -7,7 +7,7 @@ Design choices:
 - On disk it is a plain dict of tensors and built-in types with a format name and version, so
   `torch.load(weights_only=True)` can read it: a file crafted to run code when unpickled is refused.
 - Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it.
-- Writing goes through `common.fsutil.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
+- Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
   loads) are all that sampling and scoring need; a training state missing any entry makes `training` None
@@ -29,8 +29,8 @@ from typing import Any, BinaryIO
 
 import torch
 
+from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
-from common.fsutil import Writer, atomic_write
 from model.config import ModelConfig
 
 FORMAT = "kochar-gpt/checkpoint"

@@ -40,7 +40,7 @@ def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool
     """A checkpoint from a run folder, a checkpoint file, or a folder `export.py` wrote (Hugging Face format);
     `mmap` maps a checkpoint file's tensors instead of reading them (load_checkpoint)."""
     if ckpt not in (None, ""):
-        from hf_export.reader import is_exported, read_folder
+        from inference.exported_folder import is_exported, read_folder
 
         if is_exported(ckpt):
             return read_folder(ckpt)

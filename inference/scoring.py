@@ -35,7 +35,7 @@ from torch import nn
 from tqdm import tqdm
 
 from common.errors import UserError
-from data.sources import corpus_files
+from data.corpus_files import corpus_files
 from tokenizer import UNK_ID, Tokenizer
 
 

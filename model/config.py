@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from common import checks
+from common import config_checks as checks
 from common.errors import ConfigError
 
 ATTENTION_KINDS = ("heads", "fused")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from model.inspect import attention_maps
+from model.attention_maps import attention_maps
 from playground.cache import CachedRun
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from common import checks
+from common import config_checks as checks
 from common.errors import ConfigError
 
 SCHEMA_NAME = "serve_schema"

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from common.errors import UserError
-from hf_export.reader import RECORD, exported_folder, is_exported
 from inference.checkpoint import CKPT_NAME, resolve_checkpoint
+from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
 
 OUTSIDE_NAME = "@ckpt"

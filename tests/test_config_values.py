@@ -74,7 +74,7 @@ def test_evaluate_values_are_checked(override):
 
 @pytest.mark.parametrize("value", ["2", "0", "1", "-1", "'maybe'"])
 def test_boolean_keys_refuse_numbers_that_omegaconf_would_read_as_booleans(value):
-    from common.checks import boolean_overrides
+    from common.config_checks import boolean_overrides
     from training.config import TrainJob
 
     for key in ("train.overwrite", "train.compile", "model.tie_weights"):

@@ -1,4 +1,4 @@
-from common.cli import quote_non_ascii_overrides
+from cli.entry import quote_non_ascii_overrides
 
 from dataclasses import replace
 from pathlib import Path

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.atomic_files import file_sha256
 from common.errors import UserError
-from common.fsutil import file_sha256
 from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
 from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
 
@@ -174,7 +174,7 @@ def _wait_for_file(path: Path, proc, timeout: float = 120) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["train.py", "generate.py", "evaluate.py"])
 def test_ctrl_c_during_start_up_prints_one_line(tmp_path, corpus, script):
-    """Ctrl-C from the earliest point the project promises one line: common.cli's hook, which entry scripts
+    """Ctrl-C from the earliest point the project promises one line: cli.entry's hook, which entry scripts
     import first, creates KOCHAR_READY_FILE once installed; the signal is sent then, while Python is still
     importing torch and Hydra. Neither command can end on its own first: train.py trains without end, and
     generate.py / evaluate.py wait on a FIFO given as their checkpoint."""
@@ -201,7 +201,7 @@ def test_ctrl_c_during_start_up_prints_one_line(tmp_path, corpus, script):
 
 def test_the_ready_file_marks_the_installed_hook(tmp_path):
     ready = tmp_path / "ready"
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import common.cli; print(sys.excepthook.__name__)"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import cli.entry; print(sys.excepthook.__name__)"
     r = cli("-c", code, str(Path(__file__).resolve().parent.parent), env={"KOCHAR_READY_FILE": str(ready)})
     assert r.returncode == 0 and r.stdout.strip() == "_interrupt_hook" and ready.exists(), r.stderr
 
@@ -209,7 +209,7 @@ def test_the_ready_file_marks_the_installed_hook(tmp_path):
 def test_a_ctrl_c_wrapped_by_python_still_ends_in_one_line(tmp_path):
     """Python 3.11 turns a Ctrl-C that lands in a class body's __set_name__ (as while importing ipaddress) into a
     RuntimeError caused by the KeyboardInterrupt; CI once saw that traceback instead of `interrupted`."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import common.cli\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
             "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
             "    raise RuntimeError('Error calling __set_name__') from e\n")
     r = cli("-c", code, str(Path(__file__).resolve().parent.parent))
@@ -217,7 +217,7 @@ def test_a_ctrl_c_wrapped_by_python_still_ends_in_one_line(tmp_path):
 
 
 def test_run_cli_reads_an_interrupt_inside_another_error_as_an_interrupt(capsys):
-    from common.cli import run_cli
+    from cli.entry import run_cli
 
     def job():
         try:

@@ -100,8 +100,8 @@ def test_missing_and_empty_corpus_are_user_errors(tmp_path):
 
 
 def test_one_user_cache_folder(tmp_path, monkeypatch):
-    """Token caches beside a read-only corpus and prepared corpora both go under common.fsutil.user_cache_dir."""
-    from common.fsutil import user_cache_dir
+    """Token caches beside a read-only corpus and prepared corpora both go under common.atomic_files.user_cache_dir."""
+    from common.atomic_files import user_cache_dir
     from data import corpus, prepare
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from hf_export.reader import read_folder
 from hf_export.writer import write_folder
 from inference.checkpoint import Checkpoint
+from inference.exported_folder import read_folder
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from tests.helpers import KOREAN

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from common.errors import UserError
-from hf_export.deps import INSTALL, require
+from hf_format.deps import INSTALL, require
 from tests.helpers import ROOT
 
 

@@ -96,7 +96,7 @@ def test_a_setting_export_does_not_know_is_refused_in_one_line(tmp_path, monkeyp
 
 
 def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypatch):
-    from hf_export import gpt2
+    from hf_format import gpt2
 
     wrong = gpt2.hf_config
     monkeypatch.setattr(gpt2, "hf_config", lambda c: {**wrong(c), "activation_function": "gelu_new"})  # tanh GELU
@@ -114,7 +114,7 @@ def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypa
                                           ({"position": "rope", "norm": "rmsnorm", "mlp": "swiglu"}, "llama"),
                                           ({"head_size": 16, "mlp": "relu2"}, "custom")])
 def test_the_jamo_embedding_folds_exactly_where_it_earns_a_stock_class(tmp_path, extra, layout):
-    from hf_export.reader import read_folder
+    from inference.exported_folder import read_folder
 
     tok = build_tokenizer("hangul", [KOREAN])
     shape = dict(context_length=64, embedding_size=32, head_size=32, num_heads=4, num_blocks=1)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import inference.checkpoint as checkpoint_module
+from common.atomic_files import file_sha256
 from common.errors import UserError
-from common.fsutil import file_sha256
 from inference.checkpoint import Checkpoint, CheckpointWriteError, load_checkpoint, save_checkpoint
 from tests.helpers import (
     ENDLESS,

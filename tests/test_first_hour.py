@@ -14,7 +14,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from common.overrides import expand_path_overrides, hydra_quote, prepare_overrides
+from cli.overrides import expand_path_overrides, hydra_quote, prepare_overrides
 from tests.helpers import KOREAN, ROOT, TINY, assert_one_line_error, cli, cli_all, stderr_lines
 from training.hydra_setup import NAME_BYTES, _safe_name, _suffix
 
@@ -85,7 +85,7 @@ def test_names_fit_the_file_system_in_bytes_and_stay_distinct(tmp_path):
 # -- failures in one line ------------------------------------------------------------------------------------
 
 def test_an_unexpected_failure_is_one_line_naming_the_traceback_file(tmp_path, capsys, monkeypatch):
-    from common.cli import run_cli
+    from cli.entry import run_cli
 
     monkeypatch.delenv("KOCHAR_DEBUG", raising=False)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)

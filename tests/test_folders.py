@@ -11,7 +11,7 @@ import pytest
 
 from common.errors import UserError
 from data.corpus import load_corpus
-from data.sources import corpus_files
+from data.corpus_files import corpus_files
 from tests.helpers import KOREAN, SHARED_CORPUS, TINY, cli
 
 DOCS = [KOREAN[i * 90:(i + 1) * 90].strip("\n") + "\n" for i in range(4)]

@@ -10,13 +10,16 @@ from tests.helpers import ROOT
 ENTRY_SCRIPTS = {"train", "generate", "evaluate", "bench", "serve", "export"}
 # package -> packages it must never import (entry scripts -> training / inference -> model / data -> tokenizer)
 FORBIDDEN = {
-    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground", "hf_export"},
-    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export"},
-    "data": {"model", "training", "inference", "benchmarks", "playground", "hf_export"},
+    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format", "cli"},
+    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format", "cli"},
+    "data": {"model", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format"},
+    "hf_format": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "cli"},
     "hf_export": {"training", "benchmarks", "playground"},
-    "inference": {"training", "benchmarks", "playground"},
-    "training": {"benchmarks", "playground"},
-    "common": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export"},
+    "inference": {"training", "benchmarks", "playground", "hf_export"},
+    "training": {"benchmarks", "playground", "hf_export"},
+    "cli": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format"},
+    "common": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export",
+               "hf_format", "cli"},
 }
 
 
@@ -58,7 +61,7 @@ def test_os_replace_lives_in_one_helper():
     users = [p.relative_to(ROOT).as_posix() for p in production_files()
              if any(isinstance(n, ast.Attribute) and n.attr == "replace" and isinstance(n.value, ast.Name)
                     and n.value.id == "os" for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))]
-    assert users == ["common/fsutil.py"]
+    assert users == ["common/atomic_files.py"]
 
 
 def test_layers_point_one_way_and_nothing_imports_an_entry_script():

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from common import fsutil
+from common import atomic_files
 from common.errors import UserError
 from inference.checkpoint import copy_checkpoint, load_checkpoint
 from tests.helpers import train_job
@@ -58,7 +58,7 @@ def test_best_is_the_same_file_as_the_checkpoint_of_its_evaluation(tmp_path, sma
 def test_the_copy_is_its_own_file_whatever_later_writes_either_name(tmp_path):
     (tmp_path / "ckpt.pt").write_bytes(b"first")
     copy_checkpoint(tmp_path / "ckpt.pt", tmp_path / "best.pt")
-    fsutil.atomic_write(tmp_path / "ckpt.pt", b"second")
+    atomic_files.atomic_write(tmp_path / "ckpt.pt", b"second")
     assert (tmp_path / "best.pt").read_bytes() == b"first"
     copy_checkpoint(tmp_path / "ckpt.pt", tmp_path / "best.pt")
     (tmp_path / "best.pt").write_bytes(b"a user's cp over best.pt")  # in place: must not reach ckpt.pt

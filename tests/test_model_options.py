@@ -53,7 +53,7 @@ def test_rope_scores_depend_only_on_relative_position():
 
 
 def test_rope_model_attention_weights_are_shift_invariant():
-    from model.inspect import attention_maps
+    from model.attention_maps import attention_maps
 
     m = _scramble(tiny_model(position="rope", qk_norm=True))
     attn = m.blocks[0].attn
@@ -110,7 +110,7 @@ def test_rmsnorm_matches_its_definition():
 
 
 def test_attention_maps_under_rope_and_qk_norm_are_the_weights_the_heads_use():
-    from model.inspect import attention_maps
+    from model.attention_maps import attention_maps
 
     m = _scramble(tiny_model("heads", position="rope", qk_norm=True))
     idx = torch.randint(0, V, (1, 10))

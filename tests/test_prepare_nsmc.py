@@ -9,7 +9,7 @@ import pytest
 from common.errors import UserError
 from data.download import BadContent
 from data.prepare import NSMC, REGISTRY, prepare
-from data.prepare.sources import _nsmc_text
+from data.prepare.catalog import _nsmc_text
 from tests.helpers import cli
 from tests.test_prepare import FileServer, _fake_koconovel
 

@@ -96,7 +96,7 @@ def _sweep_variants(overrides: list[str]) -> list[list[str]]:
 
 def compose_command(script: str, args: list[str]) -> list:
     """Compose the config as the script would: its argv rewrite, then Hydra, then the typed schema."""
-    from common.cli import prepare_overrides
+    from cli.entry import prepare_overrides
 
     from hydra import compose, initialize_config_dir
 
@@ -205,7 +205,7 @@ def _check_make(words: list[str]) -> None:
 
 def _check_prepare(args: list[str]) -> None:
     from data.prepare import REGISTRY
-    from data.prepare.cli import _parse
+    from data.prepare.command import _parse
 
     parsed = _parse(args)  # argparse exits (SystemExit) on an unknown flag
     assert parsed.list or parsed.name in REGISTRY, args

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common.atomic_files import file_sha256
 from common.errors import UserError
-from common.fsutil import file_sha256
 from inference.checkpoint import Checkpoint, TrainingState, load_checkpoint
 from inference.loading import model_from_checkpoint
 from model.config import ModelConfig

@@ -19,7 +19,7 @@ from inference.checkpoint import Checkpoint, TrainingState, save_checkpoint
 from inference.generation import stream_samples
 from model import AttentionLanguageModel
 from model import sampling as sampler
-from model.inspect import attention_maps
+from model.attention_maps import attention_maps
 from playground.app import create_app
 from playground.config import ServeConfig, register_configs
 from tests.conftest import ROOT

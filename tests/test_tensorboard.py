@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from model import AttentionLanguageModel
-from model.inspect import attention_maps, parameter_counts
+from model.attention_maps import attention_maps, parameter_counts
 from tests.helpers import ROOT, cli, compose_config, tiny_model
 from training.hydra_setup import _job_name, _safe_name
 from training.tb_logger import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table

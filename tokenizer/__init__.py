@@ -14,8 +14,8 @@ import numpy as np
 from common.errors import UserError
 from tokenizer.base import StreamDecoder, Tokenizer
 from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer, code_points
-from tokenizer.hangul import KoreanHangulTokenizer
 from tokenizer.jamo import KoreanJamoTokenizer
+from tokenizer.syllable_block import KoreanHangulTokenizer
 
 __all__ = ["KoreanCharTokenizer", "KoreanHangulTokenizer", "KoreanJamoTokenizer", "TOKENIZER_KINDS", "Tokenizer",
            "UNK_ID", "UNK_TOKEN", "StreamDecoder", "build_tokenizer", "tokenizer_from_dict"]

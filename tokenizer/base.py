@@ -19,8 +19,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from common.atomic_files import atomic_write
 from common.errors import UserError
-from common.fsutil import atomic_write
 
 T = TypeVar("T", bound="JsonVocabulary")
 

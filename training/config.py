@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from common import checks
+from common import config_checks as checks
 from common.device import DTYPES
 from common.errors import ConfigError
 from data.config import DataConfig

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from common.overrides import shell_path
+from cli.overrides import shell_path
 
 
 @dataclass

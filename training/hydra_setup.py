@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.overrides import PATH_KEYS
+from cli.overrides import PATH_KEYS
 
 NAME_BYTES = 200  # of the 255 a file name may hold: the rest is for the date and time in front of it
 VALUE_BYTES = 48  # of one override's value, so that every override shows in the name

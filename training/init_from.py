@@ -24,7 +24,7 @@ import torch
 
 from common.errors import UserError
 from data.corpus import Corpus, load_corpus
-from data.sources import corpus_files
+from data.corpus_files import corpus_files
 from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tokenizer import tokenizer_from_dict
 from training.config import TrainJob

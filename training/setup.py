@@ -26,11 +26,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from cli.overrides import shell_path
+from common.atomic_files import atomic_rename
 from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
-from common.fsutil import atomic_rename
-from common.memory import keep_freed_memory
-from common.overrides import shell_path
+from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
@@ -43,7 +43,7 @@ from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
-from training.state import restore_rng, seed_everything
+from training.rng_state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
 
 
@@ -248,7 +248,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     dtype = resolve_dtype(t.dtype, device)
     enable_fast_matmul(device)
     if device.type == "cpu":
-        keep_freed_memory()  # common/memory.py: no page faults for the buffers every step frees
+        keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []

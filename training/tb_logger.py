@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from model import AttentionLanguageModel
-from model.inspect import attention_maps, parameter_counts
+from model.attention_maps import attention_maps, parameter_counts
 
 # The scalar tags every run writes (README and tests rely on these names).
 TAGS = ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_sec", "train/eval_loss", "val/loss",

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from cli.overrides import shell_path
 from common.errors import UserError
-from common.overrides import shell_path
 from inference.checkpoint import (
     BEST_NAME,
     CKPT_NAME,
@@ -39,10 +39,10 @@ from training import distributed
 from training.config import TrainJob
 from training.evaluation import bits_per_char, estimate_loss
 from training.progress import progress_bar
+from training.rng_state import capture_rng
 from training.sample import sample_chars
 from training.setup import LoopState, Session, setup
 from training.signals import StopSignals
-from training.state import capture_rng
 from training.step import StepResult, TrainingDiverged, train_step
 
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",

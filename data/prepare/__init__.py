@@ -7,14 +7,14 @@
 Prints the `data.path=...` override to train on the prepared text (on stdout; progress goes to stderr): one
 file, or with `--files` a folder holding one file per document (KoCoNovel's novels).
 
-Modules: `sources` (what each corpus is and how its files are read), `fetching` (download, validation,
-checksums, writing the prepared text), `cli` (the command line).
+Modules: `catalog` (what each corpus is and how its files are read), `fetching` (download, validation,
+checksums, writing the prepared text), `command` (the command line).
 """
 
 from data.download import download
-from data.prepare.cli import main
+from data.prepare.catalog import KOCONOVEL, NSMC, REGISTRY, CorpusSource, RemoteFile
+from data.prepare.command import main
 from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
-from data.prepare.sources import KOCONOVEL, NSMC, REGISTRY, CorpusSource, RemoteFile
 
 __all__ = ["BASE_URL_ENV", "KOCONOVEL", "NSMC", "REGISTRY", "CorpusSource", "RemoteFile", "default_cache_dir",
            "download", "main", "prepare"]

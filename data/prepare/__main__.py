@@ -1,8 +1,8 @@
-"""`python -m data.prepare`: Ctrl-C and every error are one line (common.cli)."""
+"""`python -m data.prepare`: Ctrl-C and every error are one line (cli.entry)."""
 
-from common.cli import run_cli
+from cli.entry import run_cli
 
-from data.prepare.cli import main
+from data.prepare.command import main
 
 if __name__ == "__main__":
     run_cli(main)

@@ -3,7 +3,7 @@
 Design choices:
 - Downloads (`data.download`) are safe to interrupt and resume, and a file gets its final name only once
   complete and valid.
-- Nothing is trusted before it is validated as what it claims to be (`sources.CorpusSource.extract`): UTF-8
+- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8
   text in the source's format, not empty, not an HTML page. A mirror that answers with anything else is
   refused in one line, and nothing of it is kept or recorded.
 - A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates
@@ -27,10 +27,10 @@ from urllib.parse import quote
 
 from tqdm import tqdm
 
+from common.atomic_files import atomic_write, file_sha256, user_cache_dir
 from common.errors import UserError
-from common.fsutil import atomic_write, file_sha256, user_cache_dir
 from data.download import BadContent, base_url_of, download
-from data.prepare.sources import CorpusSource, RemoteFile
+from data.prepare.catalog import CorpusSource, RemoteFile
 from data.text import normalize
 
 BASE_URL_ENV = "KOCHAR_CORPUS_BASE_URL"

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.atomic_files import file_sha256
 from common.errors import UserError
-from common.fsutil import file_sha256
 from data.text import iter_text_chunks
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")

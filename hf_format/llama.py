@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hf_export.gpt2 import head_rows
+from hf_format.gpt2 import head_rows
 from model.config import ModelConfig
 from model.rope import ROPE_BASE
 

@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
+from cli.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
 from common.errors import UserError
-from common.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
@@ -100,7 +100,7 @@ _held_stderr: _HeldStderr | None = None
 def _fold_hydra_report(text: str) -> str:
     """Hydra's multi-line error report as one line: the messages, with listed options joined by commas."""
     if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
-        from common.crash_report import fold_traceback_report
+        from cli.crash_report import fold_traceback_report
 
         return fold_traceback_report(text)
     parts: list[str] = []
@@ -167,7 +167,7 @@ def config_object(cfg, cls: type[T]) -> T:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from common.checks import boolean_overrides
+    from common.config_checks import boolean_overrides
 
     boolean_overrides(cls, _typed_overrides())
     try:
@@ -240,6 +240,6 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
             sys.exit(130)
         if debug_enabled():
             raise
-        from common.crash_report import unexpected_error_line
+        from cli.crash_report import unexpected_error_line
 
         fail(unexpected_error_line(e, traceback_dir), 1)

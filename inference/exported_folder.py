@@ -1,7 +1,7 @@
 """Reading an exported folder back into a Checkpoint, so every script that takes `ckpt=` takes the folder.
 
 Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. The weights are
-mapped back from the layout the folder was written in (hf_export/gpt2.py, llama.py, custom.py).
+mapped back from the layout the folder was written in (hf_format/gpt2.py, llama.py, custom.py).
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 from common.errors import UserError
+from hf_format import RECORD
 from inference.checkpoint import Checkpoint
 from model.config import ModelConfig
-
-RECORD = "kochar.json"
 
 
 def exported_folder(path: str | Path) -> Path:
@@ -28,8 +27,8 @@ def is_exported(path: str | Path) -> bool:
 
 
 def read_folder(path: str | Path) -> Checkpoint:
-    from hf_export.deps import require
-    from hf_export.writer import FORMAT, LAYOUTS
+    from hf_format import FORMAT, LAYOUTS
+    from hf_format.deps import require
 
     folder = exported_folder(path)
     try:

@@ -7,13 +7,10 @@ so the mapping is the identity; `config.json` names the shipped classes in `auto
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from torch import Tensor
 
 from model.config import ModelConfig
 
-CODE = Path(__file__).resolve().parent / "hf_code"
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
 
 

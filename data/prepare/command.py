@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from common.errors import UserError
+from data.prepare.catalog import REGISTRY
 from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
-from data.prepare.sources import REGISTRY
 
 DESCRIPTION = ("Download a public Korean corpus into a local cache and turn it into training text: one file, or "
                "with --files a folder of one file per document. Prints the data.path=... override.")
