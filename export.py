@@ -35,10 +35,11 @@ def _run(cfg: DictConfig) -> None:
 
     from hf_export.writer import write_folder
     from inference.loading import load_run
+    from model.counts import num_parameters
 
     run = load_run(c.ckpt, torch.device("cpu"))
     out = Path(c.out).expanduser()
-    layout = write_folder(run.checkpoint, run.tokenizer, run.model.num_parameters(), out, COMMAND, c.overwrite,
+    layout = write_folder(run.checkpoint, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
                           c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"

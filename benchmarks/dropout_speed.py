@@ -41,16 +41,16 @@ def with_torch_masks(timer: Callable[[], float]) -> Callable[[], float]:
     """`timer`, run with torch's own dropout wherever the model calls `model.dropout`'s."""
     import torch.nn.functional as F
 
-    import model.attention
+    import model.attention_kernels
     import model.dropout
 
     def timed() -> float:
         ours = model.dropout.dropout
-        model.dropout.dropout = model.attention.masked_dropout = F.dropout
+        model.dropout.dropout = model.attention_kernels.masked_dropout = F.dropout
         try:
             return timer()
         finally:
-            model.dropout.dropout = model.attention.masked_dropout = ours
+            model.dropout.dropout = model.attention_kernels.masked_dropout = ours
 
     return timed
 

@@ -26,6 +26,7 @@ from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
 from model.decode import DecodeStep
 from model.sampling import sample_next
+from model.streaming import default_window_shift, new_cache, stream
 
 PROMPT_TOKENS = 8
 BREAKDOWN_ROUNDS = 5
@@ -39,7 +40,7 @@ def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_to
 
     def generate() -> None:
         g = torch.Generator(device=prompt.device).manual_seed(0)
-        for _ in model.stream(prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g,
+        for _ in stream(model, prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g,
                               window_shift=window_shift):
             pass
 
@@ -95,7 +96,7 @@ def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.dev
     C = model.context_length
     K = max(1, C // 4)  # steps per round, the last K positions of a window (where a cache spends its time)
     ids = torch.randint(0, vocab, (1, C), device=device)
-    cache = model.new_cache(1, device)
+    cache = new_cache(model, 1, device)
     step = DecodeStep(model, cache)
     logits = torch.randn(1, vocab, device=device)
     g = torch.Generator(device=device).manual_seed(0)
@@ -116,9 +117,9 @@ def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.dev
 def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
     """Median times of one cached decode step, of refilling the cache (per token), and of one uncached
     forward over a full window, in microseconds."""
-    C, shift = model.context_length, model.window_shift
+    C, shift = model.context_length, default_window_shift(model)
     ids = torch.randint(0, vocab, (1, C), device=device)
-    cache = model.new_cache(1, device)
+    cache = new_cache(model, 1, device)
     step = DecodeStep(model, cache)
     steps, refills, full = [], [], []
     for _ in range(BREAKDOWN_ROUNDS):

@@ -9,7 +9,7 @@ Design choices:
   (`benchmarks.timing`), like the other sections; generation is cached sampling at batch 1 from an 8-token
   prompt, as the `generate_*` keys measure it.
 - The batches are windows of the corpus's own ids under each tokenizer, and the hangul side holds only the
-  syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`, model/syllable_rows.py).
+  syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`, model/hangul/held_rows.py).
   `hangul_all_rows` trains all 11,172 rows of both per-syllable tables (`train.syllable_rows=all`): the
   difference is what holding the rows saves.
 - `target_hangul_over_char` (0.9) is issue 23's goal for the training ratio, printed beside it so a reader
@@ -25,7 +25,7 @@ from benchmarks.presets import model_kwargs
 from benchmarks.timing import median_alternating
 from benchmarks.training_speed import training_timer
 from model import AttentionLanguageModel
-from model.syllable_rows import compact_syllable_rows
+from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import build_tokenizer
 
 TARGET_RATIO = 0.9

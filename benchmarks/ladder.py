@@ -180,6 +180,7 @@ def run_facts(run_dir: Path) -> dict:
     import torch
 
     from inference.loading import load_run
+    from model.counts import num_parameters
 
     try:
         run = load_run(run_dir, torch.device("cpu"))
@@ -187,7 +188,7 @@ def run_facts(run_dir: Path) -> dict:
         return {}
     t = run.checkpoint.config.get("train", {})
     tokens = t.get("batch_size", 0) * run.model.context_length * t.get("grad_accum_steps", 1)
-    return {"params": run.model.num_parameters(), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
+    return {"params": num_parameters(run.model), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -218,7 +219,7 @@ def main(argv: list[str]) -> None:
                 with results_file.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done.append(record)
-    report(done, args, out)
+    report(done, budget(args), args.set, RUNGS, out, args.docs)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,10 @@ Design choices:
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
 from pathlib import Path
-
-from benchmarks.ladder import RUNGS, budget
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_PAGES = (ROOT / "docs" / "en" / "ladder.md", ROOT / "docs" / "ko" / "ladder.md")
@@ -35,14 +32,14 @@ def throughput(run: dict) -> float | None:
     return run.get("tokens_per_sec")
 
 
-def summarise(results: list[dict]) -> dict[str, list[dict]]:
-    """{corpus: [row per rung: nanoGPT, then the ladder's order]} over the results without errors."""
+def summarise(results: list[dict], rungs: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """{corpus: [row per rung: nanoGPT, then `rungs`' order, then any other]} over the results without errors."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
         if "error" not in r and r.get("heldout_bpc") is not None:
             groups.setdefault((r["corpus"], r["rung"]), []).append(r)
     corpora = list(dict.fromkeys(corpus for corpus, _ in groups))
-    order = ["nanogpt", *RUNGS]
+    order = ["nanogpt", *rungs]
 
     def rank(key: tuple[str, str]) -> tuple[int, int]:  # corpora as first seen, rungs in the ladder's order
         corpus, rung = key
@@ -124,16 +121,20 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(results: list[dict], args: argparse.Namespace, out: Path) -> None:
-    chosen = [r for r in results if r.get("set", "") == args.set and r.get("budget") == budget(args)]
-    text = markdown(summarise(chosen), budget(args))
+def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path,
+           docs: bool = False) -> None:
+    """The table of the results run with `budget` and `overrides` into out/ladder.md (and, with `docs`, the docs'
+    tables and picture); `rungs`: the ladder's order (benchmarks/ladder.py passes it: the report imports nothing
+    of the campaign)."""
+    chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
+    text = markdown(summarise(chosen, rungs), budget)
     print(text)
     (out / "ladder.md").write_text(text, encoding="utf-8")
-    if args.docs:
+    if docs:
         for page in DOC_PAGES:
             old = page.read_text(encoding="utf-8")
             if not MARKERS.search(old):
                 print(f"note: {page} has no <!-- ladder:begin --> marker; not changed", file=sys.stderr)
                 continue
             page.write_text(MARKERS.sub(lambda m: m[1] + text + "\n" + m[2], old), encoding="utf-8")
-        draw(summarise(chosen), PICTURE)
+        draw(summarise(chosen, rungs), PICTURE)

@@ -8,9 +8,9 @@ Design choices:
   those rows and multiplies them out (N x 28 x E values, through memory, forward and backward); `product`
   multiplies h with every held row at once, (N, E) x (E, held), and keeps the 28 columns it needs. The first
   grows with the positions, the second with the rows held too, so which is faster depends on how many
-  syllables the training text holds. `KeptRows.dot` (model/syllable_rows.py) picks by the held rows' count;
+  syllables the training text holds. `HeldReadoutRows.dot` (model/hangul/held_rows.py) picks by the held rows' count;
   this benchmark is where its threshold comes from.
-- Both sides run `KeptRows`' own methods on the same random table, targets and upstream gradient, alternated
+- Both sides run `HeldReadoutRows`' own methods on the same random table, targets and upstream gradient, alternated
   round by round with medians (`benchmarks.timing`).
 """
 
@@ -43,12 +43,12 @@ def timers(held: int, positions: int, width: int, dtype, reps: int) -> dict:
     import torch
 
     from benchmarks.timing import mean_seconds
-    from model.jamo_embedding import NUM_FINALS, NUM_SYLLABLES
-    from model.syllable_rows import KeptRows
+    from model.hangul.held_rows import HeldReadoutRows
+    from model.hangul.jamo_embedding import NUM_FINALS, NUM_SYLLABLES
 
     g = torch.Generator().manual_seed(0)
     kept = torch.randperm(NUM_SYLLABLES, generator=g)[:held].sort().values
-    rows = KeptRows(torch.randn(NUM_SYLLABLES, width, generator=g), kept)
+    rows = HeldReadoutRows(torch.randn(NUM_SYLLABLES, width, generator=g), kept)
     pair = torch.randint(0, NUM_SYLLABLES // NUM_FINALS, (positions,), generator=g)
     index = pair[:, None] * NUM_FINALS + torch.arange(NUM_FINALS)
     h = torch.randn(positions, width, generator=g).to(dtype).requires_grad_()
@@ -67,8 +67,8 @@ def main(argv: list[str]) -> None:
 
     from benchmarks.timing import median_alternating
     from common.device import resolve_dtype
-    from model.jamo_embedding import NUM_FINALS
-    from model.syllable_rows import PRODUCT_ROWS_PER_SLOT
+    from model.hangul.held_rows import PRODUCT_ROWS_PER_SLOT
+    from model.hangul.jamo_embedding import NUM_FINALS
 
     args = parse_args(argv)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))

@@ -20,6 +20,7 @@ from benchmarks.presets import model_kwargs
 from benchmarks.timing import median_alternating, seconds
 from common.device import autocast
 from model import AttentionLanguageModel
+from model.counts import flops_per_token, num_parameters
 
 WARMUP_STEPS = 3  # the first steps allocate buffers and pick kernels
 
@@ -85,9 +86,9 @@ def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dty
     for dt in dtypes:
         out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
         out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
-    out["model_params"] = model.num_parameters()
-    out["model_flops_per_token"] = model.flops_per_token()
-    achieved = tps["fused_float32"] * model.flops_per_token()
+    out["model_params"] = num_parameters(model)
+    out["model_flops_per_token"] = flops_per_token(model)
+    achieved = tps["fused_float32"] * flops_per_token(model)
     out["achieved_flops_fused_float32"] = round(achieved)
     out["achieved_fraction_of_matmul_peak_float32"] = round(achieved / peak_flops, 3)
     return out

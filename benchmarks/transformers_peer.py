@@ -20,6 +20,8 @@ from benchmarks.presets import model_kwargs
 from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
 from model.config import ModelConfig
+from model.counts import num_parameters
+from model.streaming import stream
 
 BATCHES = (1, 8)
 
@@ -29,7 +31,7 @@ def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, v
 
     def ours_run() -> None:
         g = torch.Generator().manual_seed(0)
-        for _ in ours.stream(prompt, new_tokens, temperature=1.0, use_cache=True, generator=g):
+        for _ in stream(ours, prompt, new_tokens, temperature=1.0, use_cache=True, generator=g):
             pass
 
     def theirs_run() -> None:
@@ -59,7 +61,7 @@ def bench_transformers_peer(preset: dict[str, int], vocab: int, rounds: int, new
     ours = AttentionLanguageModel(ModelConfig(vocab_size=vocab, **model_kwargs(preset))).eval()
     ckpt = Checkpoint(ours.config, ours.state_dict(), tokenizer.to_dict(), 1.0)
     with tempfile.TemporaryDirectory() as tmp:
-        write_folder(ckpt, tokenizer, ours.num_parameters(), Path(tmp) / "m", "benchmark", overwrite=False)
+        write_folder(ckpt, tokenizer, num_parameters(ours), Path(tmp) / "m", "benchmark", overwrite=False)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(str(Path(tmp) / "m")).eval()
     new = min(new_tokens, ours.context_length - 1)
     report: dict = {"class": type(theirs).__name__, "transformers": transformers.__version__, "new_tokens": new}

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from common.errors import UserError
+from hf_format import custom
 from inference.checkpoint import strip_compile_prefix
 from model.config import ModelConfig
 
@@ -41,18 +42,21 @@ HANDLED = {
 
 
 def unknown_settings(c: ModelConfig) -> list[str]:
-    """`model.X=value` for every field export does not know that differs from its default."""
+    """`model.X=value` for every field export does not know that differs from its default, and for every kind the
+    shipped modeling code does not compute (hf_format/custom.py COMPUTES)."""
     default = ModelConfig()
-    return [f"model.{f.name}={getattr(c, f.name)}" for f in fields(ModelConfig)
-            if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]
+    unknown = [f.name for f in fields(ModelConfig)
+               if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]
+    uncomputed = [name for name, kinds in custom.COMPUTES.items() if getattr(c, name) not in kinds]
+    return [f"model.{name}={getattr(c, name)}" for name in unknown + uncomputed]
 
 
 def fold_jamo_embedding(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[str, Tensor], ModelConfig]:
     """The jamo embedding summed into the token embedding (same order of additions as the forward)."""
-    from model.jamo_embedding import syllable_parts
+    from model.hangul.jamo_embedding import syllable_parts
 
     state = dict(state)
-    parts = state.pop("jamo_embedding.parts.weight")
+    parts = state.pop("token_embedding.parts.weight")
     raw = state["token_embedding.weight"]
     jamo = parts[syllable_parts(c.vocab_size)].sum(dim=-2)  # (V, E), as JamoEmbedding computes it per id
     state["token_embedding.weight"] = raw + jamo
@@ -67,8 +71,8 @@ def plain_model(state: dict[str, Tensor], c: ModelConfig,
     config is one `stock` says a stock class expresses."""
     unknown = unknown_settings(c)
     if unknown:
-        raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py does not know that "
-                        "setting (the run itself samples and evaluates as usual)")
+        raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py or the exported modeling "
+                        "code does not know it (the run itself samples and evaluates as usual)")
     state = {k: v.detach().to(torch.float32) if v.is_floating_point() else v
              for k, v in strip_compile_prefix(state).items()}
     if c.embedding == "jamo" and stock(replace(c, embedding="token", tie_weights=False)):

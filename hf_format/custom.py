@@ -1,8 +1,10 @@
 """Every architecture no stock class expresses: the project's own modeling code ships in the folder.
 
 The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules),
-so the mapping is the identity; `config.json` names the shipped classes in `auto_map`, which is how
-`transformers` finds code that lives in a model folder (`trust_remote_code=True`).
+except that the shipped code keeps the Hangul-aware layers beside the token embedding and the LM head, as the
+project did before version 3 of its checkpoints (`jamo_embedding.*`, `jamo_head.*`): folders written before and
+after read the same. `config.json` names the shipped classes in `auto_map`, which is how `transformers` finds
+code that lives in a model folder (`trust_remote_code=True`).
 """
 
 from __future__ import annotations
@@ -10,8 +12,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from model.config import ModelConfig
+from model.input_output import RENAMED, upgrade_state_names
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
+# The kinds the shipped modeling code computes (its own KINDS; tests/test_restatements.py checks the two agree and
+# runs every kind of every setting through it); a run with another kind is refused before anything is written.
+COMPUTES = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
+            "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 
 
 def hf_config(c: ModelConfig) -> dict:
@@ -28,8 +35,17 @@ def hf_config(c: ModelConfig) -> dict:
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     # A tied head is written as its own tensor (safetensors stores no shared tensors); the values are equal.
-    return {k: v.clone() if k == "lm_head.weight" and c.tie_weights else v for k, v in sd.items()}
+    return {_shipped_name(k, c): v.clone() if k == "lm_head.weight" and c.tie_weights else v for k, v in sd.items()}
+
+
+def _shipped_name(key: str, c: ModelConfig) -> str:
+    """The shipped code's name of one of our parameters (the Hangul-aware layers keep their own prefixes)."""
+    for old, new in RENAMED:
+        kind = c.embedding if new == "token_embedding." else c.head
+        if kind == "jamo" and key.startswith(new) and key != "token_embedding.weight":
+            return old + key[len(new):]
+    return key
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    return dict(hf)
+    return upgrade_state_names(dict(hf))

@@ -6,7 +6,9 @@ Design choices:
   so a checkpoint without a training state still samples.
 - On disk it is a plain dict of tensors and built-in types with a format name and version, so
   `torch.load(weights_only=True)` can read it: a file crafted to run code when unpickled is refused.
-- Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it.
+- Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it. Versions
+  1 and 2 named the Hangul-aware layers `jamo_embedding` and `jamo_head`; version 3 holds them where the token
+  embedding and the LM head are (model/input_output.py), and older names are renamed when a file is read.
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
@@ -32,9 +34,10 @@ import torch
 from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
 from model.config import ModelConfig
+from model.input_output import upgrade_state_names
 
 FORMAT = "kochar-gpt/checkpoint"
-VERSION = 2
+VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
 _TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
@@ -88,9 +91,9 @@ class Checkpoint:
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise UserError(f"{path} is not a kochar-gpt checkpoint")
         version = payload.get("version", 1)
-        if version not in (1, VERSION):
+        if version not in (1, 2, VERSION):
             raise UserError(f"checkpoint {path} has format version {version}; this version of kochar-gpt reads "
-                            f"versions 1 and {VERSION} (update kochar-gpt)")
+                            f"versions 1 to {VERSION} (update kochar-gpt)")
         for key in ("model", "model_config", "tokenizer"):
             if key not in payload:
                 raise UserError(f"checkpoint {path} is incomplete (no '{key}'): it cannot be sampled or resumed")
@@ -100,10 +103,11 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
         if not isinstance(payload["model"], dict):
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
-        _check_weights(model_config, payload["model"], path)
+        weights = upgrade_state_names(payload["model"])
+        _check_weights(model_config, weights, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
-        return cls(model_config, payload["model"], payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
+        return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
                    dict(payload.get("config") or {}), training, path, missing)
 
     def resume_refusal(self) -> str | None:

@@ -11,6 +11,7 @@ import torch
 
 from model import AttentionLanguageModel
 from model.sampling import TokenGrammar
+from model.streaming import stream
 from tokenizer import Tokenizer
 
 SEPARATOR = "\n" + "-" * 40 + "\n"  # between samples
@@ -61,9 +62,8 @@ def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: 
     for first in range(0, num_samples, BATCH_ROWS):
         rows = min(BATCH_ROWS, num_samples - first)
         idx = torch.tensor([ids] * rows, dtype=torch.long, device=device)
-        stream = model.stream(idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
-                              grammar=grammar)
-        texts += _write_batch(_finished_rows(stream, grammar, max_new_tokens), tokenizer, prompt, rows, out,
+        steps = stream(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, grammar=grammar)
+        texts += _write_batch(_finished_rows(steps, grammar, max_new_tokens), tokenizer, prompt, rows, out,
                               separate_first=first > 0)
     return texts
 

@@ -1,18 +1,18 @@
-"""Causal self-attention, as in the lecture (`Head`) and as one fused kernel call.
+"""Causal self-attention as the lecture builds it: a `Head` of query, key and value projections, and
+`MultiHeadAttention` running `num_heads` of them side by side, then projecting back to the residual stream.
 
-Both paths own exactly the same parameters - the per-head `query`, `key` and `value` projections - so a
-state dict loads into either. The fused path concatenates those weights into one QKV projection and calls
-`scaled_dot_product_attention`, which picks flash / memory-efficient kernels where the device has them.
-
-Both accept an optional slice of a `KVCache`: keys and values of earlier positions are read from it and
-the new ones written into it, so generation feeds one token per step instead of the whole window.
-
-Design choices:
-- The modern options act on queries and keys only, in one function both paths call (`shape_qk`): optional
-  RMS normalisation of each head's queries and keys (no learned gain, so `heads` and `fused` still own the
-  same parameters), then rotary embeddings at the tokens' absolute positions. Keys enter the cache already
-  rotated, so a cached key never needs its position again.
-- The rotary tables are non-persistent buffers: state dicts are the same with or without them.
+What runs, where it differs from the lecture, and the test that proves the paths equal:
+- `model.attention=heads` runs each `Head` module in turn, exactly as the lecture does. `fused` (the default)
+  owns the same parameters but stacks the heads' projections into one QKV matrix and makes one `attend` call
+  (PyTorch's scaled_dot_product_attention; model/attention_kernels.py says which kernel). A state dict loads
+  into either; tests/test_model.py::test_heads_and_fused_give_same_outputs_and_gradients checks they agree.
+  Cached generation always takes the fused path: the KV cache (model/kv_cache.py) is written there.
+- `model.head_size` is all heads together: each head has head_size / num_heads dimensions (the lecture's
+  `MultiHeadAttention(num_heads, head_size)` passes one head's size; ours is that times num_heads).
+- Two switches of the modern recipe act on queries and keys only, in `shape_qk`, which both paths call:
+  `qk_norm` (each head's queries and keys RMS-normalised, no learned gain, so both paths keep the same
+  parameters) and `position=rope` (rotary positions, model/rope.py, instead of the position embedding; keys
+  enter the cache already rotated). tests/test_model_options.py checks both paths under every switch.
 """
 
 from __future__ import annotations
@@ -22,15 +22,11 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from model.config import ATTENTION_KINDS
-from model.dropout import Dropout
-from model.dropout import dropout as masked_dropout
+from model.attention_kernels import attend
+from model.dropout import Dropout  # nn.Dropout with cheaper masks on the CPU (tests/test_dropout.py)
 from model.kv_cache import LayerKV
 from model.rope import apply_rope, rope_tables
-
-__all__ = ["ATTENTION_KINDS", "Head", "MultiHeadAttention", "attend", "causal_mask", "shape_heads", "shape_qk"]
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
 
@@ -39,51 +35,17 @@ def causal_mask(context_length: int) -> Tensor:
     return torch.tril(torch.ones(context_length, context_length, dtype=torch.bool))
 
 
-def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
-) -> Tensor:
-    """scaled_dot_product_attention over (B, H, T, D) queries and (B, H, S, D) keys/values -> (B, H, T, D)."""
-    if dropout_p > 0.0 and q.device.type == "cpu":
-        return attend_with_dropout(q, k, v, mask, causal, dropout_p)
-    # PyTorch's CPU flash kernel is slower than the plain math path in bf16 (its backward above all), so
-    # reduced precision on the CPU takes the math backend, whose batched matmuls want dense inputs; elsewhere
-    # SDPA picks the kernel.
-    if q.device.type == "cpu" and q.dtype != torch.float32:
-        with sdpa_kernel(SDPBackend.MATH):
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
-
-
-def attend_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
-    """`attend` in training on the CPU: SDPA's own math path, with `model.dropout`'s cheaper masks on the
-    attention weights instead of one random draw per weight."""
-    T, S = q.shape[-2], k.shape[-2]
-    if causal:
-        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=S - T)
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return masked_dropout(F.softmax(scores, dim=-1), p, training=True) @ v
-
-
-def token_positions(start: int, length: int, device: torch.device, rope: Rope | None) -> Tensor | None:
-    """Absolute positions start..start+length-1, built only when rotary embeddings will read them."""
-    return None if rope is None else torch.arange(start, start + length, device=device)
+def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
+             qk_norm: bool) -> tuple[Tensor, Tensor]:
+    """Queries and keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
+    when qk_norm, then rotated when rope tables are given. The lecture's model does neither."""
+    return shape_heads(q, rope, positions, qk_norm), shape_heads(k, rope, positions, qk_norm)
 
 
 def shape_heads(x: Tensor, rope: Rope | None, positions: Tensor | None, qk_norm: bool) -> Tensor:
-    """Queries or keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
-    when qk_norm, then rotated when rope tables are given."""
     if qk_norm:
         x = F.rms_norm(x, (x.shape[-1],))
     return x if rope is None else apply_rope(x, *rope, positions)
-
-
-def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
-             qk_norm: bool) -> tuple[Tensor, Tensor]:
-    """`shape_heads` of the queries and of the keys."""
-    return shape_heads(q, rope, positions, qk_norm), shape_heads(k, rope, positions, qk_norm)
 
 
 class Head(nn.Module):
@@ -100,22 +62,13 @@ class Head(nn.Module):
         self.scale = 1.0 / math.sqrt(head_dim)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
-    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, start: int = 0,
-                rope: Rope | None = None) -> Tensor:
-        """x: (B, T, E) at positions start..start+T-1 -> (B, T, head_dim).
-
-        kv: this head's cache buffers, each (B, context_length, head_dim), holding positions < start.
-        rope: the rotary tables, when the model uses rotary positions.
-        """
+    def forward(self, x: Tensor, rope: Rope | None = None) -> Tensor:
+        """x: (B, T, E) -> (B, T, head_dim). rope: the rotary tables, when the model uses rotary positions."""
         T = x.shape[1]
         q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, D) each
-        q, k = shape_qk(q, k, rope, token_positions(start, T, x.device, rope), self.qk_norm)
-        if kv is not None:
-            kv[0][:, start : start + T] = k
-            kv[1][:, start : start + T] = v
-            k, v = kv[0][:, : start + T], kv[1][:, : start + T]  # (B, S, D) with S = start + T
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, T, S)
-        scores = scores.masked_fill(~self.mask[start : start + T, : start + T], float("-inf"))
+        q, k = shape_qk(q, k, rope, None if rope is None else torch.arange(T, device=x.device), self.qk_norm)
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # no looking ahead
         weights = self.dropout(F.softmax(scores, dim=-1))
         return weights @ v  # (B, T, D)
 
@@ -123,17 +76,8 @@ class Head(nn.Module):
 class MultiHeadAttention(nn.Module):
     """`num_heads` heads concatenated to `head_size`, projected back to `embedding_size`."""
 
-    def __init__(
-        self,
-        embedding_size: int,
-        head_size: int,
-        num_heads: int,
-        context_length: int,
-        dropout: float = 0.0,
-        attention: str = "fused",
-        position: str = "learned",
-        qk_norm: bool = False,
-    ):
+    def __init__(self, embedding_size: int, head_size: int, num_heads: int, context_length: int,
+                 dropout: float = 0.0, attention: str = "fused", position: str = "learned", qk_norm: bool = False):
         super().__init__()
         self.num_heads, self.head_size = num_heads, head_size
         self.head_dim = head_size // num_heads
@@ -151,10 +95,10 @@ class MultiHeadAttention(nn.Module):
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
     def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:
-        """x: (B, T, E) -> (B, T, E). kv: this block's cache, holding positions < start."""
-        if self.attention == "heads":
-            per_head = [None if kv is None else (kv.keys[:, i], kv.values[:, i]) for i in range(self.num_heads)]
-            y = torch.cat([h(x, c, start, self.rope) for h, c in zip(self.heads, per_head, strict=True)], dim=-1)
+        """x: (B, T, E) at positions start..start+T-1 -> (B, T, E). kv: this block's cache, holding positions
+        < start (generation only)."""
+        if self.attention == "heads" and kv is None and start == 0:
+            y = torch.cat([h(x, self.rope) for h in self.heads], dim=-1)  # (B, T, head_size)
         else:
             y = self._fused(x, kv, start)
         return self.resid_dropout(self.proj(y))
@@ -175,13 +119,14 @@ class MultiHeadAttention(nn.Module):
         qkv = F.linear(x, w).view(B, T, 3 * H, D).transpose(1, 2)  # (B, 3H, T, D): queries, keys, values
         qk, v = qkv[:, : 2 * H], qkv[:, 2 * H :]
         if self.rope is not None or self.qk_norm:  # queries and keys together: half the elementwise calls
-            qk = shape_heads(qk, self.rope, token_positions(start, T, x.device, self.rope), self.qk_norm)
+            positions = None if self.rope is None else torch.arange(start, start + T, device=x.device)
+            qk = shape_heads(qk, self.rope, positions, self.qk_norm)
         q, k = qk[:, :H], qk[:, H:]  # (B, H, T, D) each
         mask, causal = None, True
         if kv is not None:
             kv.keys[:, :, start : start + T] = k
             kv.values[:, :, start : start + T] = v
-            k, v = kv.keys[:, :, : start + T], kv.values[:, :, : start + T]  # (B, H, S, D)
+            k, v = kv.keys[:, :, : start + T], kv.values[:, :, : start + T]  # (B, H, S, D) with S = start + T
             if T == 1:
                 causal = False  # one new query sees every cached position
             elif start > 0:

@@ -1,4 +1,4 @@
-"""Looking inside a trained model: attention weights per block and head, and where the parameters are.
+"""Looking inside a trained model: the attention weights of every block and head.
 
 Read-only helpers for visualisation; they reuse the model's own modules and never change its state.
 """
@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from model.attention import shape_qk
-from model.gpt import AttentionLanguageModel
 
 
 @torch.no_grad()
-def attention_maps(model: AttentionLanguageModel, idx: Tensor) -> Tensor:
+def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
     """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T).
 
     Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
@@ -46,20 +45,3 @@ def attention_maps(model: AttentionLanguageModel, idx: Tensor) -> Tensor:
         return torch.stack(maps)  # (L, H, T, T)
     finally:
         model.train(was_training)
-
-
-def parameter_counts(model: AttentionLanguageModel) -> list[tuple[str, int]]:
-    """(module name, parameter count) for the embeddings, each block's attention, feed-forward and norms, and the head.
-
-    Shared (tied) parameters are counted once, under the first module that owns them, so the counts sum to
-    `model.num_parameters()`.
-    """
-    rows: dict[str, int] = {}
-    for name, p in model.named_parameters():  # named_parameters skips tied duplicates
-        parts = name.split(".")
-        # blocks.0.attn.heads.1.query.weight -> blocks.0.attn ; token_embedding.weight -> token_embedding
-        key = ".".join(parts[:3]) if parts[0] == "blocks" else parts[0]
-        if parts[0] == "blocks" and parts[2].startswith("ln"):
-            key = ".".join(parts[:2]) + ".norms"
-        rows[key] = rows.get(key, 0) + p.numel()
-    return list(rows.items())

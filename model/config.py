@@ -29,6 +29,12 @@ INITS = ("gpt2", "torch")
 EMBEDDINGS = ("token", "jamo")
 HEADS = ("softmax", "jamo")
 JAMO_INITIALS = ("pairs", "linear")
+# Every field that picks one of several kinds, and the kinds. Each place that restates the forward pass (the
+# decode step, the exported modeling code) must handle every kind here: tests/test_restatements.py enumerates them.
+CHOICES = {"attention": ATTENTION_KINDS, "position": POSITIONS, "norm": NORMS, "mlp": MLPS, "init": INITS,
+           "embedding": EMBEDDINGS, "head": HEADS, "jamo_initials": JAMO_INITIALS}
+SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj")  # the true/false fields
+SIZES = ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks", "dropout")
 
 
 @dataclass
@@ -36,7 +42,9 @@ class ModelConfig:
     vocab_size: int | None = None  # from the tokenizer; None in the YAML files
     context_length: int = 128
     embedding_size: int = 128
-    head_size: int = 128  # all heads together: each head has head_size / num_heads dimensions
+    # all heads together: each head has head_size / num_heads dimensions. The lecture's
+    # MultiHeadAttention(num_heads, head_size) takes one head's size (n_embd // n_head); ours is num_heads times that
+    head_size: int = 128
     num_heads: int = 4
     num_blocks: int = 4
     dropout: float | None = 0.0  # None (null in YAML) = auto: training resolves it (training/auto_settings.py)
@@ -49,8 +57,9 @@ class ModelConfig:
     zero_init_proj: bool = False  # attention and MLP output projections start at zero
     init: str = "gpt2"  # gpt2 (N(0, 0.02), scaled residual projections) | torch (PyTorch's layer defaults)
     embedding: str = "token"  # token (a row per token) | jamo (a syllable's row composed from its jamo; needs the
-    #                           hangul tokenizer's ids: model/jamo_embedding.py)
-    head: str = "softmax"  # softmax (a row per token) | jamo (initial, then medial, then final: model/jamo_head.py)
+    #                           hangul tokenizer's ids: model/hangul/jamo_embedding.py)
+    head: str = "softmax"  # softmax (a row per token) | jamo (initial, then medial, then final:
+    #                        model/hangul/jamo_head.py)
     jamo_initials: str = "pairs"  # model.head=jamo's stage 1: pairs (an initial scored from its 21 (initial, medial)
     #                               rows) | linear (one row per initial: the first version)
 
@@ -62,12 +71,10 @@ class ModelConfig:
             raise ConfigError(f"model.head_size={self.head_size} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head_size that is a multiple of num_heads")
         checks.number_in("model.dropout", self.dropout, 0, 1, high_open=True, optional=True)
-        for name in ("tie_weights", "qk_norm", "zero_init_proj"):
+        for name in SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}={getattr(self, name)!r} is invalid: it must be true or false")
-        for name, kinds in (("attention", ATTENTION_KINDS), ("position", POSITIONS), ("norm", NORMS), ("mlp", MLPS),
-                            ("init", INITS), ("embedding", EMBEDDINGS), ("head", HEADS),
-                            ("jamo_initials", JAMO_INITIALS)):
+        for name, kinds in CHOICES.items():
             checks.one_of(f"model.{name}", getattr(self, name), kinds)
         if self.head == "jamo" and self.tie_weights:
             raise ConfigError("model.head=jamo has no output matrix to tie to the embedding; set "

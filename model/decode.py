@@ -10,8 +10,9 @@ logits against the uncached forward at every step.
 
 Design choices:
 - Every architecture switch is computed here too (LayerNorm or RMSNorm, learned or rotary positions,
-  query/key norm, GELU, squared ReLU or SwiGLU). The cost of a step is mostly the number of small ops, so
-  each switch is computed in as few as it allows:
+  query/key norm, GELU, squared ReLU or SwiGLU, a composed input and a staged head, which run as their modules);
+  tests/test_restatements.py runs every kind of every `ModelConfig` field through it. The cost of a step is
+  mostly the number of small ops, so each switch is computed in as few as it allows:
   - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite of six),
     and its sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] *
     W)`); LayerNorm keeps its own one-op kernel, with its weights;
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.attention import attend
+from model.attention_kernels import attend
 from model.block import Block, mlp_activation
 from model.kv_cache import KVCache
 from model.rope import apply_rope, rope_tables
@@ -135,8 +136,10 @@ class DecodeStep:
 
     def __init__(self, model, cache: KVCache):
         dtype = cache.dtype
-        self.token_embedding = model.token_embedding.weight
-        self.token_vectors = model.token_vectors if model.jamo_embedding is not None else None
+        emb, head = model.token_embedding, model.lm_head
+        self.token_embedding = emb.weight
+        # a table is read by index; a composed embedding (the jamo one) and a staged head run as themselves
+        self.embed_ids = None if type(emb) is nn.Embedding else emb
         pe = model.position_embedding
         self.position_embedding = None if pe is None else pe.weight
         qkv = [w if w is not None else b.attn.qkv_weight() for b, w in zip(model.blocks, cache.qkv_weights,
@@ -144,9 +147,9 @@ class DecodeStep:
         x_dtype = self.token_embedding.dtype  # the residual stream's, which the norms see
         self.blocks = [_BlockWeights.of(b, w, dtype, x_dtype) for b, w in zip(model.blocks, qkv, strict=True)]
         self.ln_f = _Norm(model.ln_f, x_dtype)
-        self.jamo_head, self.final_norm = model.jamo_head, model.ln_f  # the staged head needs the whole norm
-        self.lm_head_t = None if model.lm_head is None else \
-            self.ln_f.fold(model.lm_head.weight.detach().t()).to(dtype).contiguous()
+        linear = isinstance(head, nn.Linear)
+        self.head, self.final_norm = (None, None) if linear else (head, model.ln_f)  # the whole norm, then the head
+        self.lm_head_t = self.ln_f.fold(head.weight.detach().t()).to(dtype).contiguous() if linear else None
         attn = model.blocks[0].attn
         self.num_heads, self.head_dim, self.qk_norm = attn.num_heads, attn.head_dim, attn.qk_norm
         device = self.token_embedding.device
@@ -185,8 +188,8 @@ class DecodeStep:
         B, H, D = ids.shape[0], self.num_heads, self.head_dim
         p = cache.position
         slot, n = p % cache.context_length, min(p + 1, cache.context_length)  # write here; attend to slots < n
-        x = self.token_embedding.index_select(0, ids.view(B)) if self.token_vectors is None \
-            else self.token_vectors(ids.view(B))  # (B, E)
+        x = self.token_embedding.index_select(0, ids.view(B)) if self.embed_ids is None \
+            else self.embed_ids(ids.view(B))  # (B, E)
         if self.position_embedding is not None:
             x = x + self.position_embedding[p]
         plain = self.rotations is None and not self.qk_norm
@@ -207,6 +210,6 @@ class DecodeStep:
             h = torch.addmm(w.fc_b, w.ln2(x), w.fc_t)
             h = F.gelu(h, approximate=w.gelu) if w.mlp == "gelu" else mlp_activation(w.mlp, h)
             x = x + torch.addmm(w.fc2_b, h, w.fc2_t)  # (B, E)
-        if self.jamo_head is not None:
-            return self.jamo_head.joint(self.final_norm(x)).unsqueeze(1)  # (B, 1, V) log-probabilities
+        if self.head is not None:
+            return self.head(self.final_norm(x)).unsqueeze(1)  # (B, 1, V): the staged head's log-probabilities
         return (self.ln_f(x) @ self.lm_head_t).unsqueeze(1)  # (B, 1, V)

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from inference.generation import prompt_ids, token_grammar
 from model.sampling import sampling_probs
+from model.streaming import stream
 from playground.cache import CachedRun
 from playground.stages import is_syllable_id, syllable_stages
 
@@ -75,7 +76,7 @@ class Continuation:
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         # The tokenizer's spelling rules (whole jamo syllables): the text then re-encodes to the very tokens
         # sampled, so every event's `pos` is its position in the re-encoded text (attention requests use it).
-        self._steps = run.model.stream(idx, params.max_new_tokens, params.temperature, params.top_k,
+        self._steps = stream(run.model, idx, params.max_new_tokens, params.temperature, params.top_k,
                                        params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
         self._decoder = self.tokenizer.stream_decoder()
         self._stages = getattr(self.tokenizer, "kind", None) == "hangul"  # ids 1..11172 are the syllables

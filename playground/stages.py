@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from model.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
+from model.hangul.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
 
 INITIALS = "ㄱㄲㄴㄷㄸㄹㅁㅂㅃㅅㅆㅇㅈㅉㅊㅋㅌㅍㅎ"
 MEDIALS = "ㅏㅐㅑㅒㅓㅔㅕㅖㅗㅘㅙㅚㅛㅜㅝㅞㅟㅠㅡㅢㅣ"

@@ -15,6 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from model.streaming import stream
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
 
@@ -171,8 +173,8 @@ def assert_bf16_cached_matches_uncached(model, idx, steps: int, device_type: str
     import torch
 
     with torch.autocast(device_type, dtype=torch.bfloat16):
-        a = list(model.stream(idx, steps, temperature=0, use_cache=True))
-        b = list(model.stream(idx, steps, temperature=0, use_cache=False))
+        a = list(stream(model, idx, steps, temperature=0, use_cache=True))
+        b = list(stream(model, idx, steps, temperature=0, use_cache=False))
     for (ta, x), (tb, y) in zip(a, b, strict=True):
         assert (x - y).norm() / y.norm() < 2e-2
         if not torch.equal(ta, tb):

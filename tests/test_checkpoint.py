@@ -1,7 +1,14 @@
 import pytest
 import torch
 
-from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint, strip_compile_prefix
+from inference.checkpoint import (
+    VERSION,
+    Checkpoint,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+    strip_compile_prefix,
+)
 from inference.loading import load_run
 from model import AttentionLanguageModel
 from tests.helpers import cli
@@ -89,7 +96,7 @@ def test_a_version_1_checkpoint_resumes_under_the_new_code(tmp_path, small_corpu
     result = train(train_job(tmp_path, f"data.path={small_corpus}", f"train.resume={run}", "train.max_steps=5",
                              "train.eval_interval=5", "model.context_length=16"), run)
     assert result.step == 5
-    assert load_checkpoint(run / "ckpt.pt").to_payload()["version"] == 2
+    assert load_checkpoint(run / "ckpt.pt").to_payload()["version"] == VERSION
 
 
 def test_a_checkpoint_without_training_state_samples_but_does_not_resume(tmp_path, small_corpus):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from model.streaming import stream
 from tests.helpers import assert_bf16_cached_matches_uncached, cli, tiny_model, train_compiled
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -34,8 +35,8 @@ def exact_fp32():
 def test_cached_generation_matches_uncached_on_cuda(attention, exact_fp32):
     m = make(attention)
     idx = torch.randint(0, 300, (2, 5), device="cuda")
-    a = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=True)]
-    b = [lg for _, lg in m.stream(idx, 100, temperature=0, use_cache=False)]
+    a = [lg for _, lg in stream(m, idx, 100, temperature=0, use_cache=True)]
+    b = [lg for _, lg in stream(m, idx, 100, temperature=0, use_cache=False)]
     assert all(torch.allclose(x, y, atol=1e-4) for x, y in zip(a, b, strict=True))
 
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model import AttentionLanguageModel
-from model.attention import attend, attend_with_dropout
+from model.attention_kernels import attend, attend_with_dropout
 from model.dropout import Dropout, dropout, keep_mask, lane_threshold
 
 
@@ -91,7 +91,7 @@ def test_a_model_with_dropout_learns_and_is_deterministic_in_evaluation():
 def test_the_dropout_benchmark_prints_its_three_sides_and_restores_our_masks(capsys):
     import json
 
-    import model.attention
+    import model.attention_kernels
     import model.dropout
     from benchmarks import dropout_speed
 
@@ -101,4 +101,4 @@ def test_the_dropout_benchmark_prints_its_three_sides_and_restores_our_masks(cap
     out = json.loads(capsys.readouterr().out)
     assert {"train_tokens_per_sec_none", "train_tokens_per_sec_torch_masks", "train_tokens_per_sec_ours",
             "ours_over_torch_masks", "ours_over_none"} <= set(out)
-    assert model.dropout.dropout is ours and model.attention.masked_dropout is ours
+    assert model.dropout.dropout is ours and model.attention_kernels.masked_dropout is ours

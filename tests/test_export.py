@@ -14,6 +14,7 @@ from inference.checkpoint import Checkpoint
 from inference.exported_folder import read_folder
 from model import AttentionLanguageModel
 from model.config import ModelConfig
+from model.counts import num_parameters
 from tests.helpers import KOREAN
 from tokenizer import KoreanCharTokenizer, KoreanHangulTokenizer, KoreanJamoTokenizer
 
@@ -47,7 +48,7 @@ def exported(tmp_path, variant: str, tokenizer=None):
             p.add_(torch.randn_like(p) * 0.2)
     ckpt = Checkpoint(model.config, model.state_dict(), tokenizer.to_dict(), 1.0)
     out = tmp_path / variant
-    write_folder(ckpt, tokenizer, model.num_parameters(), out, "python export.py (test)", overwrite=False)
+    write_folder(ckpt, tokenizer, num_parameters(model), out, "python export.py (test)", overwrite=False)
     return model, tokenizer, out
 
 

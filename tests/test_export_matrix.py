@@ -22,6 +22,7 @@ from hf_export.writer import write_folder
 from inference.checkpoint import Checkpoint
 from model import AttentionLanguageModel
 from model.config import ModelConfig
+from model.counts import num_parameters
 from tests.helpers import KOREAN, ROOT, compose_config
 from tokenizer import build_tokenizer
 
@@ -51,7 +52,7 @@ def export(tmp_path, config: ModelConfig, tokenizer, **write):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
     ckpt = Checkpoint(config, model.state_dict(), tokenizer.to_dict(), 1.0)
-    layout = write_folder(ckpt, tokenizer, model.num_parameters(), tmp_path / "m", "python export.py (test)",
+    layout = write_folder(ckpt, tokenizer, num_parameters(model), tmp_path / "m", "python export.py (test)",
                           overwrite=False, **write)
     return model, layout
 

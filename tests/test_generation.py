@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from inference.generation import stream_samples
-from model import AttentionLanguageModel
+from model import AttentionLanguageModel, streaming
 from model.attention import shape_qk
 from model.rope import rope_tables
 from model.sampling import sample_next
+from model.streaming import stream
 from tests.helpers import cli, tiny_model
 
 V, C = 50, 16  # tiny_model's vocabulary and context
@@ -54,7 +55,7 @@ def banded_logits(m: AttentionLanguageModel, seq: torch.Tensor) -> torch.Tensor:
 
 def _stream(m, idx, n, use_cache=True, **kw):
     """(every id of the sequence (B, T + n), the logits of each step [(B, V)])."""
-    steps = list(m.stream(idx, n, temperature=0, use_cache=use_cache, **kw))
+    steps = list(stream(m, idx, n, temperature=0, use_cache=use_cache, **kw))
     return torch.cat([idx, *[t for t, _ in steps]], 1), [lg for _, lg in steps]
 
 
@@ -104,12 +105,12 @@ def test_sliding_cache_under_bf16_autocast_stays_within_two_percent_of_the_refer
 
 def test_the_ring_buffers_are_written_in_place(monkeypatch):
     caches = []
-    new_cache = AttentionLanguageModel.new_cache
-    monkeypatch.setattr(AttentionLanguageModel, "new_cache", lambda self, *a: caches.append(new_cache(self, *a))
+    new_cache = streaming.new_cache
+    monkeypatch.setattr(streaming, "new_cache", lambda *a: caches.append(new_cache(*a))
                         or caches[-1])
     m = _scrambled(**MODERN)
     pointers = set()
-    for _ in m.stream(torch.randint(0, V, (1, 2)), 5 * C, temperature=1.0):
+    for _ in stream(m, torch.randint(0, V, (1, 2)), 5 * C, temperature=1.0):
         pointers.add(tuple(b.data_ptr() for b in caches[0].buffers))
     assert len(caches) == 1 and len(pointers) == 1
     assert caches[0].position == 2 + 5 * C - 1 and caches[0].length == C  # slid, never refilled
@@ -118,7 +119,7 @@ def test_the_ring_buffers_are_written_in_place(monkeypatch):
 def test_rope_position_counter_reaches_any_position():
     m = _scrambled(**MODERN)
     from model.decode import DecodeStep
-    cache = m.new_cache(1, torch.device("cpu"))
+    cache = streaming.new_cache(m, 1, torch.device("cpu"))
     step = DecodeStep(m, cache)
     for p in (10**9, 10**9 + 63, 10**9 + 64):  # inside one block of rotations, and the next
         cache.position = p
@@ -128,7 +129,7 @@ def test_rope_position_counter_reaches_any_position():
 @pytest.mark.parametrize("options", [{}, MODERN])
 def test_huge_max_new_tokens_neither_allocates_nor_fails(options):
     m = tiny_model(**options)
-    tokens = list(itertools.islice(m.stream(torch.zeros(2, 1, dtype=torch.long), 10**11), 3 * C))
+    tokens = list(itertools.islice(stream(m, torch.zeros(2, 1, dtype=torch.long), 10**11), 3 * C))
     assert len(tokens) == 3 * C and tokens[-1][0].shape == (2, 1)
 
 
@@ -141,7 +142,7 @@ def test_learned_positions_sample_as_the_refill_scheme_always_did():
     seq, g = idx, torch.Generator().manual_seed(3)
     with torch.inference_mode():
         while seq.shape[1] < got.shape[1]:
-            s = m.window_start(seq.shape[1], m.window_shift)
+            s = streaming.window_start(m, seq.shape[1], streaming.default_window_shift(m))
             logits = m(seq[:, s:], last_only=True)[0][:, -1]
             seq = torch.cat([seq, sample_next(logits, 1.0, None, None, g)], 1)
     assert torch.equal(got, seq)
@@ -172,9 +173,10 @@ class _Chars:
 def test_num_samples_run_as_one_batch_and_one_sample_keeps_its_text(monkeypatch):
     m = tiny_model(vocab_size=26)
     calls = []
-    stream = AttentionLanguageModel.stream
-    monkeypatch.setattr(AttentionLanguageModel, "stream", lambda self, idx, *a, **kw: calls.append(idx.shape)
-                        or stream(self, idx, *a, **kw))
+    import inference.generation
+
+    monkeypatch.setattr(inference.generation, "stream", lambda model, idx, *a, **kw: calls.append(idx.shape)
+                        or stream(model, idx, *a, **kw))
     cpu = torch.device("cpu")
     out = io.StringIO()
     texts = stream_samples(m, _Chars(), "abc", 20, 4, 1.0, None, None, 7, cpu, out=out)

@@ -13,7 +13,7 @@ import torch
 from common.errors import UserError
 from data.corpus import load_corpus
 from model import AttentionLanguageModel
-from model.jamo_embedding import NUM_PARTS, syllable_parts
+from model.hangul.jamo_embedding import NUM_PARTS, syllable_parts
 from tests.helpers import KOREAN, TINY, cli
 from tokenizer import KoreanCharTokenizer, KoreanHangulTokenizer, tokenizer_from_dict
 
@@ -73,8 +73,8 @@ def test_a_syllable_starts_as_the_sum_of_its_jamo():
     m = _jamo_model()
     tok = KoreanHangulTokenizer.from_text("")
     ids = torch.tensor(tok.encode("가각나낙").tolist())
-    v = m.token_vectors(ids)
-    parts = m.jamo_embedding.parts.weight
+    v = m.token_embedding(ids)
+    parts = m.token_embedding.parts.weight
     table = syllable_parts(11200)
     assert torch.allclose(v, parts[table[ids]].sum(1))  # the syllable's own rows start at zero
     # 가 - 각 = 나 - 낙: the difference of the finals, whatever the initial
@@ -113,7 +113,7 @@ def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
 # -- model.head=jamo -----------------------------------------------------------------------------------------
 
 def _head(seed: int = 0, initials: str = "pairs"):
-    from model.jamo_head import JamoHead
+    from model.hangul.jamo_head import JamoHead
 
     torch.manual_seed(seed)
     head = JamoHead(11200, 32, initials)
@@ -144,7 +144,7 @@ def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype, i
 def test_an_initial_is_as_likely_as_the_pairs_it_opens():
     """With its own stage-1 rows and stage 2's shared part at zero, the pairs version's first two stages are one
     softmax over the 399 (initial, medial) rows and the other characters; the linear version is not."""
-    from model.jamo_embedding import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
+    from model.hangul.jamo_embedding import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
 
     for initials, flat in (("pairs", True), ("linear", False)):
         head = _head(3, initials)
@@ -209,7 +209,7 @@ def test_the_staged_head_grows_with_fine_tuning():
     state = grown_state(m.state_dict(), 11202, tied=False)
     bigger = AttentionLanguageModel(m.config.with_vocab(11202))
     bigger.load_state_dict(state)
-    assert torch.equal(state["jamo_head.stage1.weight"][-1], state["jamo_head.stage1.weight"][19])  # as <unk>
+    assert torch.equal(state["lm_head.stage1.weight"][-1], state["lm_head.stage1.weight"][19])  # as <unk>
 
 
 def test_the_staged_head_is_refused_where_it_cannot_work(tmp_path, corpus):

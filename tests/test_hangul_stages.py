@@ -40,7 +40,7 @@ def test_the_staged_heads_own_stages_are_what_it_reports():
     syl = (t >= 1) & (t <= 11172)
     with torch.no_grad():
         h = m.hidden(w[:, :-1])
-        logits1, _ = m.jamo_head._stage1(h)
+        logits1, _ = m.lm_head._stage1(h)
         own = -F.log_softmax(logits1.double(), -1).gather(-1, ((t - 1) // 588).clamp(min=0)[..., None])[..., 0]
         total = m.token_losses(w[:, :-1], t).double()
     assert out["syllables"] == int(syl.sum()) and out["others"] == int((~syl).sum())

@@ -5,7 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from model import Head, MultiHeadAttention
+from model.counts import num_parameters
 from model.sampling import sample_from, sample_next
+from model.streaming import new_cache, stream, window_start
 from tests.helpers import assert_bf16_cached_matches_uncached, tiny_model
 
 V = 50
@@ -100,7 +102,7 @@ def test_invalid_sizes_are_rejected():
 
 
 def _stream_logits(m, idx, n, use_cache, **kw):
-    return [logits for _, logits in m.stream(idx, n, temperature=0, use_cache=use_cache, **kw)]
+    return [logits for _, logits in stream(m, idx, n, temperature=0, use_cache=use_cache, **kw)]
 
 
 @pytest.mark.parametrize("attention", ["heads", "fused"])
@@ -130,7 +132,7 @@ def test_uncached_logits_match_a_full_forward_of_the_window():
     first = _stream_logits(m, idx, 1, False)[0]
     assert torch.allclose(first, m(idx)[0][:, -1], atol=1e-6)
     long = torch.randint(0, V, (1, 40))
-    s = m.window_start(40, shift=4)
+    s = window_start(m, 40, shift=4)
     assert 40 - s <= 16
     assert torch.allclose(_stream_logits(m, long, 1, True, window_shift=4)[0], m(long[:, s:])[0][:, -1], atol=1e-5)
 
@@ -172,7 +174,7 @@ def test_weight_tying_shares_the_matrix():
     m = tiny_model(tie_weights=True)
     assert m.lm_head.weight is m.token_embedding.weight
     untied = tiny_model()
-    assert m.num_parameters() == untied.num_parameters() - V * 32
+    assert num_parameters(m) == num_parameters(untied) - V * 32
 
 
 def test_residual_projections_use_scaled_init():
@@ -187,7 +189,7 @@ def test_kv_cache_prefill_then_step_matches_full_forward():
     m = tiny_model()
     idx = torch.randint(0, V, (2, 12))
     full, _ = m(idx)
-    cache = m.new_cache(2, torch.device("cpu"))
+    cache = new_cache(m, 2, torch.device("cpu"))
     a, _ = m(idx[:, :8], kv_cache=cache, start=0)
     b, _ = m(idx[:, 8:], kv_cache=cache, start=8)  # several new tokens at once use the offset mask
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)

@@ -6,13 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from model.counts import num_parameters
+from model.streaming import stream
 from tests.helpers import assert_bf16_cached_matches_uncached, tiny_model
 
 V = 50
 
 
 def _stream_logits(m, idx, n, use_cache, **kw):
-    return [logits for _, logits in m.stream(idx, n, temperature=0, use_cache=use_cache, **kw)]
+    return [logits for _, logits in stream(m, idx, n, temperature=0, use_cache=use_cache, **kw)]
 
 
 # -- the modern options: rotary positions, RMSNorm, relu2 / SwiGLU, query/key norm, zero-init, init -------------
@@ -118,7 +120,7 @@ def test_attention_maps_under_rope_and_qk_norm_are_the_weights_the_heads_use():
     for b, block in enumerate(m.blocks):
         h = block.ln1(x)
         for i, head in enumerate(block.attn.heads):
-            assert torch.allclose(maps[b, i] @ head.value(h)[0], head(h, None, 0, block.attn.rope)[0], atol=1e-4)
+            assert torch.allclose(maps[b, i] @ head.value(h)[0], head(h, block.attn.rope)[0], atol=1e-4)
         x = block(x)
 
 
@@ -130,7 +132,7 @@ def test_default_options_are_the_lecture_model():
     assert m.blocks[0].attn.rope is None
     rope = tiny_model(position="rope")
     assert "position_embedding.weight" not in set(rope.state_dict())
-    assert rope.num_parameters() == m.num_parameters() - 16 * 32
+    assert num_parameters(rope) == num_parameters(m) - 16 * 32
 
 
 def test_swiglu_keeps_the_parameter_count_close_to_the_gelu_mlp():

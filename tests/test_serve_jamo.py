@@ -13,6 +13,7 @@ import torch
 from inference.checkpoint import Checkpoint, save_checkpoint
 from inference.generation import stream_samples, token_grammar
 from model import AttentionLanguageModel
+from model.streaming import stream
 from tests.helpers import KOREAN
 from tests.test_serve import CPU, app_for, make_run
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
@@ -119,7 +120,7 @@ def test_the_grammar_masks_logits_and_finishes_the_last_syllable():
     grammar = token_grammar(tok)
     idx = torch.tensor(np.stack([tok.encode("봄")] * 4), dtype=torch.long)
     for n in range(1, 8):  # every cut: after an initial, a medial, a final
-        steps = list(m.stream(idx, n, 2.0, None, None, True, torch.Generator().manual_seed(n), grammar=grammar))
+        steps = list(stream(m, idx, n, 2.0, None, None, True, torch.Generator().manual_seed(n), grammar=grammar))
         assert n <= len(steps) <= n + 2
         for row in range(4):
             ids = [int(t[row, 0]) for t, _ in steps]

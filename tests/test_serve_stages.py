@@ -32,8 +32,8 @@ def make_hangul_run(folder, head: str):
         # its bias, so these weights make stage 1 prefer the initials whatever the context.
         with torch.no_grad():
             m.ln_f.bias.fill_(1.0)
-            m.jamo_head.stage1.weight[:19] = 0.5
-            m.jamo_head.stage1.weight[19:] = -0.5
+            m.lm_head.stage1.weight[:19] = 0.5
+            m.lm_head.stage1.weight[19:] = -0.5
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict()), folder / "ckpt.pt")
 

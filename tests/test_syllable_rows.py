@@ -11,8 +11,9 @@ import torch
 from common.errors import UserError
 from inference.checkpoint import load_checkpoint, save_checkpoint
 from model import AttentionLanguageModel
-from model.jamo_embedding import FIRST_ID, NUM_SYLLABLES
-from model.syllable_rows import KeptEmbedding, KeptRows, compact_syllable_rows, dense_state_dict
+from model.counts import num_parameters
+from model.hangul.held_rows import HeldJamoEmbedding, HeldReadoutRows, compact_syllable_rows, dense_state_dict
+from model.hangul.jamo_embedding import FIRST_ID, NUM_SYLLABLES
 from tests.helpers import train_job
 from training import resume_settings
 from training.optim import make_optimizer
@@ -45,16 +46,16 @@ def _batch(reachable: torch.Tensor, seed: int = 2) -> tuple[torch.Tensor, torch.
 def test_held_rows_give_the_dense_models_values(dtype):
     dense = _model()
     with torch.no_grad():  # a trained-looking head: rows of reachable syllables and one the text lacks
-        dense.jamo_head.final_rows[:400].normal_(0, 0.3)
+        dense.lm_head.final_rows[:400].normal_(0, 0.3)
         dense.token_embedding.weight[FIRST_ID:FIRST_ID + 400].normal_(0, 0.3)
     held = copy.deepcopy(dense)
     reach = _reachable()
     dropped = compact_syllable_rows(held, reach)
-    assert isinstance(held.token_embedding, KeptEmbedding) and isinstance(held.jamo_head.final_rows, KeptRows)
-    assert dropped > 2 * (NUM_SYLLABLES - 500) and held.num_parameters() == dense.num_parameters()
+    assert isinstance(held.token_embedding, HeldJamoEmbedding) and isinstance(held.lm_head.final_rows, HeldReadoutRows)
+    assert dropped > 2 * (NUM_SYLLABLES - 500) and num_parameters(held) == num_parameters(dense)
     idx, tgt = _batch(reach)
     with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-        # the held rows' scores are one product with the held table (KeptRows.dot), the dense head's a gather
+        # the held rows' scores are one product with the held table (HeldReadoutRows.dot), the dense head's a gather
         # and a sum: the same values up to the rounding of the two orders of summation
         tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
         torch.testing.assert_close(held.token_losses(idx, tgt), dense.token_losses(idx, tgt), **tol)
@@ -78,26 +79,27 @@ def test_the_first_step_moves_the_held_rows_as_it_moves_the_dense_ones():
         opt.step()
     a, b = dense.state_dict(), dense_state_dict(held)
     for k in a:
-        if k != "jamo_head.final_rows":
+        if k != "lm_head.final_rows":
             torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-7, msg=k)
     syl = reach[(reach >= FIRST_ID) & (reach < FIRST_ID + NUM_SYLLABLES)] - FIRST_ID
-    torch.testing.assert_close(b["jamo_head.final_rows"][syl], a["jamo_head.final_rows"][syl], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(b["lm_head.final_rows"][syl], a["lm_head.final_rows"][syl], rtol=1e-5, atol=1e-7)
     others = torch.ones(NUM_SYLLABLES, dtype=torch.bool)
     others[syl] = False
     # the one difference: a dense head also pushes down the rows of its targets' pairs the text never holds
-    assert b["jamo_head.final_rows"][others].eq(0).all() and a["jamo_head.final_rows"][others].ne(0).any()
-    assert held.jamo_head.final_rows.weight[-1].eq(0).all() and held.token_embedding.weight[-1].eq(0).all()
+    assert b["lm_head.final_rows"][others].eq(0).all() and a["lm_head.final_rows"][others].ne(0).any()
+    assert held.lm_head.final_rows.weight[-1].eq(0).all() and held.token_embedding.weight[-1].eq(0).all()
 
 
 def test_rows_learned_elsewhere_are_held_and_other_models_are_left_dense():
     m = _model()
     with torch.no_grad():
-        m.jamo_head.final_rows[7000].fill_(1.0)  # learned by a source run on other text
+        m.lm_head.final_rows[7000].fill_(1.0)  # learned by a source run on other text
     compact_syllable_rows(m, _reachable())
-    assert m.jamo_head.final_rows.full()[7000].eq(1.0).all()
+    assert m.lm_head.final_rows.full()[7000].eq(1.0).all()
     for settings in (dict(embedding="token", head="softmax"), dict(head="softmax", tie_weights=True)):
         plain = _model(**settings)
-        assert compact_syllable_rows(plain, _reachable()) == 0 and type(plain.token_embedding) is torch.nn.Embedding
+        assert compact_syllable_rows(plain, _reachable()) == 0
+        assert not isinstance(plain.token_embedding, HeldJamoEmbedding)
 
 
 @pytest.fixture
@@ -111,9 +113,9 @@ def test_a_run_holds_its_rows_saves_them_dense_and_resumes(tmp_path, hangul_run)
     train(hangul_run("train.max_steps=4"), run)
     ckpt = load_checkpoint(run / "ckpt.pt")
     assert ckpt.config["train"]["syllable_rows"] == "seen"
-    assert ckpt.model["jamo_head.final_rows"].shape[0] == NUM_SYLLABLES
+    assert ckpt.model["lm_head.final_rows"].shape[0] == NUM_SYLLABLES
     assert ckpt.model["token_embedding.weight"].shape[0] == ckpt.model_config.vocab_size
-    assert ckpt.model["jamo_head.final_rows"].eq(0).all(dim=1).sum() > NUM_SYLLABLES - 2000  # rows it never held
+    assert ckpt.model["lm_head.final_rows"].eq(0).all(dim=1).sum() > NUM_SYLLABLES - 2000  # rows it never held
     r = train(hangul_run(f"train.resume={run}", "train.max_steps=6"), run)
     assert r.step == 6
 
@@ -148,7 +150,7 @@ def test_both_ways_of_scoring_held_rows_agree_and_keep_the_zero_row_out_of_the_g
     full = torch.zeros(NUM_SYLLABLES, 16)
     kept = torch.randperm(NUM_SYLLABLES, generator=g)[:300].sort().values
     full[kept] = torch.randn(300, 16, generator=g)
-    rows = KeptRows(full, kept)
+    rows = HeldReadoutRows(full, kept)
     index = torch.randint(0, NUM_SYLLABLES // 28, (40,), generator=g)[:, None] * 28 + torch.arange(28)  # (40, 28)
     assert rows.index[index].eq(rows.pad).any() and rows.index[index].ne(rows.pad).any()
     h = torch.randn(40, 16, generator=g).to(dtype)
@@ -166,7 +168,7 @@ def test_both_ways_of_scoring_held_rows_agree_and_keep_the_zero_row_out_of_the_g
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, **tol)
     torch.testing.assert_close(results[1][0], expected, **tol)
-    assert rows.dot(h, index).shape == (40, 28)  # 301 held rows: the product (KeptRows.dot's choice)
+    assert rows.dot(h, index).shape == (40, 28)  # 301 held rows: the product (HeldReadoutRows.dot's choice)
 
 
 def test_the_row_scores_benchmark_times_both_ways(capsys):

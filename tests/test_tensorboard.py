@@ -18,7 +18,8 @@ import torch
 from omegaconf import OmegaConf
 
 from model import AttentionLanguageModel
-from model.attention_maps import attention_maps, parameter_counts
+from model.attention_maps import attention_maps
+from model.counts import num_parameters, parameter_counts
 from tests.helpers import ROOT, cli, compose_config, tiny_model
 from training.hydra_setup import _job_name, _safe_name
 from training.tb_logger import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
@@ -104,11 +105,11 @@ def test_attention_maps_reject_more_than_the_context():
 def test_parameter_table_adds_up():
     model = tiny_model("heads", vocab_size=40, num_blocks=3, tie_weights=True)
     counts = dict(parameter_counts(model))
-    assert sum(counts.values()) == model.num_parameters()
+    assert sum(counts.values()) == num_parameters(model)
     assert "lm_head" not in counts  # tied to the token embedding, counted once
     assert {"token_embedding", "blocks.0.attn", "blocks.2.ffwd", "ln_f"} <= set(counts)
     table = parameter_table(model)
-    assert table.startswith("| module |") and f"**{model.num_parameters():,}**" in table
+    assert table.startswith("| module |") and f"**{num_parameters(model):,}**" in table
 
 
 def test_attention_image_puts_heads_side_by_side():

@@ -39,6 +39,7 @@ from torch import nn
 
 from common.device import autocast
 from data.sampler import BatchSampler
+from model.switches import set_dropout
 from training import distributed
 from training.config import TrainConfig, TrainJob
 from training.optim import make_optimizer
@@ -134,7 +135,7 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
 
     auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device,
                            t.auto_dropout_after)
-    model.set_dropout(auto.value)
+    set_dropout(model, auto.value)
     job.model = replace(job.model, dropout=auto.value)
     auto.weight_decays = auto_weight_decays(t, auto.value, typed_command_line())
     for key, value in auto.weight_decays.items():

@@ -32,7 +32,7 @@ from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
 
 # The parameters with a row per token, and the row of <unk> in each (model.head=jamo's first stage holds the 19
 # initials, then <unk>, then the ids after the syllables: new ids append there too).
-GROWN = {"token_embedding.weight": 0, "lm_head.weight": 0, "jamo_head.stage1.weight": 19}
+GROWN = {"token_embedding.weight": 0, "lm_head.weight": 0, "lm_head.stage1.weight": 19}
 
 
 @dataclass

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from model import AttentionLanguageModel
+from model.streaming import stream
 from tokenizer import Tokenizer
 
 PROMPT_TOKENS = 8
@@ -26,7 +27,7 @@ def sample_chars(model: AttentionLanguageModel, tokenizer: Tokenizer, val_tokens
     head = "".join(decoder.feed(i) for i in ids)  # a syllable the prompt leaves open completes below
     new: list[str] = []
     length = 0
-    for nxt, _ in model.stream(prompt, 3 * num_chars, temperature=TEMPERATURE, generator=generator):
+    for nxt, _ in stream(model, prompt, 3 * num_chars, temperature=TEMPERATURE, generator=generator):
         piece = decoder.feed(int(nxt[0, 0]))
         new.append(piece)
         length += len(piece)

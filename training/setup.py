@@ -35,7 +35,7 @@ from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
 from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
 from model import AttentionLanguageModel
-from model.syllable_rows import compact_syllable_rows
+from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
@@ -165,7 +165,7 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
 
 def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray) -> None:
     """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches
-    (model/syllable_rows.py). A resumed run keeps its checkpoint's setting (training/resume_settings.py: `all`
+    (model/hangul/held_rows.py). A resumed run keeps its checkpoint's setting (training/resume_settings.py: `all`
     for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))

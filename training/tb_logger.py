@@ -16,7 +16,8 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from model import AttentionLanguageModel
-from model.attention_maps import attention_maps, parameter_counts
+from model.attention_maps import attention_maps
+from model.counts import num_parameters, parameter_counts
 
 # The scalar tags every run writes (README and tests rely on these names).
 TAGS = ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_sec", "train/eval_loss", "val/loss",
@@ -63,7 +64,7 @@ def attention_image(maps: np.ndarray, cell: int | None = None, gap: int = 4) -> 
 
 def parameter_table(model: AttentionLanguageModel) -> str:
     """Markdown table of where the parameters are."""
-    total = model.num_parameters()
+    total = num_parameters(model)
     lines = ["| module | parameters | share |", "|---|---:|---:|"]
     lines += [f"| {name} | {n:,} | {100 * n / total:.1f}% |" for name, n in parameter_counts(model)]
     lines.append(f"| **total** | **{total:,}** | 100% |")

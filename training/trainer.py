@@ -34,7 +34,8 @@ from inference.checkpoint import (
     save_checkpoint,
     strip_compile_prefix,
 )
-from model.syllable_rows import dense_state_dict
+from model.counts import num_parameters
+from model.hangul.held_rows import dense_state_dict
 from training import distributed
 from training.config import TrainJob
 from training.evaluation import bits_per_char, estimate_loss
@@ -180,7 +181,7 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     val_bpc = bits_per_char(state.val_loss, s.tokens_per_char)
     metrics = {"hparam/val_loss": state.val_loss, "hparam/val_bpc": val_bpc,
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
-               "hparam/params": s.raw_model.num_parameters()}
+               "hparam/params": num_parameters(s.raw_model)}
     auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
                       "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto, "init": s.init_record or {}},

@@ -17,6 +17,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .configuration_kochar import KocharConfig
 
 ROPE_BASE = 10000.0
+# The kinds of each setting this code computes; any other is refused when the model is built, never computed as
+# something else (kochar-gpt's export refuses such a run before it writes anything).
+KINDS = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
+         "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 # The hangul tokenizer's ids: 1..11172 are the syllables, id - 1 = (initial * 21 + medial) * 28 + final.
 N_L, N_V, N_T, N_SYL = 19, 21, 28, 11172
 N_PARTS = N_L + N_V + N_T
@@ -71,7 +75,14 @@ class JamoHead(nn.Module):
 
 
 def _norm(kind, size):
-    return nn.RMSNorm(size) if kind == "rmsnorm" else nn.LayerNorm(size)
+    return {"rmsnorm": nn.RMSNorm, "layernorm": nn.LayerNorm}[kind](size)
+
+
+def _check_kinds(c):
+    for key, kinds in KINDS.items():
+        if getattr(c, key) not in kinds:
+            raise ValueError(f"{key}={getattr(c, key)!r}: this folder's modeling code computes only "
+                             f"{', '.join(kinds)}; export the run with the kochar-gpt version that trained it")
 
 
 def _rope(x, cos, sin):
@@ -127,8 +138,10 @@ class FeedForward(nn.Module):
         elif self.kind == "swiglu":
             gate, value = h.chunk(2, dim=-1)
             h = F.silu(gate) * value
-        else:
+        elif self.kind == "gelu":
             h = F.gelu(h)
+        else:
+            raise ValueError(f"mlp={self.kind!r} is not computed here")
         return self.proj(h)
 
 
@@ -151,6 +164,7 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
     def __init__(self, config):
         super().__init__(config)
         c = config
+        _check_kinds(c)
         self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
         self.jamo_embedding = JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else None
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" else None

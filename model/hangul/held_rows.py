@@ -15,6 +15,9 @@ Design choices:
   keeps out of the gradient. So the kept set is the same when a run resumes, and the optimizer's moments fit.
 - The layout is the training loop's business alone: `dense_state_dict` writes checkpoints with the full
   tables, so checkpoints, export, fine-tuning and every reader see the model as it always was.
+- Names: `HeldJamoEmbedding` is the jamo input with its own rows held; `HeldReadoutRows` the staged head's
+  per-syllable read-out rows held; `params_left_out` is how many parameters of the dense table a held one leaves
+  out (so a model's parameter count is the same either way, model/counts.py).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.jamo_embedding import FIRST_ID, NUM_SYLLABLES
+from model.hangul.jamo_embedding import FIRST_ID, NUM_SYLLABLES, JamoEmbedding
+from model.hangul.jamo_head import JamoHead
 
-# KeptRows.dot multiplies h with the whole held table while it has at most this many rows per score it needs
+# HeldReadoutRows.dot multiplies h with the whole held table while it has at most this many rows per score it needs
 PRODUCT_ROWS_PER_SLOT = 64
 
 
@@ -48,25 +52,30 @@ def _row_index(num_rows: int, kept: Tensor) -> Tensor:
     return index
 
 
-class KeptEmbedding(nn.Embedding):
-    """An embedding of `num_ids` rows held as its kept rows plus a shared zero (padding) row."""
+class HeldJamoEmbedding(JamoEmbedding):
+    """The jamo input (`JamoEmbedding`) with its own rows held as the kept rows plus a shared zero (padding) row;
+    its jamo table is the dense one's."""
 
-    def __init__(self, full: Tensor, kept: Tensor):
-        super().__init__(len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device, dtype=full.dtype)
+    def __init__(self, dense: JamoEmbedding, kept: Tensor):
+        full = dense.weight.detach()
+        nn.Embedding.__init__(self, len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device,
+                              dtype=full.dtype)  # not JamoEmbedding's: the jamo table is taken over, not made
+        self.parts = dense.parts
+        self.register_buffer("table", dense.table, persistent=False)
         self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
-        self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
+        self.params_left_out = (full.shape[0] - len(kept) - 1) * full.shape[1]
         with torch.no_grad():
             self.weight.copy_(torch.cat([full[kept], full.new_zeros(1, full.shape[1])]))
 
-    def forward(self, ids: Tensor) -> Tensor:
-        return super().forward(self.index[ids])
+    def own_rows(self, idx: Tensor) -> Tensor:
+        return F.embedding(self.index[idx], self.weight, self.padding_idx)
 
     def full(self) -> Tensor:
-        """The table as it would be dense: (num_ids, E)."""
+        """The own rows as they would be dense: (num_ids, E)."""
         return self.weight[self.index]
 
 
-class KeptRows(nn.Module):
+class HeldReadoutRows(nn.Module):
     """The staged head's read-out rows, a (11,172, E) matrix, held as kept rows plus a shared zero row. Not an
     `nn.Embedding`: the optimizer groups it with the matrices, as it grouped the dense table."""
 
@@ -74,7 +83,7 @@ class KeptRows(nn.Module):
         super().__init__()
         self.pad = len(kept)
         self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
-        self.not_held = (full.shape[0] - len(kept) - 1) * full.shape[1]  # for num_parameters
+        self.params_left_out = (full.shape[0] - len(kept) - 1) * full.shape[1]
         self.weight = nn.Parameter(torch.cat([full.detach()[kept], full.new_zeros(1, full.shape[1])]))
 
     def rows(self, index: Tensor, dtype: torch.dtype) -> Tensor:
@@ -113,28 +122,27 @@ def compact_syllable_rows(model: nn.Module, reachable: Tensor) -> int:
     """Hold the model's per-syllable tables as kept rows (see the module docstring); `reachable`: the ids of
     the training split. Returns the number of dense rows no longer held. Call before building the optimizer."""
     dropped = 0
-    emb = model.token_embedding
-    tied = model.lm_head is not None and model.lm_head.weight is emb.weight
-    if model.jamo_embedding is not None and not tied and type(emb) is nn.Embedding:
+    emb, head = model.token_embedding, model.lm_head
+    tied = head.weight is emb.weight if isinstance(head, nn.Linear) else False
+    if type(emb) is JamoEmbedding and not tied:
         kept = _kept_rows(emb.weight, reachable, FIRST_ID)
-        model.token_embedding = KeptEmbedding(emb.weight.detach(), kept)
+        model.token_embedding = HeldJamoEmbedding(emb, kept)
         dropped += emb.num_embeddings - len(kept)
-    head = model.jamo_head
-    if head is not None and isinstance(head.final_rows, nn.Parameter):
+    if isinstance(head, JamoHead) and isinstance(head.final_rows, nn.Parameter):
         full = head.final_rows.detach()
         kept = _kept_rows(full, reachable, 0)
         del head.final_rows
-        head.final_rows = KeptRows(full, kept)
+        head.final_rows = HeldReadoutRows(full, kept)
         dropped += NUM_SYLLABLES - len(kept)
     return dropped
 
 
 def dense_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    """model.state_dict() with every kept-rows table written out dense, under the key of the dense layout."""
+    """model.state_dict() with every held table written out dense, under the key of the dense layout."""
     state = model.state_dict()
     for name, module in model.named_modules():
-        if isinstance(module, (KeptEmbedding, KeptRows)):
+        if isinstance(module, (HeldJamoEmbedding, HeldReadoutRows)):
             state.pop(f"{name}.weight")
-            key = f"{name}.weight" if isinstance(module, KeptEmbedding) else name
+            key = f"{name}.weight" if isinstance(module, HeldJamoEmbedding) else name
             state[key] = module.full().detach().clone()
     return state

@@ -11,9 +11,9 @@ Design choices:
   never seen in training has), the row what is its own. Without the rows the head trailed `char` by 0.45 bits
   per character at equal steps; with them, by 0.04 (docs/en/hangul.md has the measurements). A syllable's
   row costs a gather of its pair's 28 rows per position (in training, while the text's held rows are few,
-  one product with those: model/syllable_rows.py), not a product with all 11,172; the 399 pair rows are one
+  one product with those: model/hangul/held_rows.py), not a product with all 11,172; the 399 pair rows are one
   (N, E) x (E, 399) product. A syllable's row starts at zero, as its input row does, so one the text
-  never holds is scored by its parts alone, and training holds only the text's rows (model/syllable_rows.py).
+  never holds is scored by its parts alone, and training holds only the text's rows (model/hangul/held_rows.py).
 - `initials="pairs"` (the default): stage 1 scores an initial by its own row plus the log-sum-exp of its 21
   (initial, medial) read-out rows, so an initial is as likely as the pairs it opens. A single linear row per
   initial (`"linear"`, the first version, which checkpoints written before this option rebuild) cannot be
@@ -24,9 +24,11 @@ Design choices:
 - The log-probability of a character is the sum of its stages'. Every stage is normalised, so the distribution
   over all representable ids sums to 1 exactly: no probability leaks to impossible characters.
 - Training and scoring use teacher forcing (`token_losses`): each position evaluates only its own target's
-  stages. Generation needs the whole distribution (`joint`): 19 stage-2 and 399 stage-3 evaluations per row,
-  batched, giving log-probabilities over every id in id order; sampling, top-k, top-p and greedy then act on
-  whole characters, as for any head.
+  stages, so `logits_and_loss` returns no logits. Generation needs the whole distribution (`joint`, which is
+  also `forward`): 19 stage-2 and 399 stage-3 evaluations per row, batched, giving log-probabilities over every
+  id in id order; sampling, top-k, top-p and greedy then act on whole characters, as for any head. It is the
+  softmax head's interface (model/input_output.py), so it takes that head's place as `lm_head`; checkpoints
+  written before it did named it `jamo_head`.
 """
 
 from __future__ import annotations
@@ -36,15 +38,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import JAMO_INITIALS
-from model.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
+from model.hangul.jamo_embedding import FIRST_ID, NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES
 
 LAST_ID = FIRST_ID + NUM_SYLLABLES - 1
 PER_INITIAL = NUM_MEDIALS * NUM_FINALS
 
 
 class JamoHead(nn.Module):
-    """hidden (..., E) -> log-probabilities over every id (`joint`), or each target's negative log-likelihood
-    (`token_losses`)."""
+    """hidden (..., E) -> log-probabilities over every id (`joint`, `forward`), or each target's negative
+    log-likelihood (`token_losses`)."""
 
     def __init__(self, vocab_size: int, embedding_size: int, initials: str = "pairs"):
         super().__init__()
@@ -67,6 +69,13 @@ class JamoHead(nn.Module):
         # is a syllable's own, on top of what the shared stages give it from its parts.
         self.medial_rows = nn.Parameter(torch.zeros(NUM_INITIALS * NUM_MEDIALS, E))
         self.final_rows = nn.Parameter(torch.zeros(NUM_SYLLABLES, E))
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.joint(h)
+
+    def logits_and_loss(self, h: Tensor, targets: Tensor) -> tuple[None, Tensor]:
+        """The training step's mean loss; the whole distribution is never built when the targets are known."""
+        return None, self.token_losses(h, targets).mean()
 
     @staticmethod
     def other_index(ids: Tensor) -> Tensor:
@@ -115,7 +124,7 @@ class JamoHead(nn.Module):
         kind = hs.device.type
         if torch.is_autocast_enabled(kind):
             hs = hs.to(torch.get_autocast_dtype(kind))
-        if not isinstance(rows, Tensor):  # kept rows (model/syllable_rows.py, while training)
+        if not isinstance(rows, Tensor):  # kept rows (model/hangul/held_rows.py, while training)
             return rows.dot(hs, group[:, None] * size + torch.arange(size, device=group.device))
         r = rows.to(hs.dtype).view(-1, size, hs.shape[-1]).index_select(0, group)  # the dense table: (N, size, E)
         # A batched matrix-vector product as a product and a sum: bmm (and einsum, which becomes bmm) loops over

@@ -6,9 +6,13 @@ character of its own.
 
 Design choices:
 - A syllable's vector is the sum of three learned jamo vectors (its initial, medial and final, "no final"
-  included) plus its own row of the token embedding, which starts at zero: a syllable never seen in training
-  gets the meaning of its parts from the first step, and one seen often can still learn what is its own.
-  Other characters keep their ordinary rows.
+  included) plus its own row of the table, which starts at zero: a syllable never seen in training gets the
+  meaning of its parts from the first step, and one seen often can still learn what is its own. Other
+  characters keep their ordinary rows.
+- It is an `nn.Embedding` (its own rows are `weight`, under the same name as the plain table's) with the jamo
+  table `parts` inside, so it takes the plain embedding's place in `AttentionLanguageModel` and the optimizer
+  groups both tables as embeddings. Checkpoints written before it held `parts` named it
+  `jamo_embedding.parts.weight` (model/input_output.py `upgrade_state_names` reads those).
 - The parts of every id are one non-persistent (V, 3) table built from the vocabulary size, indexing a
   68-row jamo embedding whose last row is a zero padding row for non-syllables: the lookup is one gather and
   one sum, the same in training and in the KV-cached decoder, and checkpoints hold only parameters.
@@ -36,15 +40,28 @@ def syllable_parts(vocab_size: int) -> Tensor:
     return parts
 
 
-class JamoEmbedding(nn.Module):
-    """ids (...) -> the jamo part of their vectors (..., E): zero for every id that is not a syllable."""
+class JamoEmbedding(nn.Embedding):
+    """ids (...) -> their vectors (..., E): each id's own row, plus its three jamo vectors for a syllable."""
 
     def __init__(self, vocab_size: int, embedding_size: int):
-        super().__init__()
         if vocab_size <= FIRST_ID + NUM_SYLLABLES - 1:
             raise ValueError("model.embedding=jamo needs the hangul tokenizer's ids (data.tokenizer=hangul)")
+        super().__init__(vocab_size, embedding_size)
         self.parts = nn.Embedding(NUM_PARTS + 1, embedding_size, padding_idx=NUM_PARTS)
         self.register_buffer("table", syllable_parts(vocab_size), persistent=False)
 
     def forward(self, idx: Tensor) -> Tensor:
+        return self.own_rows(idx) + self.jamo(idx)
+
+    def own_rows(self, idx: Tensor) -> Tensor:
+        return super().forward(idx)
+
+    def jamo(self, idx: Tensor) -> Tensor:
+        """The jamo part of the ids' vectors (..., E): zero for every id that is not a syllable."""
         return self.parts(self.table[idx]).sum(dim=-2)
+
+    @torch.no_grad()
+    def finish_init(self) -> None:
+        """After the model's initialisation: a syllable starts as its jamo, its own row (a residual) at zero."""
+        self.weight[FIRST_ID:FIRST_ID + NUM_SYLLABLES].zero_()
+        self.parts.weight[NUM_PARTS].zero_()  # the padding row of non-syllables
