@@ -37,7 +37,7 @@ def _run(cfg: DictConfig) -> None:
 
     device = pick_device(c.device)
     dtype = resolve_dtype(c.dtype, device)
-    run = load_run(c.ckpt, device)
+    run = load_run(c.ckpt, device, weights=c.weights)
     result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
                            device, lambda: autocast(device, dtype), c.progress)
     print(json.dumps({"checkpoint": str(run.path), **result}, ensure_ascii=False), flush=True)

@@ -8,6 +8,7 @@ from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -37,9 +38,10 @@ def _run(cfg: DictConfig) -> None:
     from inference.loading import load_run
     from model.counts import num_parameters
 
-    run = load_run(c.ckpt, torch.device("cpu"))
+    run = load_run(c.ckpt, torch.device("cpu"), weights=c.weights)
     out = Path(c.out).expanduser()
-    layout = write_folder(run.checkpoint, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
+    chosen = replace(run.checkpoint, model=run.checkpoint.weights(c.weights), averaged=None)  # the folder's one set
+    layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
                           c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"

@@ -32,7 +32,7 @@ def _run(cfg: DictConfig) -> None:
     from inference.loading import load_run
 
     device = pick_device(c.device)
-    run = load_run(c.ckpt, device)
+    run = load_run(c.ckpt, device, weights=c.weights)
     stream_samples(run.model, run.tokenizer, c.prompt, c.max_new_tokens, c.num_samples, c.temperature, c.top_k,
                    c.top_p, c.seed, device, c.use_cache)
 

@@ -15,8 +15,11 @@ class ExportConfig:
     out: str | None = None  # the folder to write (created; refused when it holds files, unless overwrite)
     overwrite: bool = False
     verify: bool = True  # name the folder only once transformers reads it back and gives the run's logits
+    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
 
     def __post_init__(self) -> None:
+        if self.weights not in ("averaged", "raw"):
+            raise ConfigError(f"weights={self.weights} is invalid: it must be one of averaged, raw")
         if self.out in (None, ""):
             raise ConfigError("pass the folder to write: python export.py ckpt=<run dir> out=<folder>")
 

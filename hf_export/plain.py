@@ -38,6 +38,8 @@ HANDLED = {
     "position": "layout", "norm": "layout", "mlp": "layout", "qk_norm": "layout", "tie_weights": "layout",
     "head": "layout", "embedding": "layout (folded into the token embedding where that earns a stock class)",
     "jamo_initials": "the staged head's stage 1 (custom layout only; written to config.json)",
+    "attention_gate": "layout (custom)", "value_embedding": "layout (custom)", "unet_skips": "layout (custom)",
+    "logit_softcap": "layout (custom)",
 }
 
 

@@ -29,6 +29,8 @@ def hf_config(c: ModelConfig) -> dict:
             "head_size": c.head_size, "num_heads": c.num_heads, "num_blocks": c.num_blocks, "position": c.position,
             "norm": c.norm, "mlp": c.mlp, "qk_norm": c.qk_norm, "mlp_hidden": c.mlp_hidden,
             "tie_weights": c.tie_weights, "embedding": c.embedding, "head": c.head, "jamo_initials": c.jamo_initials,
+            "attention_gate": c.attention_gate, "value_embedding": c.value_embedding, "unet_skips": c.unet_skips,
+            "logit_softcap": c.logit_softcap,
             "tie_word_embeddings": False,
             "pad_token_id": 0}
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from model.config import ModelConfig
+from model.config import ModelConfig, levers
 
 
 def fits(c: ModelConfig) -> bool:
     return (c.position == "learned" and c.norm == "layernorm" and c.mlp == "gelu" and not c.qk_norm
-            and c.head_size == c.embedding_size and c.embedding == "token" and c.head == "softmax")
+            and c.head_size == c.embedding_size and c.embedding == "token" and c.head == "softmax" and not levers(c))
 
 
 def head_rows(sd: dict[str, Tensor], block: int, part: str, num_heads: int) -> Tensor:

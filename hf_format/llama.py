@@ -17,13 +17,13 @@ import torch
 from torch import Tensor
 
 from hf_format.gpt2 import head_rows
-from model.config import ModelConfig
+from model.config import ModelConfig, levers
 from model.rope import ROPE_BASE
 
 
 def fits(c: ModelConfig) -> bool:
     return (c.position == "rope" and c.norm == "rmsnorm" and c.mlp == "swiglu" and not c.qk_norm
-            and c.embedding == "token" and c.head == "softmax")
+            and c.embedding == "token" and c.head == "softmax" and not levers(c))
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:

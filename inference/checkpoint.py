@@ -41,7 +41,7 @@ VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
 _TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
-                  "world_size")
+                  "world_size", "average_updates")
 
 
 class CheckpointWriteError(UserError):
@@ -63,6 +63,7 @@ class TrainingState:
     rng: dict
     sampler: dict
     world_size: int = 1
+    average_updates: int = 0  # train.average: updates the average holds (0: none yet, or no average)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Checkpoint:
     tokens_per_char: float = 1.0  # turns nats per token into bits per character
     config: dict = field(default_factory=dict)  # the whole run config, for the record
     training: TrainingState | None = None
+    averaged: dict[str, torch.Tensor] | None = None  # train.average: the averaged weights (same keys as `model`)
     path: Path | None = None  # where it was loaded from (not saved)
     missing_training: tuple[str, ...] = ()  # training-state entries absent from the file (not saved)
 
@@ -80,10 +82,16 @@ class Checkpoint:
     def step(self) -> int:
         return self.training.step if self.training else 0
 
+    def weights(self, which: str = "averaged") -> dict[str, torch.Tensor]:
+        """The weights readers use: the average where the run kept one (`which="averaged"`, the default), else the
+        raw weights; `which="raw"` always the raw ones."""
+        return self.averaged if which == "averaged" and self.averaged is not None else self.model
+
     def to_payload(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "model_config": self.model_config.to_dict(),
                 "model": self.model, "tokenizer": self.tokenizer, "tokens_per_char": float(self.tokens_per_char),
-                "config": self.config, "training": asdict(self.training) if self.training else None}
+                "config": self.config, "training": asdict(self.training) if self.training else None,
+                "averaged_model": self.averaged}
 
     @classmethod
     def from_payload(cls, payload: dict, path: Path) -> Checkpoint:
@@ -105,10 +113,17 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
         weights = upgrade_state_names(payload["model"])
         _check_weights(model_config, weights, path)
+        averaged = payload.get("averaged_model")
+        if averaged is not None:
+            if not isinstance(averaged, dict):
+                raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
+                                "checkpoint")
+            averaged = upgrade_state_names(averaged)
+            _check_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
         return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
-                   dict(payload.get("config") or {}), training, path, missing)
+                   dict(payload.get("config") or {}), training, averaged, path, missing)
 
     def resume_refusal(self) -> str | None:
         """Why this checkpoint cannot be resumed (one line saying what still works), or None."""
@@ -128,6 +143,7 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     state.setdefault("scaler", {})
     state.setdefault("val_loss", float("nan"))
     state.setdefault("world_size", 1)
+    state.setdefault("average_updates", 0)
     missing = tuple(k for k in _TRAINING_KEYS if k not in state)
     return (None, missing) if missing else (TrainingState(**state), ())
 

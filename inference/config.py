@@ -15,6 +15,8 @@ from common.device import DTYPES
 from common.errors import ConfigError
 from model.sampling import check_sampling_args
 
+WEIGHTS = ("averaged", "raw")  # which of a checkpoint's weights the readers use (inference/checkpoint.py)
+
 
 @dataclass
 class GenerateConfig:
@@ -28,8 +30,10 @@ class GenerateConfig:
     seed: int = 1337
     device: str = "auto"
     use_cache: bool = True
+    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
 
     def __post_init__(self) -> None:
+        checks.one_of("weights", self.weights, WEIGHTS)
         try:
             check_sampling_args(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
         except ValueError as e:
@@ -53,8 +57,10 @@ class EvaluateConfig:
     device: str = "auto"
     dtype: str = "float32"
     progress: bool = True
+    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
 
     def __post_init__(self) -> None:
+        checks.one_of("weights", self.weights, WEIGHTS)
         if self.data.path in (None, ""):
             raise ConfigError("pass the text file to score: python evaluate.py ckpt=<run dir> data.path=<file.txt>")
         checks.positive_int("stride", self.stride, optional=True)

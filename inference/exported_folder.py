@@ -48,4 +48,4 @@ def read_folder(path: str | Path) -> Checkpoint:
     except KeyError as e:
         raise UserError(f"{folder / 'model.safetensors'} lacks the tensor {e}; export the run again") from None
     return Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
-                      rec.get("config") or {}, None, folder / RECORD)
+                      rec.get("config") or {}, path=folder / RECORD)

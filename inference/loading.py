@@ -25,11 +25,12 @@ class LoadedRun:
         return self.checkpoint.path
 
 
-def model_from_checkpoint(ckpt: Checkpoint) -> AttentionLanguageModel:
-    """The exact model the checkpoint was saved from, on the CPU; a mismatch is one UserError."""
+def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> AttentionLanguageModel:
+    """The exact model the checkpoint was saved from, on the CPU, with its averaged weights where the run kept them
+    (`weights="raw"`: the raw ones); a mismatch is one UserError."""
     try:
         model = AttentionLanguageModel(ckpt.model_config)
-        model.load_state_dict(ckpt.model)
+        model.load_state_dict(ckpt.weights(weights))
     except (TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"checkpoint {ckpt.path} does not match its model settings "
                         f"({str(e).strip().splitlines()[0]})") from None
@@ -47,12 +48,13 @@ def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool
     return load_checkpoint(resolve_checkpoint(ckpt, runs_root), mmap=mmap)
 
 
-def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs") -> LoadedRun:
+def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs",
+             weights: str = "averaged") -> LoadedRun:
     """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
-    `None` means the newest run under `runs_root`."""
+    `None` means the newest run under `runs_root`. `weights`: averaged (where the run kept an average) or raw."""
     checkpoint = load_any(ckpt, runs_root)
     tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
-    model = model_from_checkpoint(checkpoint)
+    model = model_from_checkpoint(checkpoint, weights)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
     return LoadedRun(model.to(device).eval(), tokenizer, checkpoint)

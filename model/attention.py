@@ -13,6 +13,10 @@ What runs, where it differs from the lecture, and the test that proves the paths
   `qk_norm` (each head's queries and keys RMS-normalised, no learned gain, so both paths keep the same
   parameters) and `position=rope` (rotary positions, model/rope.py, instead of the position embedding; keys
   enter the cache already rotated). tests/test_model_options.py checks both paths under every switch.
+- Two levers of the data-limited records, off by default, act around the heads (`model.attention_gate`: each
+  head's output times a gate read from the block's input; `model.value_embedding`: a projection of the embedding
+  added to the values). Their gates start at zero, so at the first step a gated head gives half its output and
+  the embedding's values come in whole. tests/test_restatements.py checks every switch against the decode step.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from model.kv_cache import LayerKV
 from model.rope import apply_rope, rope_tables
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
+GATE_CHANNELS = 12  # the gates read this many channels of the block's input (enough to switch a head off)
 
 
 def causal_mask(context_length: int) -> Tensor:
@@ -62,10 +67,13 @@ class Head(nn.Module):
         self.scale = 1.0 / math.sqrt(head_dim)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
-    def forward(self, x: Tensor, rope: Rope | None = None) -> Tensor:
-        """x: (B, T, E) -> (B, T, head_dim). rope: the rotary tables, when the model uses rotary positions."""
+    def forward(self, x: Tensor, rope: Rope | None = None, extra_values: Tensor | None = None) -> Tensor:
+        """x: (B, T, E) -> (B, T, head_dim). rope: the rotary tables, when the model uses rotary positions;
+        extra_values: (B, T, head_dim) added to the values (model.value_embedding)."""
         T = x.shape[1]
         q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, D) each
+        if extra_values is not None:
+            v = v + extra_values
         q, k = shape_qk(q, k, rope, None if rope is None else torch.arange(T, device=x.device), self.qk_norm)
         scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, T, T)
         scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # no looking ahead
@@ -76,8 +84,11 @@ class Head(nn.Module):
 class MultiHeadAttention(nn.Module):
     """`num_heads` heads concatenated to `head_size`, projected back to `embedding_size`."""
 
+    keep_init = ("gate.weight", "value_gate.weight")  # the gates start at zero (sigmoid(0) = 1/2)
+
     def __init__(self, embedding_size: int, head_size: int, num_heads: int, context_length: int,
-                 dropout: float = 0.0, attention: str = "fused", position: str = "learned", qk_norm: bool = False):
+                 dropout: float = 0.0, attention: str = "fused", position: str = "learned", qk_norm: bool = False,
+                 gate: bool = False, value_embedding: bool = False):
         super().__init__()
         self.num_heads, self.head_size = num_heads, head_size
         self.head_dim = head_size // num_heads
@@ -93,15 +104,35 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(head_size, embedding_size)
         self.resid_dropout = Dropout(dropout)
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
+        gate_channels = min(GATE_CHANNELS, embedding_size)
+        self.gate = _zero_linear(gate_channels, num_heads) if gate else None
+        self.value_embed = nn.Linear(embedding_size, head_size, bias=False) if value_embedding else None
+        self.value_gate = _zero_linear(gate_channels, num_heads) if value_embedding else None
 
-    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0, x0: Tensor | None = None) -> Tensor:
         """x: (B, T, E) at positions start..start+T-1 -> (B, T, E). kv: this block's cache, holding positions
-        < start (generation only)."""
+        < start (generation only); x0: the embedding, for model.value_embedding."""
+        extra = self.extra_values(x, x0)  # (B, T, H, D) or None
         if self.attention == "heads" and kv is None and start == 0:
-            y = torch.cat([h(x, self.rope) for h in self.heads], dim=-1)  # (B, T, head_size)
+            y = torch.cat([h(x, self.rope, None if extra is None else extra[:, :, i])
+                           for i, h in enumerate(self.heads)], dim=-1)  # (B, T, head_size)
         else:
-            y = self._fused(x, kv, start)
+            y = self._fused(x, kv, start, extra)
+        if self.gate is not None:  # model.attention_gate: each head's output times its gate
+            y = (y.unflatten(-1, (self.num_heads, self.head_dim)) * self.gates(self.gate, x)).flatten(-2)
         return self.resid_dropout(self.proj(y))
+
+    @staticmethod
+    def gates(layer: nn.Linear, x: Tensor) -> Tensor:
+        """sigmoid of a gate layer read from x's first channels: (..., E) -> (..., H, 1)."""
+        return torch.sigmoid(layer(x[..., : layer.in_features])).unsqueeze(-1)
+
+    def extra_values(self, x: Tensor, x0: Tensor | None) -> Tensor | None:
+        """model.value_embedding: the embedding's projection, each head's share times 2 sigmoid(gate) (1 at the
+        start) -> (B, T, H, D); None without the switch."""
+        if self.value_embed is None:
+            return None
+        return self.value_embed(x0).unflatten(-1, (self.num_heads, self.head_dim)) * 2 * self.gates(self.value_gate, x)
 
     @property
     def rope(self) -> Rope | None:
@@ -112,12 +143,14 @@ class MultiHeadAttention(nn.Module):
         hs = self.heads
         return torch.cat([h.query.weight for h in hs] + [h.key.weight for h in hs] + [h.value.weight for h in hs])
 
-    def _fused(self, x: Tensor, kv: LayerKV | None, start: int) -> Tensor:
+    def _fused(self, x: Tensor, kv: LayerKV | None, start: int, extra: Tensor | None) -> Tensor:
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
         w = kv.qkv_weight if kv is not None and kv.qkv_weight is not None else self.qkv_weight()
         qkv = F.linear(x, w).view(B, T, 3 * H, D).transpose(1, 2)  # (B, 3H, T, D): queries, keys, values
         qk, v = qkv[:, : 2 * H], qkv[:, 2 * H :]
+        if extra is not None:
+            v = v + extra.transpose(1, 2)
         if self.rope is not None or self.qk_norm:  # queries and keys together: half the elementwise calls
             positions = None if self.rope is None else torch.arange(start, start + T, device=x.device)
             qk = shape_heads(qk, self.rope, positions, self.qk_norm)
@@ -133,3 +166,9 @@ class MultiHeadAttention(nn.Module):
                 mask, causal = self.mask[start : start + T, : start + T], False
         y = attend(q, k, v, mask, causal, self.dropout_p if self.training else 0.0)  # (B, H, T, D)
         return y.transpose(1, 2).reshape(B, T, self.head_size)
+
+
+def _zero_linear(inputs: int, outputs: int) -> nn.Linear:
+    layer = nn.Linear(inputs, outputs, bias=False)
+    nn.init.zeros_(layer.weight)
+    return layer

@@ -51,15 +51,17 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, index: int = 0):
         super().__init__()
         c = config
         self.ln1 = make_norm(c.norm, c.embedding_size)
         self.attn = MultiHeadAttention(c.embedding_size, c.head_size, c.num_heads, c.context_length, c.dropout,
-                                       c.attention, c.position, c.qk_norm)
+                                       c.attention, c.position, c.qk_norm, c.attention_gate,
+                                       index in c.value_embedding_blocks)
         self.ln2 = make_norm(c.norm, c.embedding_size)
         self.ffwd = FeedForward(c.embedding_size, c.dropout, c.mlp, c.mlp_hidden)
 
-    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0) -> Tensor:
-        x = x + self.attn(self.ln1(x), kv, start)
+    def forward(self, x: Tensor, kv: LayerKV | None = None, start: int = 0, x0: Tensor | None = None) -> Tensor:
+        """x: (B, T, E) -> (B, T, E); x0: the model's embedding output (read only with model.value_embedding)."""
+        x = x + self.attn(self.ln1(x), kv, start, x0)
         return x + self.ffwd(self.ln2(x))

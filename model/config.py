@@ -33,8 +33,17 @@ JAMO_INITIALS = ("pairs", "linear")
 # decode step, the exported modeling code) must handle every kind here: tests/test_restatements.py enumerates them.
 CHOICES = {"attention": ATTENTION_KINDS, "position": POSITIONS, "norm": NORMS, "mlp": MLPS, "init": INITS,
            "embedding": EMBEDDINGS, "head": HEADS, "jamo_initials": JAMO_INITIALS}
-SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj")  # the true/false fields
-SIZES = ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks", "dropout")
+SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj", "attention_gate", "value_embedding", "unet_skips")  # true/false
+NUMBERS = ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks", "dropout",
+           "logit_softcap")
+
+
+def levers(c: ModelConfig) -> list[str]:
+    """The data-limited levers a config turns on (no stock Hugging Face class computes them)."""
+    return [name for name in LEVERS if getattr(c, name)]
+
+
+LEVERS = ("attention_gate", "value_embedding", "unet_skips", "logit_softcap")
 
 
 @dataclass
@@ -62,6 +71,11 @@ class ModelConfig:
     #                        model/hangul/jamo_head.py)
     jamo_initials: str = "pairs"  # model.head=jamo's stage 1: pairs (an initial scored from its 21 (initial, medial)
     #                               rows) | linear (one row per initial: the first version)
+    # Levers of the data-limited records (docs/en/ladder.md says what each measured here); all off by default.
+    attention_gate: bool = False  # each head's output times a sigmoid gate read from the block's input (zero-init)
+    value_embedding: bool = False  # every other block from the last adds a projection of the embedding to its values
+    unet_skips: bool = False  # the first half's block outputs added (learned weights) to the second half's inputs
+    logit_softcap: float = 0.0  # softmax head's logits squashed to (-cap, cap) by cap * tanh(z / cap); 0 = off
 
     def __post_init__(self) -> None:
         sizes = ("context_length", "embedding_size", "head_size", "num_heads", "num_blocks")
@@ -79,9 +93,23 @@ class ModelConfig:
         if self.head == "jamo" and self.tie_weights:
             raise ConfigError("model.head=jamo has no output matrix to tie to the embedding; set "
                               "model.tie_weights=false")
+        checks.number_in("model.logit_softcap", self.logit_softcap, 0, float("inf"))
+        if self.unet_skips and self.num_blocks < 2:
+            raise ConfigError("model.unet_skips joins the first half of the blocks to the second: it needs "
+                              "model.num_blocks >= 2")
+        if self.logit_softcap and self.head != "softmax":
+            raise ConfigError("model.logit_softcap caps the softmax head's logits; the staged head (model.head=jamo) "
+                              "has none: set model.logit_softcap=0")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "
                               f"{self.head_dim}; change model.head_size or model.num_heads")
+
+    @property
+    def value_embedding_blocks(self) -> frozenset[int]:
+        """The blocks that add the embedding's projection to their values: every other one, ending with the last
+        (as the data-limited records place them); none without model.value_embedding."""
+        L = self.num_blocks
+        return frozenset(i for i in range(L) if (L - 1 - i) % 2 == 0) if self.value_embedding else frozenset()
 
     @property
     def head_dim(self) -> int:

@@ -102,7 +102,7 @@ class _Rotations:
 @dataclass
 class _BlockWeights:
     ln1: _Norm
-    qkv_t: Tensor  # (E, 3 * head_size): queries, keys, values of every head
+    in_t: Tensor  # (E, 3 * head_size [+ H] [+ H]): queries, keys, values of every head, then the gates' inputs
     proj_t: Tensor  # (head_size, E)
     proj_b: Tensor
     ln2: _Norm
@@ -112,6 +112,8 @@ class _BlockWeights:
     fc2_b: Tensor
     mlp: str
     gelu: str
+    gated: bool  # model.attention_gate: the gates' inputs follow the values in in_t
+    values_t: Tensor | None  # model.value_embedding: (E, head_size), the embedding's projection; its gate is last
 
     @classmethod
     def of(cls, block: Block, qkv_weight: Tensor, matrix_dtype: torch.dtype, x_dtype: torch.dtype) -> _BlockWeights:
@@ -121,9 +123,19 @@ class _BlockWeights:
 
         a, f = block.attn, block.ffwd
         ln1, ln2 = _Norm(block.ln1, x_dtype), _Norm(block.ln2, x_dtype)
-        return cls(ln1=ln1, qkv_t=t(qkv_weight, ln1), proj_t=t(a.proj.weight), proj_b=a.proj.bias, ln2=ln2,
+        # a gate reads the first channels of the block's normed input: as a full-width matrix it shares the QKV
+        # product (and the RMSNorm folding)
+        gates = [g for g in (a.gate, a.value_gate) if g is not None]
+        inputs = [qkv_weight] + [_full_width(g.weight, qkv_weight.shape[1]) for g in gates]
+        values = None if a.value_embed is None else t(a.value_embed.weight)
+        return cls(ln1=ln1, in_t=t(torch.cat(inputs), ln1), proj_t=t(a.proj.weight), proj_b=a.proj.bias, ln2=ln2,
                    fc_t=t(f.fc.weight, ln2), fc_b=f.fc.bias, fc2_t=t(f.proj.weight), fc2_b=f.proj.bias, mlp=f.kind,
-                   gelu=f.act.approximate)
+                   gelu=f.act.approximate, gated=a.gate is not None, values_t=values)
+
+
+def _full_width(weight: Tensor, width: int) -> Tensor:
+    """A (H, C) gate read from the first C channels as the (H, width) matrix that reads them from all."""
+    return F.pad(weight.detach(), (0, width - weight.shape[1]))
 
 
 class DecodeStep:
@@ -150,6 +162,8 @@ class DecodeStep:
         linear = isinstance(head, nn.Linear)
         self.head, self.final_norm = (None, None) if linear else (head, model.ln_f)  # the whole norm, then the head
         self.lm_head_t = self.ln_f.fold(head.weight.detach().t()).to(dtype).contiguous() if linear else None
+        self.softcap = getattr(head, "softcap", 0.0)
+        self.skip_weights = None if model.skip_weights is None else model.skip_weights.detach()
         attn = model.blocks[0].attn
         self.num_heads, self.head_dim, self.qk_norm = attn.num_heads, attn.head_dim, attn.qk_norm
         device = self.token_embedding.device
@@ -195,8 +209,14 @@ class DecodeStep:
         plain = self.rotations is None and not self.qk_norm
         # On the CPU below fp32, attend() picks the kernel as the module path does; fp32 calls SDPA directly.
         sdpa = attend if x.device.type == "cpu" and cache.dtype != torch.float32 else F.scaled_dot_product_attention
-        for w, kv in zip(self.blocks, cache.buffers, strict=True):
-            qkv = (w.ln1(x) @ w.qkv_t).view(B, 3, H, D)
+        x0, half, skips = x, len(self.blocks) // 2, []
+        for i, (w, kv) in enumerate(zip(self.blocks, cache.buffers, strict=True)):
+            if self.skip_weights is not None and i >= half and skips:
+                x = x + self.skip_weights[i - half] * skips.pop()
+            a = w.ln1(x) @ w.in_t  # (B, 3HD [+ H] [+ H])
+            qkv = a[:, : 3 * H * D].view(B, 3, H, D)
+            if w.values_t is not None:  # the embedding's projection joins the values (a view of `a`, in place)
+                qkv[:, 2] += (x0 @ w.values_t).view(B, H, D) * 2 * torch.sigmoid(a[:, -H:]).unsqueeze(-1)
             if plain:
                 kv[:, :, :, slot] = qkv[:, 1:]  # keys and values of this position, (B, 2, H, D), one copy
                 q = qkv[:, 0]
@@ -206,10 +226,15 @@ class DecodeStep:
                 kv[:, 1, :, slot] = qkv[:, 2]
                 q = qk[:, 0]
             y = sdpa(q.unsqueeze(2), kv[:, 0, :, :n], kv[:, 1, :, :n])  # (B, H, 1, D): no mask, all slots < n
+            if w.gated:
+                y = y * torch.sigmoid(a[:, 3 * H * D : 3 * H * D + H]).view(B, H, 1, 1)
             x = x + torch.addmm(w.proj_b, y.reshape(B, H * D), w.proj_t)
             h = torch.addmm(w.fc_b, w.ln2(x), w.fc_t)
             h = F.gelu(h, approximate=w.gelu) if w.mlp == "gelu" else mlp_activation(w.mlp, h)
             x = x + torch.addmm(w.fc2_b, h, w.fc2_t)  # (B, E)
+            if self.skip_weights is not None and i < half:
+                skips.append(x)
         if self.head is not None:
             return self.head(self.final_norm(x)).unsqueeze(1)  # (B, 1, V): the staged head's log-probabilities
-        return (self.ln_f(x) @ self.lm_head_t).unsqueeze(1)  # (B, 1, V)
+        logits = self.ln_f(x) @ self.lm_head_t
+        return (logits if not self.softcap else self.softcap * torch.tanh(logits / self.softcap)).unsqueeze(1)

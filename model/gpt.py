@@ -55,7 +55,9 @@ class AttentionLanguageModel(nn.Module):
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" \
             else None
         self.dropout = Dropout(c.dropout)
-        self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
+        self.blocks = nn.ModuleList(Block(c, i) for i in range(c.num_blocks))
+        # model.unet_skips: block i of the first half feeds block L-1-i of the second, times a weight starting at 1
+        self.skip_weights = nn.Parameter(torch.ones(c.num_blocks // 2)) if c.unet_skips else None
         self.ln_f = make_norm(c.norm, c.embedding_size)
         self.lm_head = build_lm_head(c)  # hidden state (E) -> a score for every token (vocab_size)
         if c.tie_weights:  # one matrix reads tokens in and scores them out
@@ -107,9 +109,14 @@ class AttentionLanguageModel(nn.Module):
         T = idx.shape[1]
         if start + T > self.context_length:
             raise ValueError(f"sequence of {start + T} positions exceeds context_length {self.context_length}")
-        x = self.embed(idx, start)
+        x = x0 = self.embed(idx, start)  # (B, T, E)
+        half, skips = len(self.blocks) // 2, []
         for i, block in enumerate(self.blocks):
-            x = block(x, None if kv_cache is None else kv_cache.layer(i), start)
+            if self.skip_weights is not None and i >= half and skips:
+                x = x + self.skip_weights[i - half] * skips.pop()
+            x = block(x, None if kv_cache is None else kv_cache.layer(i), start, x0)
+            if self.skip_weights is not None and i < half:
+                skips.append(x)
         return self.ln_f(x)
 
     def embed(self, idx: Tensor, start: int = 0) -> Tensor:

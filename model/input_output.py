@@ -20,6 +20,7 @@ Design choices:
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -33,10 +34,19 @@ RENAMED = (("jamo_embedding.", "token_embedding."), ("jamo_head.", "lm_head."))
 
 
 class SoftmaxHead(nn.Linear):
-    """The lecture's LM head: one logit per token from the final hidden state; softmax makes them a distribution."""
+    """The lecture's LM head: one logit per token from the final hidden state; softmax makes them a distribution.
 
-    def __init__(self, embedding_size: int, vocab_size: int):
+    With `softcap` (model.logit_softcap, off by default) the logits are squashed to (-cap, cap) by
+    cap * tanh(z / cap): close to z while small, never confident beyond e^(2 cap) to one.
+    """
+
+    def __init__(self, embedding_size: int, vocab_size: int, softcap: float = 0.0):
         super().__init__(embedding_size, vocab_size, bias=False)
+        self.softcap = softcap
+
+    def forward(self, h: Tensor) -> Tensor:
+        z = super().forward(h)
+        return z if not self.softcap else self.softcap * torch.tanh(z / self.softcap)
 
     def logits_and_loss(self, h: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         """h: (B, T, E), targets: (B, T) -> logits (B, T, V) and their mean cross-entropy."""
@@ -55,7 +65,7 @@ def build_token_embedding(c: ModelConfig) -> nn.Embedding:
 
 def build_lm_head(c: ModelConfig) -> nn.Module:
     return JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials) if c.head == "jamo" else \
-        SoftmaxHead(c.embedding_size, c.vocab_size)
+        SoftmaxHead(c.embedding_size, c.vocab_size, c.logit_softcap)
 
 
 def upgrade_state_names(state: dict[str, Tensor]) -> dict[str, Tensor]:

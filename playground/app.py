@@ -60,7 +60,8 @@ class Playground:
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt)
-        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device))
+        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device),
+                              cfg.weights)
         self.stats = Stats()
         self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 

@@ -34,11 +34,12 @@ class CachedRun:
 
 
 class RunCache:
-    def __init__(self, capacity: int, device: torch.device):
+    def __init__(self, capacity: int, device: torch.device, weights: str = "averaged"):
         if capacity < 1:
             raise ValueError(f"cache capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.device = device
+        self.weights = weights  # averaged (where a run kept an average) | raw
         self._runs: OrderedDict[Path, CachedRun] = OrderedDict()
         self._guard = threading.Lock()
         self._loading: dict[Path, threading.Lock] = {}
@@ -67,7 +68,7 @@ class RunCache:
             entry = self._hit(path, stamp)  # loaded by another request while we waited
             if entry is not None:
                 return entry
-            entry = CachedRun(name, load_run(path, self.device), stamp)
+            entry = CachedRun(name, load_run(path, self.device, weights=self.weights), stamp)
             with self._guard:
                 self.loads += 1
                 self._runs[path] = entry

@@ -19,8 +19,11 @@ def _stream_logits(m, idx, n, use_cache, **kw):
 
 # -- the modern options: rotary positions, RMSNorm, relu2 / SwiGLU, query/key norm, zero-init, init -------------
 MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=False, init="torch")
+# the data-limited levers (model.attention_gate, value_embedding, unet_skips, logit_softcap), alone and on MODERN
+LEVERS = [dict(attention_gate=True), dict(value_embedding=True), dict(unet_skips=True), dict(logit_softcap=2.0),
+          dict(MODERN, attention_gate=True, value_embedding=True, unet_skips=True, logit_softcap=2.0)]
 OPTIONS = [dict(position="rope"), dict(norm="rmsnorm"), dict(mlp="relu2"), dict(mlp="swiglu"), dict(qk_norm=True),
-           dict(init="torch"), dict(position="rope", qk_norm=True, mlp="swiglu", norm="rmsnorm"), MODERN]
+           dict(init="torch"), dict(position="rope", qk_norm=True, mlp="swiglu", norm="rmsnorm"), MODERN, *LEVERS]
 
 
 def _option_id(o):
@@ -172,3 +175,59 @@ def test_old_model_config_dict_loads_as_the_lecture_model():
     c = ModelConfig.from_dict(old)
     assert (c.position, c.norm, c.mlp, c.qk_norm, c.zero_init_proj, c.init) == \
         ("learned", "layernorm", "gelu", False, False, "gpt2")
+
+
+# -- the levers' definitions --------------------------------------------------------------------------------
+def test_every_gate_starts_at_zero_and_the_levers_start_as_their_definitions_say():
+    m = tiny_model(attention_gate=True, value_embedding=True, unet_skips=True, num_blocks=4)
+    for i, block in enumerate(m.blocks):
+        assert block.attn.gate.weight.eq(0).all()  # sigmoid(0): each head's output halved at the start
+        assert (block.attn.value_gate is not None) == (i in (1, 3))  # every other block, ending with the last
+        if block.attn.value_gate is not None:
+            assert block.attn.value_gate.weight.eq(0).all()  # 2 sigmoid(0) = 1: the embedding's values come in whole
+    assert m.skip_weights.tolist() == [1.0, 1.0]
+
+
+def test_the_soft_cap_bounds_the_logits_and_keeps_small_ones():
+    a, b = tiny_model(), tiny_model(logit_softcap=5.0)
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        a.lm_head.weight.mul_(100)
+        b.lm_head.weight.mul_(100)
+    idx = torch.randint(0, V, (2, 16))
+    raw, capped = a(idx)[0], b(idx)[0]
+    assert raw.abs().max() > 5 and capped.abs().max() < 5
+    torch.testing.assert_close(capped, 5 * torch.tanh(raw / 5))
+
+
+def test_unet_skips_feed_the_first_half_to_the_second_in_reverse():
+    m = _scramble(tiny_model(unet_skips=True, num_blocks=4))
+    idx = torch.randint(0, V, (1, 8))
+    with torch.no_grad():
+        x = m.embed(idx)
+        outs = []
+        for i, block in enumerate(m.blocks):
+            if i == 2:
+                x = x + m.skip_weights[0] * outs[1]
+            if i == 3:
+                x = x + m.skip_weights[1] * outs[0]
+            x = block(x)
+            outs.append(x)
+        torch.testing.assert_close(m.lm_head(m.ln_f(x)), m(idx)[0])
+
+
+def test_a_lever_export_cannot_express_in_a_stock_class_goes_to_the_custom_layout():
+    from hf_export.writer import choose_layout
+    from model.config import ModelConfig
+
+    assert choose_layout(ModelConfig(vocab_size=V)) == "gpt2"
+    for lever in (dict(attention_gate=True), dict(value_embedding=True), dict(unet_skips=True),
+                  dict(logit_softcap=15.0)):
+        assert choose_layout(ModelConfig(vocab_size=V, **lever)) == "custom"
+
+
+@pytest.mark.parametrize("settings,needle", [(dict(logit_softcap=-1.0), "model.logit_softcap=-1.0 is invalid"),
+                                             (dict(unet_skips=True, num_blocks=1), "needs model.num_blocks >= 2")])
+def test_lever_settings_that_cannot_work_are_refused(settings, needle):
+    with pytest.raises(ValueError, match=needle):
+        tiny_model(**settings)

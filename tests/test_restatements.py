@@ -2,7 +2,7 @@
 
 `DecodeStep` (model/decode.py) rewrites a block's forward for one new token, and the exported modeling code
 (hf_export/hf_code/modeling_kochar.py) rewrites the whole model for `transformers`. The cases below enumerate every
-field of `ModelConfig` and every kind it allows (`model.config.CHOICES`, `SWITCHES`, `SIZES`): a field the
+field of `ModelConfig` and every kind it allows (`model.config.CHOICES`, `SWITCHES`, `NUMBERS`): a field the
 enumeration does not know fails `test_every_model_setting_is_enumerated`, and a new kind of a known field becomes a
 new case, which fails until each restatement computes it (or, for the exported code, export refuses it in one line
 before anything is written).
@@ -20,26 +20,29 @@ from common.errors import UserError
 from hf_export.plain import plain_model
 from hf_format import custom
 from model import AttentionLanguageModel
-from model.config import CHOICES, SIZES, SWITCHES, ModelConfig
+from model.config import CHOICES, NUMBERS, SWITCHES, ModelConfig
 from model.streaming import stream
 
 HANGUL_VOCAB = 11_200  # the hangul tokenizer's ids: the 11,172 syllables after <unk>, then other characters
 BASE = dict(vocab_size=60, context_length=8, embedding_size=16, head_size=16, num_heads=2, num_blocks=2, dropout=0.0)
-# sizes worth their own case: a head size other than the width, one head, one block, a larger vocabulary
-SIZE_CASES = [("head_size", 8), ("num_heads", 1), ("num_blocks", 1), ("vocab_size", 300), ("context_length", 5),
-              ("embedding_size", 24), ("dropout", 0.1)]
+# numbers worth their own case: a head size other than the width, one head, one block, a larger vocabulary, ...
+NUMBER_CASES = [("head_size", 8), ("num_heads", 1), ("num_blocks", 1), ("vocab_size", 300), ("context_length", 5),
+                ("embedding_size", 24), ("dropout", 0.1), ("logit_softcap", 2.0)]
+# the data-limited levers together, on a deeper model (U-Net skips across 5 blocks, value embeddings on 3)
+LEVERS = dict(attention_gate=True, value_embedding=True, unet_skips=True, logit_softcap=3.0, num_blocks=5,
+              position="rope", norm="rmsnorm", qk_norm=True)
 
 
 def cases() -> list[tuple[str, object]]:
     out = [(name, kind) for name, kinds in CHOICES.items() for kind in kinds]
     out += [(name, value) for name in SWITCHES for value in (False, True)]
-    return out + SIZE_CASES
+    return out + NUMBER_CASES + [("levers", "all")]
 
 
 def settings(name: str, value: object) -> dict:
     """A small model's settings with `name=value`, plus what that value needs (the hangul ids for the jamo layers,
     the staged head for the staged head's stage-1 choice)."""
-    s = {**BASE, name: value}
+    s = {**BASE, **LEVERS} if name == "levers" else {**BASE, name: value}
     if name in ("embedding", "head", "jamo_initials") and value != "token" and value != "softmax":
         s["vocab_size"] = HANGUL_VOCAB
     if name == "jamo_initials":
@@ -62,12 +65,12 @@ IDS = [f"{name}={value}" for name, value in CASES]
 
 
 def test_every_model_setting_is_enumerated():
-    known = set(CHOICES) | set(SWITCHES) | set(SIZES)
+    known = set(CHOICES) | set(SWITCHES) | set(NUMBERS)
     new = sorted({f.name for f in fields(ModelConfig)} - known)
-    assert not new, (f"ModelConfig gained {new}: list it in model/config.py CHOICES, SWITCHES or SIZES, so the "
+    assert not new, (f"ModelConfig gained {new}: list it in model/config.py CHOICES, SWITCHES or NUMBERS, so the "
                      "restatements of the forward pass (model/decode.py, hf_export/hf_code/modeling_kochar.py) are "
                      "tested with each of its kinds")
-    assert {name for name, _ in SIZE_CASES} == set(SIZES)
+    assert {name for name, _ in NUMBER_CASES} == set(NUMBERS)
 
 
 @pytest.mark.parametrize("name,value", CASES, ids=IDS)

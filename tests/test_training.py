@@ -103,8 +103,8 @@ def test_max_seconds_stops_cleanly(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.serial
-@pytest.mark.parametrize("parts", [(), ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo")],
-                         ids=["char", "hangul-staged"])
+@pytest.mark.parametrize("parts", [(), ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo",
+                                         "train.average=ema")], ids=["char", "hangul-staged-averaged"])
 def test_ddp_two_processes_on_cpu(tmp_path, parts):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -120,6 +120,10 @@ def test_ddp_two_processes_on_cpu(tmp_path, parts):
     assert sorted(p.name for p in run.glob("*.pt")) == ["best.pt", "ckpt.pt"]
     ckpt = load_checkpoint(run / "ckpt.pt")
     assert ckpt.step == 6 and ckpt.training.world_size == 2
+    # one average of the raw model (no DDP prefix), updated once per step whatever the world size
+    assert (ckpt.averaged is not None) == ("train.average=ema" in parts)
+    if ckpt.averaged is not None:
+        assert ckpt.training.average_updates == 6 and ckpt.averaged.keys() == ckpt.model.keys()
     shutil.rmtree(run)
 
 

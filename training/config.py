@@ -25,6 +25,8 @@ from training.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "muon")
 SYLLABLE_ROWS = ("seen", "all")
+AVERAGES = ("none", "ema", "swa")
+WD_SCHEDULES = ("constant", "dip")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 
 
@@ -51,6 +53,13 @@ class TrainConfig:
     embedding_lr: float | None = None  # AdamW's peak rate for the token and position embeddings; None = train.lr
     embedding_weight_decay: float = 0.0  # AdamW's weight decay on the embeddings (0: rare characters keep theirs)
     input_noise: float = 0.0  # chance that an input id is swapped for one drawn from the training text (0 = none)
+    average: str = "none"  # none | ema | swa: weights averaged while training, used by every reader (averaging.py)
+    ema_half_life: float = 100.0  # average=ema: steps after which a step's weights count half
+    swa_start: float = 0.75  # average=swa: the fraction of the run from which the weights are averaged uniformly
+    average_every: int = 1  # steps between updates of the average
+    mtp_weights: list[float] = field(default_factory=list)  # extra targets t+2, t+3, ... through the same head
+    mtp_fade: float = 0.5  # the fraction of the run over which mtp_weights fade linearly to zero
+    muon_weight_decay_schedule: str = "constant"  # constant | dip (hold, dip to 1/8 at mid-run, end at 1.56x)
     syllable_rows: str = "seen"  # seen (train only the syllable rows the training text holds) | all
     auto_dropout_after: float = 8.0  # passes over the training split up to which model.dropout=null means none
     auto_weight_decay: float | None = None  # weight_decay of a run auto gives dropout (None = train.weight_decay)
@@ -98,6 +107,14 @@ class TrainConfig:
         checks.number_in("train.embedding_lr", self.embedding_lr, 0, inf, low_open=True, optional=True)
         checks.number_in("train.embedding_weight_decay", self.embedding_weight_decay, 0, inf)
         checks.number_in("train.input_noise", self.input_noise, 0, 1, high_open=True)
+        checks.one_of("train.average", self.average, AVERAGES)
+        checks.number_in("train.ema_half_life", self.ema_half_life, 0, inf, low_open=True)
+        checks.number_in("train.swa_start", self.swa_start, 0, 1, high_open=True)
+        checks.positive_int("train.average_every", self.average_every)
+        for i, w in enumerate(self.mtp_weights):
+            checks.number_in(f"train.mtp_weights[{i}]", w, 0, inf)
+        checks.number_in("train.mtp_fade", self.mtp_fade, 0, 1, low_open=True)
+        checks.one_of("train.muon_weight_decay_schedule", self.muon_weight_decay_schedule, WD_SCHEDULES)
 
 
 @dataclass
@@ -119,6 +136,9 @@ class TrainJob:
                 raise ConfigError(f"{key}=jamo composes syllables from the hangul tokenizer's ids; add "
                                   f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable "
                                   "ids)")
+        if self.train.mtp_weights and self.model.head != "softmax":
+            raise ConfigError("train.mtp_weights scores later targets through the softmax head's logits; the staged "
+                              "head (model.head=jamo) does not build them: set train.mtp_weights=[]")
 
 
 def register_configs() -> None:

@@ -1,7 +1,8 @@
 """The optimizer factory: which parameters decay, which take Muon, and the optimizer that updates them.
 
 Design choices:
-- Weight decay on matrices only: never on biases or norm weights, and on embeddings only when
+- Weight decay on matrices only: never on biases, norm weights, the U-Net skip weights or the head gates (a few
+  scalars per head: `model.attention_gate`, `model.value_embedding`), and on embeddings only when
   `train.embedding_weight_decay` asks (decaying an embedding pulls rare characters' vectors towards zero,
   which a small corpus seen many times over may want and a large one does not).
 - `train.optimizer=muon` gives the hidden matrices (every 2-D weight inside the blocks) to Muon and keeps
@@ -41,7 +42,7 @@ def split_parameters(model: nn.Module, use_muon: bool) -> dict[str, list[nn.Para
             continue
         if id(p) in embeddings:
             out["embeddings"].append(p)
-        elif p.dim() < 2:
+        elif p.dim() < 2 or name.endswith("gate.weight"):  # a head gate (H x 12) is a few scalars, not a map
             out["no_decay"].append(p)
         elif use_muon and name.startswith(("blocks.", "module.blocks.", "_orig_mod.blocks.")):
             out["muon"].append(p)
@@ -69,7 +70,8 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     split = split_parameters(model, use_muon=True)
     groups = [
         {"params": split["muon"], "use_muon": True, "lr_scale": train.muon_lr / lr, "lr": train.muon_lr,
-         "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay},
+         "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay,
+         "base_weight_decay": train.muon_weight_decay},  # what train.muon_weight_decay_schedule scales
         {"params": split["decay"], "lr": lr, "weight_decay": weight_decay},
         embedding_group(split["embeddings"], lr, train),
         {"params": split["no_decay"], "lr": lr, "weight_decay": 0.0},
@@ -88,6 +90,13 @@ def embedding_group(params: list[nn.Parameter], lr: float, train: TrainConfig) -
     multiple of the schedule's rate, and `train.embedding_weight_decay`."""
     emb_lr = train.embedding_lr if train.embedding_lr is not None else lr
     return {"params": params, "lr_scale": emb_lr / lr, "lr": emb_lr, "weight_decay": train.embedding_weight_decay}
+
+
+def set_muon_weight_decay(optimizer: torch.optim.Optimizer, scale: float) -> None:
+    """Muon's weight decay at `scale` times train.muon_weight_decay (the schedule's multiple)."""
+    for group in optimizer.param_groups:
+        if group.get("use_muon"):
+            group["weight_decay"] = group["base_weight_decay"] * scale
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

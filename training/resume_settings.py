@@ -27,12 +27,13 @@ from common.errors import UserError
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
 # the weights' own settings.
 MODEL_CHANGEABLE = ("model.dropout", "model.attention")
-# train.optimizer and train.syllable_rows: the optimizer's state is per optimizer and per parameter shape
+# train.optimizer and train.syllable_rows: the optimizer's state is per optimizer and per parameter shape;
+# train.average: an average of one kind cannot go on as another
 FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer",
-               "train.syllable_rows")
+               "train.syllable_rows", "train.average")
 # What a checkpoint written before a key existed was trained with: it resumes with that value, and typing
 # another is refused as for any fixed key. (Before train.syllable_rows, every syllable row was trained.)
-BEFORE_THE_KEY = {"train.syllable_rows": "all"}
+BEFORE_THE_KEY = {"train.syllable_rows": "all", "train.average": "none"}
 
 
 def is_fixed(key: str) -> bool:

@@ -39,6 +39,7 @@ from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
+from training.averaging import WeightAverage, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
@@ -70,6 +71,7 @@ class Session:
     step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
     auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
     init_record: dict | None = None  # train.init_from: the source checkpoint, its step, the tokens added
+    average: WeightAverage | None = None  # train.average: the weights' average, kept beside them
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -262,6 +264,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
+    average = weight_average(job, raw_model, resumed)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
                            t.input_noise)
@@ -285,5 +288,6 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
                       logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto,
-                      init.record() if init else (resumed.config.get("init_from") if resumed else None))
+                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average)
     return session, state
+

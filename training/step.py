@@ -2,6 +2,11 @@
 
 `compute_loss` is a module-level function on purpose: the crash-safety tests replace it to make a step's
 loss NaN, so no fault-injection switch lives in the production loop.
+
+Around the lecture's step, three levers of the data-limited records, all off by default and each following the
+run's progress (`run_progress`: steps or the clock, whichever is further along): `train.mtp_weights` (later
+targets scored through the same head, fading out), `train.muon_weight_decay_schedule` and `train.average` (the
+weights' average, updated after the optimizer step: training/averaging.py).
 """
 
 from __future__ import annotations
@@ -10,11 +15,14 @@ import contextlib
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.errors import UserError
-from training.optim import set_lr
+from training.config import TrainConfig
+from training.optim import set_lr, set_muon_weight_decay
 from training.schedule import lr_at, lr_at_fraction
 from training.setup import LoopState, Session
 
@@ -35,6 +43,42 @@ def compute_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     return loss
 
 
+def multi_token_loss(model: nn.Module, x: Tensor, y: Tensor, weights: list[float]) -> tuple[Tensor, Tensor]:
+    """(the loss to train on, the next-token loss to report): the next-token loss plus weights[k] x the loss of the
+    target k + 2 positions ahead, read from the same logits (the last positions have no such target)."""
+    logits, _ = model(x)  # (B, T, V)
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1))
+    total = loss
+    for k, w in enumerate(weights, start=1):
+        if w > 0:
+            total = total + w * F.cross_entropy(logits[:, :-k].reshape(-1, V).float(), y[:, k:].reshape(-1))
+    return total, loss
+
+
+def run_progress(s: Session, state: LoopState) -> float:
+    """How far along the run is, from 0 to 1: by steps against the schedule's length, or by the clock against
+    train.max_seconds, whichever is further."""
+    t = s.job.train
+    by_steps = state.step / s.decay_steps if s.decay_steps else 0.0
+    by_clock = state.elapsed() / t.max_seconds if t.max_seconds else 0.0
+    return min(1.0, max(by_steps, by_clock))
+
+
+def mtp_weights_at(t: TrainConfig, progress: float) -> list[float]:
+    """train.mtp_weights, faded linearly to zero over the first train.mtp_fade of the run."""
+    fade = max(0.0, 1.0 - progress / t.mtp_fade)
+    return [w * fade for w in t.mtp_weights] if fade > 0 else []
+
+
+def muon_decay_scale(schedule: str, progress: float) -> float:
+    """The multiple of Muon's weight decay at `progress`: constant, or the records' dip (held for the first 1/8,
+    down to 1/8 by mid-run, then up to 1.5625x at the end: their 0.8 -> 0.1 -> 1.25)."""
+    if schedule == "constant":
+        return 1.0
+    return float(np.interp(progress, [0.0, 0.125, 0.5, 1.0], [1.0, 1.0, 0.125, 1.5625]))
+
+
 def learning_rate(s: Session, state: LoopState) -> float:
     """The schedule follows the steps, or under train.max_seconds the clock, whichever is further along; with
     no step limit at all, the clock alone."""
@@ -50,9 +94,12 @@ def learning_rate(s: Session, state: LoopState) -> float:
 
 def train_step(s: Session, state: LoopState) -> StepResult:
     """Advance the model by one optimizer step; a non-finite loss stops the run before anything is saved."""
-    lr = learning_rate(s, state)
+    t = s.job.train
+    lr, progress = learning_rate(s, state), run_progress(s, state)
     set_lr(s.optimizer, lr)
-    accum = s.job.train.grad_accum_steps
+    set_muon_weight_decay(s.optimizer, muon_decay_scale(t.muon_weight_decay_schedule, progress))
+    mtp = mtp_weights_at(t, progress)
+    accum = t.grad_accum_steps
     loss_sum = torch.zeros((), device=s.device)
     for micro in range(accum):
         x, y = s.sampler.next_batch()
@@ -60,8 +107,8 @@ def train_step(s: Session, state: LoopState) -> StepResult:
         sync = s.model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext()
         with sync:
             with s.autocast():
-                loss = compute_loss(s.model, x, y)
-            s.scaler.scale(loss / accum).backward()
+                total, loss = multi_token_loss(s.model, x, y, mtp) if mtp else (compute_loss(s.model, x, y),) * 2
+            s.scaler.scale(total / accum).backward()
         loss_sum += loss.detach()
     loss_value = (loss_sum / accum).item()
     if not math.isfinite(loss_value):
@@ -74,5 +121,7 @@ def train_step(s: Session, state: LoopState) -> StepResult:
     s.scaler.update()
     s.optimizer.zero_grad(set_to_none=True)
     state.step += 1
+    if s.average is not None and s.average.due(state.step, progress):
+        s.average.update(s.raw_model)
     state.train_loss = loss_value
     return StepResult(loss_value, lr, grad_norm)

@@ -113,19 +113,33 @@ def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> Non
     bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
-def evaluate(s: Session) -> tuple[float, float]:
-    """Mean loss on fixed batches of the training and validation splits."""
+def reader_model(s: Session, raw: torch.nn.Module) -> torch.nn.Module:
+    """The weights the run's readers use: the average once it holds one (train.average), else `raw`."""
+    return s.average.model if s.average is not None and s.average.updates else raw
+
+
+def estimate(s: Session, model: torch.nn.Module, split: str) -> float:
+    """Mean loss of `model` on the same fixed batches of the `train` or `val` split at every evaluation."""
     t = s.job.train
-    args = (s.raw_model.context_length, t.batch_size, t.eval_steps, s.device, s.autocast)
-    return (estimate_loss(s.eval_model, s.train_tokens, *args, seed=s.job.seed + 1),
-            estimate_loss(s.eval_model, s.val_tokens, *args, seed=s.job.seed + 2))
+    tokens, seed = (s.train_tokens, s.job.seed + 1) if split == "train" else (s.val_tokens, s.job.seed + 2)
+    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, t.eval_steps, s.device,
+                         s.autocast, seed=seed)
+
+
+def evaluate(s: Session) -> tuple[float, float]:
+    """Mean loss on fixed batches of the training and validation splits, with the readers' weights."""
+    model = reader_model(s, s.eval_model)
+    return estimate(s, model, "train"), estimate(s, model, "val")
 
 
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved)."""
     train_est, state.val_loss = evaluate(s)
     bpc = bits_per_char(state.val_loss, s.tokens_per_char)
-    s.logger.scalars(state.step, {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est})
+    scalars = {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est}
+    if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
+        scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
+    s.logger.scalars(state.step, scalars)
     if snapshot_due(s.job.train.snapshot_interval, state.last_snapshot, state.step, last):
         s.logger.snapshot(state.step)
         state.last_snapshot = state.step
@@ -151,11 +165,13 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
         return
     if not all(torch.isfinite(p).all() for p in s.raw_model.parameters()):
         raise TrainingDiverged("the model weights are not finite; the last good checkpoint was kept")
+    average = s.average
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
-                             state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size)
+                             state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
+                             average.updates if average else 0)
     config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
-                      s.tokens_per_char, config, training)
+                      s.tokens_per_char, config, training, average.dense_state() if average else None)
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
         if also:
@@ -174,7 +190,8 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
         _, state.val_loss = evaluate(s)
     sample = ""
     if s.dist.is_main and completed and t.sample_chars > 0:
-        sample = sample_chars(s.raw_model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
+        model = reader_model(s, s.raw_model)
+        sample = sample_chars(model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
         s.logger.text("samples/final", sample, state.step)
     s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
                   f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)

@@ -17,6 +17,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .configuration_kochar import KocharConfig
 
 ROPE_BASE = 10000.0
+GATE_CHANNELS = 12  # a head gate reads this many channels of its block's input
 # The kinds of each setting this code computes; any other is refused when the model is built, never computed as
 # something else (kochar-gpt's export refuses such a run before it writes anything).
 KINDS = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
@@ -99,19 +100,31 @@ class Head(nn.Module):
         self.value = nn.Linear(embedding_size, head_dim, bias=False)
 
 
+def _gate(layer, x):
+    """A head gate (model.attention_gate, model.value_embedding) read from x's first channels: (B, H, T, 1)."""
+    return torch.sigmoid(layer(x[..., : layer.in_features])).transpose(1, 2).unsqueeze(-1)
+
+
 class Attention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, value_embedding=False):
         super().__init__()
         self.num_heads, self.head_dim, self.qk_norm = c.num_heads, c.head_size // c.num_heads, c.qk_norm
         self.rope = c.position == "rope"
         self.heads = nn.ModuleList(Head(c.embedding_size, self.head_dim) for _ in range(c.num_heads))
         self.proj = nn.Linear(c.head_size, c.embedding_size)
+        channels = min(GATE_CHANNELS, c.embedding_size)
+        self.gate = nn.Linear(channels, c.num_heads, bias=False) if c.attention_gate else None
+        self.value_embed = nn.Linear(c.embedding_size, c.head_size, bias=False) if value_embedding else None
+        self.value_gate = nn.Linear(channels, c.num_heads, bias=False) if value_embedding else None
 
-    def forward(self, x):
+    def forward(self, x, x0):
         B, T, _ = x.shape
         w = torch.cat([torch.cat([h.query.weight, h.key.weight, h.value.weight]) for h in self.heads])
         qkv = (x @ w.t()).view(B, T, self.num_heads, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # (B, H, T, D)
+        if self.value_embed is not None:  # the embedding's projection joins the values, times 2 sigmoid(gate)
+            ve = self.value_embed(x0).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+            v = v + ve * 2 * _gate(self.value_gate, x)
         if self.qk_norm:
             q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
         if self.rope:
@@ -121,6 +134,8 @@ class Attention(nn.Module):
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        if self.gate is not None:
+            y = y * _gate(self.gate, x)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -146,13 +161,13 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, value_embedding=False):
         super().__init__()
-        self.ln1, self.attn = _norm(c.norm, c.embedding_size), Attention(c)
+        self.ln1, self.attn = _norm(c.norm, c.embedding_size), Attention(c, value_embedding)
         self.ln2, self.ffwd = _norm(c.norm, c.embedding_size), FeedForward(c)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, x0):
+        x = x + self.attn(self.ln1(x), x0)
         return x + self.ffwd(self.ln2(x))
 
 
@@ -168,7 +183,10 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
         self.token_embedding = nn.Embedding(c.vocab_size, c.embedding_size)
         self.jamo_embedding = JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else None
         self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" else None
-        self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_blocks))
+        # value embeddings on every other block, ending with the last; U-Net skips from the first half to the second
+        L = c.num_blocks
+        self.blocks = nn.ModuleList(Block(c, c.value_embedding and (L - 1 - i) % 2 == 0) for i in range(L))
+        self.skip_weights = nn.Parameter(torch.ones(L // 2)) if c.unet_skips else None
         self.ln_f = _norm(c.norm, c.embedding_size)
         self.lm_head = nn.Linear(c.embedding_size, c.vocab_size, bias=False) if c.head == "softmax" else None
         self.jamo_head = JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials) if c.head == "jamo" else None
@@ -195,10 +213,17 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
             x = x + self.jamo_embedding(idx)
         if self.position_embedding is not None:
             x = x + self.position_embedding(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
+        x0, half, skips = x, len(self.blocks) // 2, []
+        for i, block in enumerate(self.blocks):
+            if self.skip_weights is not None and i >= half and skips:
+                x = x + self.skip_weights[i - half] * skips.pop()
+            x = block(x, x0)
+            if self.skip_weights is not None and i < half:
+                skips.append(x)
         x = self.ln_f(x[:, -1:] if last_only else x)  # generate() reads the last position only
         logits = self.lm_head(x) if self.jamo_head is None else self.jamo_head(x)  # the staged head: log-probabilities
+        if self.config.logit_softcap:
+            logits = self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))

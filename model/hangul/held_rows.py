@@ -45,6 +45,12 @@ def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
     return (keep | outside).nonzero().squeeze(1)
 
 
+def _held_rows(index: Tensor, pad: int, full: Tensor) -> Tensor:
+    """A dense table (num_rows, E) in the held layout `index` describes: its kept rows, then the zero row."""
+    kept = (index != pad).nonzero().squeeze(1)  # ascending, as `_row_index` numbered them
+    return torch.cat([full[kept], full.new_zeros(1, full.shape[1])])
+
+
 def _row_index(num_rows: int, kept: Tensor) -> Tensor:
     """(num_rows,) long: each dense row's row in the held table; len(kept), the shared zero row, for the rest."""
     index = torch.full((num_rows,), len(kept), dtype=torch.long, device=kept.device)
@@ -69,6 +75,10 @@ class HeldJamoEmbedding(JamoEmbedding):
 
     def own_rows(self, idx: Tensor) -> Tensor:
         return F.embedding(self.index[idx], self.weight, self.padding_idx)
+
+    def held(self, full: Tensor) -> Tensor:
+        """A dense table of these rows in this layout (for weights saved dense: an average, a checkpoint)."""
+        return _held_rows(self.index, self.padding_idx, full)
 
     def full(self) -> Tensor:
         """The own rows as they would be dense: (num_ids, E)."""
@@ -110,6 +120,9 @@ class HeldReadoutRows(nn.Module):
         # the shared zero row's score is 0 already; the mask keeps it out of the gradient, as padding does
         return scores.masked_fill(held == self.pad, 0)
 
+    def held(self, full: Tensor) -> Tensor:
+        return _held_rows(self.index, self.pad, full)
+
     def scores(self, h: Tensor) -> Tensor:
         """h (N, E) -> h times every dense row (N, 11172): one product with the kept rows, spread by the index."""
         return (h @ self.weight.to(h.dtype).T)[:, self.index]
@@ -145,4 +158,15 @@ def dense_state_dict(model: nn.Module) -> dict[str, Tensor]:
             state.pop(f"{name}.weight")
             key = f"{name}.weight" if isinstance(module, HeldJamoEmbedding) else name
             state[key] = module.full().detach().clone()
+    return state
+
+
+def held_state_dict(model: nn.Module, dense: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`dense_state_dict`'s inverse: a state dict with dense tables, in the layout of `model`'s held tables."""
+    state = dict(dense)
+    for name, module in model.named_modules():
+        if isinstance(module, HeldJamoEmbedding):
+            state[f"{name}.weight"] = module.held(state[f"{name}.weight"])
+        elif isinstance(module, HeldReadoutRows):
+            state[f"{name}.weight"] = module.held(state.pop(name))
     return state

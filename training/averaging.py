@@ -1,0 +1,79 @@
+"""Weight averaging (`train.average`): an average of the weights kept beside them while training, which every
+reader of the checkpoint then uses by default.
+
+Design choices:
+- `torch.optim.swa_utils.AveragedModel` keeps the average: `ema` is an exponential moving average whose decay per
+  update comes from `train.ema_half_life` (in steps: a step's weights count half as much that many steps later);
+  `swa` is the uniform average of the weights from `train.swa_start` (a fraction of the run) to the end, the
+  "average the last epochs" of the data-limited records. Both update every `train.average_every` steps, with one
+  fused lerp over the parameters (bench.py reports the cost).
+- The average is of the raw model, never of compile's or DDP's wrapper: under DDP every rank holds the same weights
+  after each step, so every rank keeps the same average (one average) and rank 0 saves it.
+- Validation, best.pt, the TensorBoard samples and the closing sample use the average; the raw weights' validation
+  loss is logged beside it as `val/loss_raw`. Checkpoints hold both (`Checkpoint.averaged`), so `generate.py`,
+  `evaluate.py`, `serve.py` and `export.py` take the average by default and `weights=raw` the others.
+- Resuming restores the average and its number of updates, so a resumed run averages exactly as an unbroken one.
+  A table held in part while training (model/hangul/held_rows.py) is saved dense and read back into the held
+  layout the raw model has.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn, get_swa_multi_avg_fn
+
+from inference.checkpoint import Checkpoint
+from model.hangul.held_rows import dense_state_dict, held_state_dict
+from training.config import TrainConfig, TrainJob
+
+
+class WeightAverage:
+    """The average of a model's weights, kept as `train.average` says."""
+
+    def __init__(self, model: nn.Module, t: TrainConfig):
+        self.kind, self.every, self.start = t.average, t.average_every, t.swa_start
+        fn = get_ema_multi_avg_fn(0.5 ** (t.average_every / t.ema_half_life)) if t.average == "ema" else \
+            get_swa_multi_avg_fn()
+        # AveragedModel deep-copies the model; the copy is the average (held rows and all), always in eval mode
+        self.averaged = AveragedModel(model, multi_avg_fn=fn, use_buffers=False)
+        self.averaged.eval()
+
+    @property
+    def model(self) -> nn.Module:
+        """The averaged weights as a model of the raw model's class."""
+        return self.averaged.module
+
+    @property
+    def updates(self) -> int:
+        return int(self.averaged.n_averaged)
+
+    def due(self, step: int, progress: float) -> bool:
+        """Whether `step` (just taken, at `progress` in [0, 1] of the run) updates the average."""
+        return step % self.every == 0 and (self.kind == "ema" or progress >= self.start)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.averaged.update_parameters(model)
+
+    def dense_state(self) -> dict[str, torch.Tensor] | None:
+        """The average's weights for a checkpoint (tables written dense), or None before its first update."""
+        return dense_state_dict(self.model) if self.updates else None
+
+    def restore(self, dense: dict[str, torch.Tensor] | None, updates: int) -> None:
+        """Continue the average a checkpoint saved (none saved: it starts again at the next update)."""
+        if dense is None or not updates:
+            return
+        self.model.load_state_dict(held_state_dict(self.model, dense))
+        self.averaged.n_averaged.fill_(updates)
+
+
+
+def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | None) -> WeightAverage | None:
+    """train.average: the average kept beside the weights, continued where a resumed run left it."""
+    if job.train.average == "none":
+        return None
+    average = WeightAverage(raw_model, job.train)
+    if resumed is not None and resumed.training is not None:
+        average.restore(resumed.averaged, resumed.training.average_updates)
+    return average
