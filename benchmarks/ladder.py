@@ -53,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=2, help="seeds per rung (default 2: 1337, 1338)")
     ap.add_argument("--rungs", default=",".join(RUNGS), help="comma-separated recipes (default: the ladder)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=RECIPE:OVERRIDES",
+                    help="an extra rung: a recipe with space-separated overrides, e.g. "
+                         "'modern+gate=modern:model.attention_gate=true' (repeatable)")
     ap.add_argument("--nanogpt", default=None, help="a nanoGPT checkout: train it beside the rungs")
     ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
     ap.add_argument("--out", default="runs/ladder", help="runs, splits and results go here (default runs/ladder)")
@@ -67,6 +70,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UserError(f"--rungs: no recipe {', '.join(unknown)} in configs/recipe/")
     if args.seeds < 1 or (args.steps is not None and args.steps < 1) or not args.seconds > 0:
         raise UserError("--seeds, --steps and --seconds must be positive")
+    args.variants = {}
+    for spec in args.variant:
+        name, _, rest = spec.partition("=")
+        recipe, _, overrides = rest.partition(":")
+        if not re.fullmatch(r"[\w.+-]+", name) or not (ROOT / "configs" / "recipe" / f"{recipe}.yaml").is_file():
+            raise UserError(f"--variant {spec!r}: give NAME=RECIPE:OVERRIDES with a recipe of configs/recipe/")
+        args.variants[name] = (recipe, overrides.split())
     return args
 
 
@@ -126,8 +136,9 @@ def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.
     from benchmarks.tb_read import read_scalars
 
     limit = [f"train.max_steps={args.steps}"] if args.steps else [f"train.max_seconds={args.seconds}"]
-    cmd = [sys.executable, str(ROOT / "train.py"), f"recipe={rung}", f"data.path={train}", f"seed={seed}", *limit,
-           f"hydra.run.dir={run_dir}", "train.overwrite=true", *args.set.split()]
+    recipe, extra = args.variants.get(rung, (rung, []))
+    cmd = [sys.executable, str(ROOT / "train.py"), f"recipe={recipe}", f"data.path={train}", f"seed={seed}", *limit,
+           f"hydra.run.dir={run_dir}", "train.overwrite=true", *extra, *args.set.split()]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     m = RESULT.search(proc.stdout)
     if proc.returncode or m is None:
@@ -205,7 +216,7 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.jsonl"
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
-    rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",")
+    rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",") + list(args.variants)
     for spec in args.corpus:
         name, _, path = spec.partition("=")
         paths = split_heldout(path, out / "splits", args.heldout)
@@ -219,7 +230,7 @@ def main(argv: list[str]) -> None:
                 with results_file.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done.append(record)
-    report(done, budget(args), args.set, RUNGS, out, args.docs)
+    report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
 
 
 if __name__ == "__main__":

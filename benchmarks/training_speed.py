@@ -21,6 +21,8 @@ from benchmarks.timing import median_alternating, seconds
 from common.device import autocast
 from model import AttentionLanguageModel
 from model.counts import flops_per_token, num_parameters
+from training.averaging import WeightAverage
+from training.config import TrainConfig
 
 WARMUP_STEPS = 3  # the first steps allocate buffers and pick kernels
 
@@ -43,9 +45,10 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
 
 
 def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
-                   steps: int, tokens: torch.Tensor | None = None) -> Callable[[], float]:
+                   steps: int, tokens: torch.Tensor | None = None, average: str = "none") -> Callable[[], float]:
     """A timer returning the tokens/s of `steps` optimizer steps on one batch (after a warm-up): random ids, or
-    windows of `tokens` (a text's ids) at random offsets."""
+    windows of `tokens` (a text's ids) at random offsets. `average="ema"` updates a weight average after every
+    step, as train.average=ema does."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
         x = torch.randint(0, vocab, (batch, context), device=device)
@@ -54,6 +57,7 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
         window = tokens[torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)]
         x, y = window[:, :-1].to(device), window[:, 1:].to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type in ("cuda", "cpu"))
+    averaged = WeightAverage(model, TrainConfig(average=average)) if average != "none" else None
 
     def step() -> None:
         with autocast(device, dtype):
@@ -61,6 +65,8 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if averaged is not None:
+            averaged.update(model)
 
     def run(n: int) -> None:
         for _ in range(n):
@@ -80,12 +86,16 @@ def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dty
             model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, attention=attention,
                                            **model_kwargs(preset)).to(device)
             timers[f"{attention}_{dt}"] = training_timer(model, preset["batch"], device, getattr(torch, dt), steps)
+    torch.manual_seed(0)
+    model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, **model_kwargs(preset)).to(device)
+    timers["fused_float32_ema"] = training_timer(model, preset["batch"], device, torch.float32, steps, average="ema")
     tps = median_alternating(timers, rounds)
     out: dict[str, object] = {"config": dict(preset)}
     out.update({f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()})
     for dt in dtypes:
         out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
         out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
+    out["ema_over_plain_float32"] = round(tps["fused_float32_ema"] / tps["fused_float32"], 3)  # train.average's cost
     out["model_params"] = num_parameters(model)
     out["model_flops_per_token"] = flops_per_token(model)
     achieved = tps["fused_float32"] * flops_per_token(model)

@@ -35,7 +35,8 @@ MEMORY_KEYS = {"big_corpus_mb", "big_corpus_train_seconds", "big_corpus_peak_rss
 
 def preset_keys(dtypes: list[str]) -> set[str]:
     keys = {"config", "model_params", "model_flops_per_token", "achieved_flops_fused_float32",
-            "achieved_fraction_of_matmul_peak_float32"}
+            "achieved_fraction_of_matmul_peak_float32", "train_tokens_per_sec_fused_float32_ema",
+            "ema_over_plain_float32"}
     for dt in dtypes:
         keys |= {f"train_tokens_per_sec_heads_{dt}", f"train_tokens_per_sec_fused_{dt}", f"fused_over_heads_{dt}",
                  f"fused_{dt}_over_heads_float32"}

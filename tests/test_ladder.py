@@ -86,15 +86,21 @@ def test_ladder_runs_rungs_and_the_peer_then_resumes(tmp_path):
     corpus.write_text("\n".join([KOREAN] * 12), encoding="utf-8")
     args = ("-m", "benchmarks.ladder", "--corpus", f"tiny={corpus}", "--steps", "3", "--seeds", "1",
             "--rungs", "lecture,modern", "--nanogpt", str(nanogpt), "--out", str(tmp_path / "out"),
+            "--variant", "modern+avg=modern:train.average=ema model.attention_gate=true",
             "--set", "model=tiny train.eval_steps=1 train.sample_chars=0 train.sample_tokens=0 "
             "train.attention_tokens=0")
     r = cli(*args, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert [x["rung"] for x in records] == ["nanogpt", "lecture", "modern"]
+    assert [x["rung"] for x in records] == ["nanogpt", "lecture", "modern", "modern+avg"]
+    from inference.checkpoint import load_checkpoint
+
+    variant = load_checkpoint(next((tmp_path / "out" / "tiny").glob("modern+avg-seed1337*")) / "ckpt.pt")
+    assert variant.averaged is not None and variant.model_config.attention_gate  # the variant's overrides applied
     assert all("error" not in x and x["heldout_bpc"] > 0 and x["steps"] == 3 for x in records)
     assert records[1]["tokens"] == 3 * 8 * 32 and records[2]["tokens"] == 3 * 16 * 32 and records[1]["params"] > 0
     assert "| modern |" in (tmp_path / "out" / "ladder.md").read_text()
+    assert "| modern+avg |" in (tmp_path / "out" / "ladder.md").read_text()
     again = cli(*args, timeout=600)  # nothing left to run: the results are reused
     assert again.returncode == 0 and not [x for x in again.stdout.splitlines() if x.startswith("{")]
 
@@ -104,6 +110,8 @@ def test_bad_arguments_are_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--corpus" in r.stderr
     r = cli("-m", "benchmarks.ladder", "--corpus", f"x={__file__}", "--rungs", "lecture,nope")
     assert r.returncode == 2 and "nope" in r.stderr
+    r = cli("-m", "benchmarks.ladder", "--corpus", f"x={__file__}", "--variant", "v=nope:train.lr=1")
+    assert r.returncode == 2 and "--variant" in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_peer_settings_are_checked():

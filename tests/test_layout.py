@@ -23,7 +23,7 @@ ALLOWED = {
     "training": {"inference", "model", "data", "tokenizer", "cli", "common"},
     "hf_export": {"inference", "hf_format", "model", "tokenizer", "common"},
     "playground": {"inference", "model", "tokenizer", "common"},
-    "benchmarks": {"hf_export", "inference", "model", "data", "tokenizer", "cli", "common"},
+    "benchmarks": {"hf_export", "training", "inference", "model", "data", "tokenizer", "cli", "common"},
 }
 FORBIDDEN = {package: set(ALLOWED) - allowed - {package} for package, allowed in ALLOWED.items()}
 LAYOUT_PAGES = (ROOT / "docs" / "en" / "layout.md", ROOT / "docs" / "ko" / "layout.md")
