@@ -14,6 +14,9 @@ Design choices:
 - `init=gpt2` is GPT-2's N(0, 0.02) with residual projections scaled by 1/sqrt(2 * num_blocks); `init=torch`
   keeps each layer's PyTorch default. `zero_init_proj` then zeroes the attention and MLP output projections
   (each block starts as the identity), as in modded-nanogpt.
+- Two levers of the data-limited records, off by default, reach across blocks: `unet_skips` (the first half's
+  outputs added to the second half's inputs) and `value_embedding` (each block may read the embedding, `x0`).
+  Off, the loop in `hidden` is the lecture's `for block in blocks: x = block(x)`.
 - Generation lives beside the model, with the KV cache and the one-token decode step (model/streaming.py);
   `generate` is the lecture's way in. Counting parameters and FLOPs, attention maps and switching a built
   model's attention path or dropout are model/counts.py, model/attention_maps.py and model/switches.py.
