@@ -79,6 +79,9 @@ def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_com
                 raise
             raise destination.fault("write the export beside", out, e) from None
         if verify:
-            check_folder(tmp, model_from_checkpoint(ckpt))
+            try:
+                check_folder(tmp, model_from_checkpoint(ckpt))
+            except OSError as e:  # transformers copies a folder's code into its own cache (HF_HOME) to load it
+                raise destination.fault("load the export with transformers from", tmp, e) from None
         destination.commit(tmp, out, overwrite)
     return layout

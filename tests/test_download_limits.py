@@ -18,7 +18,7 @@ from tests.test_downloads import GOOD, MINI
 from tests.test_prepare import BODY, FileServer
 
 
-class Trickle:
+class Trickle(FileServer):  # its start and stop
     """Serves `/f` as `length` bytes (announced, or not when `announce` is false) sent `step` bytes every
     `every` seconds, for at most `seconds` before it drops the connection."""
 
@@ -49,14 +49,6 @@ class Trickle:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/f"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def test_a_mirror_that_trickles_is_given_up_on_and_the_bytes_kept(tmp_path):

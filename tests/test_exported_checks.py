@@ -85,8 +85,12 @@ def test_every_field_of_the_record_is_checked_in_one_line(tmp_path, case):
     edit, needle = RECORDS[case]
     folder = exported(tmp_path)
     _edit_record(folder, edit)
+    _refused(lambda: load_run(folder, torch.device("cpu")), needle)
+
+
+def _refused(call, needle: str) -> None:
     with pytest.raises(UserError) as e:
-        load_run(folder, torch.device("cpu"))
+        call()
     assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
@@ -130,9 +134,7 @@ def test_a_header_that_disagrees_with_the_record_or_its_bytes_is_refused(tmp_pat
     edit, needle = HEADERS[case]
     folder = exported(tmp_path)
     _edit_header(folder, edit)
-    with pytest.raises(UserError) as e:
-        read_folder(folder)
-    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+    _refused(lambda: read_folder(folder), needle)
 
 
 def test_weights_that_are_not_finite_are_refused_by_every_reader(tmp_path):
