@@ -168,3 +168,19 @@ def test_evaluate_and_generate_refuse_a_folder_of_nan_weights_in_one_line(tmp_pa
     assert_one_line_error(r, "not finite numbers")
     r = cli("generate.py", f"ckpt={tmp_path / 'nan'}", "device=cpu", "max_new_tokens=3")
     assert_one_line_error(r, "not finite numbers")
+
+
+def test_the_playground_answers_a_nan_run_with_one_line(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from playground.app import create_app
+    from playground.config import ServeConfig
+
+    ckpt, _ = _checkpoint(nan=True)
+    (tmp_path / "run").mkdir()
+    save_checkpoint(ckpt, tmp_path / "run" / "ckpt.pt")
+    app = create_app(ServeConfig(runs_dir=str(tmp_path), ckpt=str(tmp_path / "run"), device="cpu"))
+    with TestClient(app) as client:
+        r = client.post("/api/generate", json={"prompt": "봄이", "max_new_tokens": 3, "stream": False})
+    assert r.status_code == 400 and "not finite numbers" in r.text, r.text

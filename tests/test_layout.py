@@ -10,14 +10,17 @@ from tests.helpers import ROOT
 ENTRY_SCRIPTS = {"train", "generate", "evaluate", "bench", "serve", "export"}
 # package -> packages it must never import (entry scripts -> training / inference -> model / data -> tokenizer)
 FORBIDDEN = {
-    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format", "cli"},
-    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format", "cli"},
+    "tokenizer": {"model", "data", "training", "inference", "benchmarks", "playground",
+                  "hf_export", "hf_format", "cli"},
+    "model": {"data", "tokenizer", "training", "inference", "benchmarks", "playground",
+              "hf_export", "hf_format", "cli"},
     "data": {"model", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format"},
     "hf_format": {"data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "cli"},
     "hf_export": {"training", "benchmarks", "playground"},
     "inference": {"training", "benchmarks", "playground", "hf_export"},
     "training": {"benchmarks", "playground", "hf_export"},
-    "cli": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export", "hf_format"},
+    "cli": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground",
+            "hf_export", "hf_format"},
     "common": {"model", "data", "tokenizer", "training", "inference", "benchmarks", "playground", "hf_export",
                "hf_format", "cli"},
 }
