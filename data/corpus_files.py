@@ -118,7 +118,6 @@ class CorpusFiles:
         if previous is not None:
             yield previous, "\n"
 
-
     def _read(self, f: Path) -> Iterator[str]:
         """The chunks of `f`; one UserError if it vanishes, or differs from what was hashed or first seen."""
         before = self.stamps.get(f) or _stamp(f)
