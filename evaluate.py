@@ -33,14 +33,15 @@ def _run(cfg: DictConfig) -> None:
     from common.device import autocast, pick_device, resolve_dtype
     from data.corpus import resolve_corpus_path
     from inference.loading import load_run
-    from inference.scoring import evaluate_file
+    from inference.scoring import evaluate_file, json_ready
 
     device = pick_device(c.device)
     dtype = resolve_dtype(c.dtype, device)
     run = load_run(c.ckpt, device, weights=c.weights)
     result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
                            device, lambda: autocast(device, dtype), c.progress)
-    print(json.dumps({"checkpoint": str(run.path), **result}, ensure_ascii=False), flush=True)
+    print(json.dumps(json_ready({"checkpoint": str(run.path), **result}), ensure_ascii=False, allow_nan=False),
+          flush=True)
 
 
 @hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")

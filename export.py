@@ -7,6 +7,7 @@ weights in safetensors and a model card, and is itself a `ckpt=` for generate.py
 from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 
 import shlex
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,10 +31,16 @@ register_export_config()
 register_help(Path(__file__).resolve().parent / "configs", "export", SUMMARY, EXAMPLES)
 
 
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds, so the half-written hidden folder is removed on the way out
+
+
 def _run(cfg: DictConfig) -> None:
     c = config_object(cfg, ExportConfig)
+    signal.signal(signal.SIGTERM, _terminate)
     import torch
 
+    from common.names import shown_name
     from hf_export.writer import write_folder
     from inference.loading import load_run
     from model.counts import num_parameters
@@ -45,7 +52,7 @@ def _run(cfg: DictConfig) -> None:
                           c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
-    print(f"exported {run.path} to {out} ({how})", flush=True)
+    print(shown_name(f"exported {run.path} to {out} ({how})"), flush=True)
 
 
 @hydra.main(config_path="configs", config_name="export", version_base="1.3")

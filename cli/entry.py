@@ -55,13 +55,17 @@ def debug_enabled() -> bool:
 
 
 def fail(message: str, code: int = 2) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    from common.names import shown_name  # a file name that is not UTF-8 shows U+FFFD, as everywhere else
+
+    print(f"error: {shown_name(message)}", file=sys.stderr, flush=True)
     sys.exit(code)
 
 
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings as `warning: <message>` on one line, instead of Python's `file:line: UserWarning:` form."""
-    return "warning: " + " ".join(str(message).split()) + "\n"
+    from common.names import shown_name
+
+    return "warning: " + shown_name(" ".join(str(message).split())) + "\n"
 
 
 class _HeldStderr:

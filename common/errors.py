@@ -19,3 +19,30 @@ class UserError(Exception):
 class ConfigError(UserError, ValueError):
     """A configuration value out of range. Also a ValueError, so Python callers that build a model or a
     config with a bad argument get the exception they expect."""
+
+
+_CAUSES = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is used up",
+           "EFBIG": "the file grew past the file system's or the process's file-size limit (the disk may be full)",
+           "EROFS": "the file system is read-only", "EACCES": "permission denied", "EPERM": "permission denied",
+           "ENOTDIR": "a part of the path is a file, not a folder",
+           "ENAMETOOLONG": "a name in the path is too long for the file system",
+           "ELOOP": "the path runs through a loop of symbolic links", "ENOENT": "it does not exist (any more)",
+           "ENOTEMPTY": "the folder is not empty", "EEXIST": "it already exists"}
+
+
+def os_error_cause(e: BaseException) -> str:
+    """A file-system failure in a few plain words ("the disk is full"), from its errno when it has one."""
+    import errno
+    import re
+
+    code = getattr(e, "errno", None)
+    if code is None:  # libraries written in Rust or C++ (safetensors, torch) put the errno in their message
+        found = re.search(r"os error (\d+)|\[Errno (\d+)\]", str(e))
+        code = int(next(g for g in found.groups() if g)) if found else None
+    name = errno.errorcode.get(code, "") if code is not None else ""
+    if name in _CAUSES:
+        return _CAUSES[name]
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return first[:200]

@@ -3,8 +3,14 @@
 Design choices:
 - A file is itself. A folder is every text file under it (`.txt`, `.text`, `.md`; hidden files and folders,
   such as our own `.cache/`, are skipped; symbolic links to folders are not followed, so a link loop cannot
-  trap the walk). A glob (`~/blog/**/*.txt`) is exactly the regular files it matches. Files are taken in
-  sorted path order, so the same folder always gives the same stream.
+  trap the walk). A glob (`~/blog/**/*.txt`) is exactly the regular files it matches; its `**` does not follow
+  links to folders either (as bash's globstar, and Python's pathlib), so no layout of links can make it hang
+  or read a folder over and over. Each real file is read once, however many names lead to it. Files are taken
+  in sorted path order, so the same folder always gives the same stream. What is not a regular file (a pipe,
+  a device, a socket) is never read from a folder or glob; named directly it is refused (data/text.py).
+- A file may vanish or change after the scan: each file's size, modification time and inode are recorded when
+  its content is hashed (the cache's key) and compared when it has been read, so tokens are never cached under
+  a hash of other bytes; either change is one UserError naming the file.
 - Each file is one document, read like a single corpus file (encoding detection, NFC, "\\n" line endings; a
   bad byte is named with the file and its offset). Documents are joined by a blank line: their trailing line
   breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n". A corpus file whose documents
@@ -17,7 +23,6 @@ Design choices:
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 from collections.abc import Iterator
@@ -38,6 +43,7 @@ class CorpusFiles:
     path: Path  # what data.path named (a file, a folder, or the glob as typed, ~ expanded)
     files: list[Path]
     home: Path = field(default=Path("."))  # where a `.cache/` beside the corpus goes
+    stamps: dict[Path, tuple[int, int, int]] = field(default_factory=dict)  # file -> (size, mtime, inode) hashed
 
     @property
     def name(self) -> str:
@@ -63,11 +69,22 @@ class CorpusFiles:
     def digest(self) -> str:
         """sha256 of the file itself, or of every file's relative path, size and content hash."""
         if self.single:
-            return file_sha256(self.files[0])
+            return self._hashed(self.files[0])
         h = hashlib.sha256()
         for f in self.files:
-            h.update(f"{self.relative(f)}\0{f.stat().st_size}\0{file_sha256(f)}\n".encode("utf-8", "surrogateescape"))
+            content = self._hashed(f)
+            h.update(f"{self.relative(f)}\0{self.stamps[f][0]}\0{content}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()
+
+    def _hashed(self, f: Path) -> str:
+        """The content hash of `f`, its stamp recorded; a file that changes while it is hashed is refused."""
+        before = _stamp(f)
+        try:
+            content = file_sha256(f)
+        except OSError as e:
+            raise _unreadable(f, e) from None
+        self.stamps[f] = _unchanged(f, before)
+        return content
 
     def chunks(self) -> Iterator[str]:
         """The normalised text of every file, documents joined by a blank line (see the module's docstring)."""
@@ -78,13 +95,13 @@ class CorpusFiles:
         """(index of the file, a chunk of its text): the stream of `chunks`, each chunk with the document it
         belongs to (the blank line between two documents belongs to the first)."""
         if self.single:
-            for chunk in iter_text_chunks(self.files[0]):
+            for chunk in self._read(self.files[0]):
                 yield 0, chunk
             return
         previous = None  # the last document that gave any text
         for index, f in enumerate(self.files):
             held: list[str] = []  # the newest chunk with text, and any chunks of bare line breaks after it
-            for chunk in iter_text_chunks(f):
+            for chunk in self._read(f):
                 if held and chunk.strip("\n"):  # more text follows: what is held is not the document's end
                     if previous is not None and previous != index:
                         yield previous, DOCUMENT_SEPARATOR
@@ -101,6 +118,51 @@ class CorpusFiles:
         if previous is not None:
             yield previous, "\n"
 
+    def _read(self, f: Path) -> Iterator[str]:
+        """The chunks of `f`; one UserError if it vanishes, or differs from what was hashed or first seen."""
+        before = self.stamps.get(f) or _stamp(f)
+        try:
+            yield from iter_text_chunks(f)
+        except OSError as e:
+            raise _unreadable(f, e) from None
+        _unchanged(f, before)
+
+
+def _stamp(f: Path) -> tuple[int, int, int]:
+    try:
+        st = f.stat()
+    except OSError as e:
+        raise _unreadable(f, e) from None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _unchanged(f: Path, before: tuple[int, int, int]) -> tuple[int, int, int]:
+    after = _stamp(f)
+    if after != before:
+        raise UserError(f"corpus file {f} changed while it was being read ({before[0]:,} bytes, then {after[0]:,}); "
+                        "run again once nothing writes to it")
+    return after
+
+
+def _unreadable(f: Path, e: OSError) -> UserError:
+    if isinstance(e, FileNotFoundError):
+        return UserError(f"corpus file {f} was removed after data.path was scanned; run again")
+    return UserError(f"cannot read corpus file {f}: {e.strerror or e}")
+
+
+def _once(files: list[Path]) -> list[Path]:
+    """`files` (sorted) without the later names of a file already listed: each real file is read once."""
+    seen, out = set(), []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(f)
+    return out
+
 
 def _walk_text_files(folder: Path) -> tuple[list[Path], int]:
     """(text files under `folder`, count of other files), hidden entries and linked folders skipped."""
@@ -115,13 +177,29 @@ def _walk_text_files(folder: Path) -> tuple[list[Path], int]:
                 found.append(p)
             else:
                 others += 1
-    return sorted(found), others
+    return _once(sorted(found)), others
 
 
 def _glob_home(pattern: str) -> Path:
     parts = Path(pattern).parts
     fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if any(c in p for c in GLOB_CHARS))]]
     return Path(*fixed) if fixed else Path(".")
+
+
+def _glob(pattern: str) -> list[Path]:
+    """What the pattern matches, sorted: pathlib's glob, whose `**` never follows a link to a folder (glob.glob's
+    does, so a link back to a parent reads every file again and two of them hang the expansion). Hidden names
+    are matched only by a pattern that names one, as glob.glob and the shell do."""
+    home = _glob_home(pattern)
+    rest = Path(pattern).parts[len(home.parts):]
+    if rest and rest[-1] == "**":  # glob.glob's `dir/**` is everything below dir
+        rest = (*rest, "*")
+    hidden = any(p.startswith(".") and p not in (".", "..") for p in rest)
+    try:
+        matches = sorted(home.glob("/".join(rest)))
+    except (OSError, ValueError):
+        return []
+    return [m for m in matches if hidden or not any(p.startswith(".") for p in m.relative_to(home).parts)]
 
 
 def corpus_files(path: str | os.PathLike) -> CorpusFiles:
@@ -137,8 +215,8 @@ def corpus_files(path: str | os.PathLike) -> CorpusFiles:
                             f"{'/'.join(TEXT_SUFFIXES)} files, a file, or a glob such as '{p}/**/*.txt'")
         return CorpusFiles(p, files, p)
     if any(c in str(p) for c in GLOB_CHARS) and not p.exists():
-        matches = sorted(Path(m) for m in glob.glob(str(p), recursive=True))
-        files = [m for m in matches if m.is_file()]
+        matches = _glob(str(p))
+        files = _once([m for m in matches if m.is_file()])
         if not files:
             raise UserError(f"data.path={path} matches no file ({len(matches)} folders matched); check the pattern")
         return CorpusFiles(p, files, _glob_home(str(p)))

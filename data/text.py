@@ -10,6 +10,9 @@ Design choices:
   the good text into nonsense, while in a real CP949 file almost every Korean character is invalid UTF-8.
 - A NUL byte (a NUL code unit in UTF-16) never occurs in text: it marks a binary file, or UTF-16 saved
   without its byte-order mark.
+- Only a regular file is read (named directly or through a link): a named pipe, a process substitution
+  (`data.path=<(...)`), a device or a socket is refused in one line, since the text is read more than once
+  and a pipe without a writer would block for ever.
 - Line endings are normalised to "\\n" so a Windows file and its Unix twin give the same vocabulary and ids.
   Reading is done in chunks that end at line boundaries, so a 1 GB file never sits in memory as one string.
 """
@@ -17,6 +20,7 @@ Design choices:
 from __future__ import annotations
 
 import codecs
+import stat
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +34,21 @@ _BLOCK = 1 << 20  # bytes decoded at a time: bounded memory whatever the file si
 _MAX_CHAR_BYTES = 8  # a decode error this close to a block's end may be a character cut by the block edge
 
 
+_NOT_REGULAR = {stat.S_IFIFO: "a named pipe or a process substitution such as <(...)",
+                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
 def _check_file(path: Path) -> None:
     if not path.exists():
         raise UserError(f"corpus file not found: {path} (set data.path=<your .txt file>)")
     if path.is_dir():
         raise UserError(f"data.path is a directory, not a text file: {path}")
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):  # opening a pipe with no writer would wait forever; a stream cannot be reread
+        what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+        raise UserError(f"{path} is {what}, not a regular file: a corpus is read more than once (checked, hashed, "
+                        "then tokenised), which a stream cannot be; save the text to a file first "
+                        "(command > corpus.txt)")
     try:
         with path.open("rb") as f:
             f.read(1)

@@ -13,7 +13,7 @@ from common.errors import ConfigError
 class ExportConfig:
     ckpt: str | None = None  # a run folder or checkpoint file; None = the newest run under runs/
     out: str | None = None  # the folder to write (created; refused when it holds files, unless overwrite)
-    overwrite: bool = False
+    overwrite: bool = False  # replace a previous export there (hf_export/destination.py: nothing else)
     verify: bool = True  # name the folder only once transformers reads it back and gives the run's logits
     weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
 

@@ -2,7 +2,9 @@
 
 Design choices:
 - Every fact comes from the checkpoint and its run folder (the corpus, recipe, size, steps, validation bits
-  per character, `train.init_from`, the overrides in `.hydra/overrides.yaml`), never from guesses.
+  per character, `train.init_from`, the overrides in `.hydra/overrides.yaml`), never from guesses. Those
+  records are read defensively: one that is damaged or unreadable never stops an export, the card says what
+  it could not read; names that are not valid UTF-8 are shown with U+FFFD.
 - The corpus's license is stated where the run can know it: `python -m data.prepare` writes SOURCE.txt
   (with a `License:` line) beside every corpus it prepares.
 - The card says how the folder loads: a stock class, or the project's code with `trust_remote_code=True`.
@@ -14,6 +16,8 @@ import math
 import shlex
 from pathlib import Path
 
+from common.errors import os_error_cause
+from common.names import shown_name
 from inference.checkpoint import Checkpoint
 
 LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -21,37 +25,56 @@ LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
 
 
 def corpus_license(data_path: str | None) -> str | None:
-    if not data_path:
+    """The `License:` line of the SOURCE.txt beside the corpus, or None (also when one cannot be read: a damaged
+    record of the run never stops an export)."""
+    if not data_path or not isinstance(data_path, str):
         return None
-    p = Path(str(data_path)).expanduser()
+    p = Path(data_path).expanduser()
     for folder in (p, p.parent, p.parent.parent):
         source = folder / "SOURCE.txt"
-        if source.is_file():
-            for line in source.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith("License:"):
-                    return line.removeprefix("License:").strip()
+        try:
+            if not source.is_file():
+                continue
+            with source.open(encoding="utf-8", errors="replace") as f:
+                lines = f.read(1 << 16).splitlines()  # a license line is near the top; never read a huge file
+        except OSError:
+            return f"unknown: {shown_name(str(source))} could not be read"
+        for line in lines:
+            if line.startswith("License:"):
+                return shown_name(line.removeprefix("License:").strip())[:200]
     return None
 
 
 def training_command(ckpt: Checkpoint) -> str:
+    """The run's `python train.py ...` from its `.hydra/overrides.yaml`, or why it is not known."""
     overrides = ckpt.path.parent / ".hydra" / "overrides.yaml" if ckpt.path else None
-    if overrides and overrides.is_file():
-        import yaml
+    if not overrides or not overrides.is_file():
+        return "(not recorded: the checkpoint's run folder has no .hydra/overrides.yaml)"
+    import yaml
 
+    try:
+        if overrides.stat().st_size > 1 << 20:
+            raise ValueError("larger than 1 MiB")
         args = yaml.safe_load(overrides.read_text(encoding="utf-8")) or []
-        return "python train.py " + " ".join(shlex.quote(str(a)) for a in args)
-    return "(not recorded: the checkpoint's run folder has no .hydra/overrides.yaml)"
+        if not isinstance(args, list) or not all(isinstance(a, str | int | float | bool) for a in args):
+            raise ValueError("not a list of overrides")
+    except (OSError, ValueError, yaml.YAMLError) as e:  # UnicodeDecodeError is a ValueError
+        why = type(e).__name__ if isinstance(e, yaml.YAMLError) else os_error_cause(e)
+        return f"(not known: the run's .hydra/overrides.yaml could not be read: {why})"
+    return shown_name("python train.py " + " ".join(shlex.quote(str(a)) for a in args))
 
 
 def facts(ckpt: Checkpoint, params: int) -> dict:
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
-    data = config.get("data") or {}
-    val = ckpt.training.val_loss if ckpt.training else float("nan")
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    val = ckpt.training.val_loss if ckpt.training and isinstance(ckpt.training.val_loss, float) else float("nan")
     bpc = val * ckpt.tokens_per_char / math.log(2) if math.isfinite(val) else None
-    start = config.get("init_from") or {}
-    return {"corpus": data.get("path") or "the built-in corpus (data/corpus/ko_default.txt)",
+    start = config.get("init_from") if isinstance(config.get("init_from"), dict) else {}
+    corpus = data.get("path") if isinstance(data.get("path"), str) else None
+    return {"corpus": shown_name(corpus) if corpus else "the built-in corpus (data/corpus/ko_default.txt)",
             "tokenizer": data.get("tokenizer", "char"), "recipe": config.get("recipe", "lecture"),
-            "params": params, "steps": ckpt.step, "val_bpc": bpc, "init_from": start.get("from"),
+            "params": params, "steps": ckpt.step, "val_bpc": bpc,
+            "init_from": shown_name(str(start["from"])) if start.get("from") else None,
             "license": corpus_license(data.get("path"))}
 
 
@@ -69,7 +92,7 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
     if c.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it: exact, the parts no longer shown
         started += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
                     "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")
-    return f"""# kochar-gpt character model / 문자 단위 한국어 GPT
+    return shown_name(f"""# kochar-gpt character model / 문자 단위 한국어 GPT
 
 A character-level Korean GPT trained with kochar-gpt and exported to the Hugging Face
 format. 한국어 문자 단위 GPT를 kochar-gpt로 학습해 Hugging Face 형식으로 내보낸 모델입니다.
@@ -100,4 +123,4 @@ Exported with / 내보내기 명령:
 `python generate.py ckpt=<this folder>` and `python evaluate.py ckpt=<this folder> data.path=...` in kochar-gpt
 read the folder too, and give the same text for the same seed as the run it came from.
 kochar-gpt의 `generate.py`와 `evaluate.py`도 이 폴더를 `ckpt=`로 읽으며, 같은 시드에서 원래 실행과 같은 글을 냅니다.
-"""
+""")

@@ -1,22 +1,22 @@
 """Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place.
 
 The folder is assembled in a temporary sibling and renamed at the end, so an interrupted export never leaves
-a half-written folder under the name asked for; an existing non-empty folder is refused unless overwritten.
+a half-written folder under the name asked for; what `out=` may be, and what overwrite=true may replace, is
+hf_export/destination.py's to decide.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
-from common.errors import UserError
+from hf_export import destination
 from hf_export.model_card import model_card
 from hf_export.plain import plain_model
 from hf_export.tokenizer_files import write_tokenizer
 from hf_export.verify import check_folder
-from hf_format import FORMAT, LAYOUTS, VERSION, custom, gpt2, llama
+from hf_format import FORMAT, LAYOUTS, RECORD, VERSION, custom, gpt2, llama
 from hf_format.deps import require
 from inference.checkpoint import Checkpoint
 from inference.loading import model_from_checkpoint
@@ -39,41 +39,49 @@ def record(ckpt: Checkpoint, layout: str, exported: ModelConfig) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    # A name that is not valid UTF-8 (lone surrogates) becomes the JSON escape \udcXX, so it reads back intact.
+    path.write_bytes((json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8", "backslashreplace"))
+
+
+def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: str, state: dict, c: ModelConfig,
+                 export_command: str) -> None:
+    """Every file of the folder into `tmp`; kochar.json last, listing them (what overwrite=true may replace)."""
+    module = LAYOUTS[layout]
+    tensors = {k: v.contiguous() for k, v in module.to_hf(state, c).items()}
+    require("safetensors.torch").save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(tmp / "config.json", {**module.hf_config(c), "torch_dtype": "float32"})
+    _write_json(tmp / "generation_config.json", {"do_sample": True, "temperature": 0.8, "pad_token_id": 0,
+                                                "max_length": c.context_length})
+    if layout == "custom":
+        for name in custom.FILES:
+            shutil.copyfile(CODE / name, tmp / name)
+    write_tokenizer(tokenizer, tmp, c.context_length)
+    (tmp / "README.md").write_text(model_card(ckpt, params, layout, export_command), encoding="utf-8")
+    files = sorted(p.name for p in tmp.iterdir()) + [RECORD]
+    _write_json(tmp / RECORD, {**record(ckpt, layout, c), "files": files})
 
 
 def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool,
                  verify: bool = True) -> str:
     """Export `ckpt` to `out`; returns the layout used. With `verify`, the folder is named only once
-    `transformers` has read it back and given the run's logits (hf_export/verify.py)."""
-    safetensors_torch = require("safetensors.torch")
-    out = out.expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"out={out} is a file; pass a folder to export into")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"out={out} is not empty; pass another folder, or overwrite=true to replace it")
+    `transformers` has read it back and given the run's logits (hf_export/verify.py). `out` is checked first
+    and replaced only where that destroys nothing but a previous export (hf_export/destination.py)."""
+    require("safetensors.torch")
+    out = destination.checked_destination(out.expanduser(), ckpt.path, overwrite)
     state, c = plain_model(ckpt.model, ckpt.model_config, lambda c: choose_layout(c) != "custom")
     layout = choose_layout(c)
-    module = LAYOUTS[layout]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        tensors = {k: v.contiguous() for k, v in module.to_hf(state, c).items()}
-        safetensors_torch.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "config.json", {**module.hf_config(c), "torch_dtype": "float32"})
-        _write_json(tmp / "generation_config.json", {"do_sample": True, "temperature": 0.8, "pad_token_id": 0,
-                                                    "max_length": c.context_length})
-        if layout == "custom":
-            for name in custom.FILES:
-                shutil.copy(CODE / name, tmp / name)
-        write_tokenizer(tokenizer, tmp, c.context_length)
-        _write_json(tmp / "kochar.json", record(ckpt, layout, c))
-        (tmp / "README.md").write_text(model_card(ckpt, params, layout, export_command), encoding="utf-8")
+    destination.remove_stale(out.parent)
+    with destination.export_lock(out), destination.temporary_folder(out) as tmp:
+        try:
+            _write_files(tmp, ckpt, tokenizer, params, layout, state, c, export_command)
+        except Exception as e:  # noqa: BLE001 - safetensors and transformers report a full disk in their own types
+            if not isinstance(e, OSError) and "os error" not in str(e):
+                raise
+            raise destination.fault("write the export beside", out, e) from None
         if verify:
-            check_folder(tmp, model_from_checkpoint(ckpt))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                check_folder(tmp, model_from_checkpoint(ckpt))
+            except OSError as e:  # transformers copies a folder's code into its own cache (HF_HOME) to load it
+                raise destination.fault("load the export with transformers from", tmp, e) from None
+        destination.commit(tmp, out, overwrite)
     return layout

@@ -167,6 +167,16 @@ def _check_weights(config: ModelConfig, weights: dict, path: Path) -> None:
                             f"settings need {list(shape)}; it cannot be sampled or resumed (use another checkpoint)")
 
 
+def refuse_non_finite(ckpt: Checkpoint) -> None:
+    """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
+    averaged weights, where the run kept them, as well as the raw ones)."""
+    for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
+        if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
+            raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
+                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; use an earlier "
+                            "checkpoint (best.pt) or train again")
+
+
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
     """Write atomically; a failed write (full disk, quota, read-only folder) is one UserError that says the
     file already there is kept (atomic_write never touches it before the new one is complete)."""

@@ -1,7 +1,8 @@
 """Reading an exported folder back into a Checkpoint, so every script that takes `ckpt=` takes the folder.
 
-Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. The weights are
-mapped back from the layout the folder was written in (hf_format/gpt2.py, llama.py, custom.py).
+Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. Both are checked
+before they are trusted (inference/exported_checks.py); the weights are then mapped back from the layout the
+folder was written in (hf_format/gpt2.py, llama.py, custom.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pathlib import Path
 from common.errors import UserError
 from hf_format import RECORD
 from inference.checkpoint import Checkpoint
-from model.config import ModelConfig
 
 
 def exported_folder(path: str | Path) -> Path:
@@ -27,25 +27,25 @@ def is_exported(path: str | Path) -> bool:
 
 
 def read_folder(path: str | Path) -> Checkpoint:
-    from hf_format import FORMAT, LAYOUTS
+    """The folder as a Checkpoint, once its record and its weights' header have passed every check
+    (inference/exported_checks.py): nothing is built or read in bulk before."""
+    from hf_format import LAYOUTS
     from hf_format.deps import require
+    from inference.exported_checks import check_tensors, checked_record
 
     folder = exported_folder(path)
     try:
         rec = json.loads((folder / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise UserError(f"{folder / RECORD} cannot be read ({e}); export the run again") from None
-    if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("layout") not in LAYOUTS:
-        raise UserError(f"{folder / RECORD} is not a kochar-gpt export record; export the run again")
-    config = ModelConfig.from_dict(rec["model_config"])
+    config = checked_record(rec, folder / RECORD)
+    weights = folder / "model.safetensors"
+    check_tensors(weights, config, rec["layout"])
     safetensors_torch = require("safetensors.torch")
     try:
-        tensors = safetensors_torch.load_file(str(folder / "model.safetensors"))
+        tensors = safetensors_torch.load_file(str(weights))
     except Exception as e:  # noqa: BLE001 - a damaged file can fail in the parser in any way
-        raise UserError(f"{folder / 'model.safetensors'} cannot be read ({type(e).__name__}); export again") from None
-    try:
-        state = LAYOUTS[rec["layout"]].from_hf(tensors, config)
-    except KeyError as e:
-        raise UserError(f"{folder / 'model.safetensors'} lacks the tensor {e}; export the run again") from None
+        raise UserError(f"{weights} cannot be read ({type(e).__name__}); export the run again") from None
+    state = LAYOUTS[rec["layout"]].from_hf(tensors, config)
     return Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
                       rec.get("config") or {}, path=folder / RECORD)

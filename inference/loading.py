@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -53,6 +53,7 @@ def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Pat
     """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
     `None` means the newest run under `runs_root`. `weights`: averaged (where the run kept an average) or raw."""
     checkpoint = load_any(ckpt, runs_root)
+    refuse_non_finite(checkpoint)
     tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
     model = model_from_checkpoint(checkpoint, weights)
     if model.config.vocab_size != tokenizer.vocab_size:

@@ -35,6 +35,7 @@ from torch import nn
 from tqdm import tqdm
 
 from common.errors import UserError
+from common.names import shown_name, shown_names
 from data.corpus_files import corpus_files
 from tokenizer import UNK_ID, Tokenizer
 
@@ -190,6 +191,14 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
         "data": str(path),
         **_seen_split(tokenizer, text, score),
     }
+
+
+def json_ready(result: dict) -> dict:
+    """`result` as strict JSON can hold it: a number that is not finite becomes null (JSON has no NaN or
+    infinity, and a reader that parses strictly would fail on the line), a name that is not valid UTF-8 shows
+    U+FFFD (common/names.py)."""
+    return {shown_name(k): None if isinstance(v, float) and not math.isfinite(v) else shown_names(v)
+            for k, v in result.items()}
 
 
 def _seen_split(tokenizer: Tokenizer, text: EncodedText, score: Score) -> dict:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from model.streaming import stream
@@ -212,3 +213,24 @@ def train_job(tmp_path: Path, *overrides: str):
 
 # A tiny training that only a signal or a fault stops (crash-safety and fault tests).
 ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "64k", read_only: bool = False):
+    """A tmpfs of `size` mounted at `folder` (a disk that fills up, or a read-only one), unmounted afterwards;
+    the test is skipped where one cannot be mounted (not root, or a container that forbids it)."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        r = None
+    if r is None or r.returncode:
+        pytest.skip("a tmpfs cannot be mounted here (root and a permissive container are needed)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=30)

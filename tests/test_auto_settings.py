@@ -127,3 +127,23 @@ def test_hparams_record_the_passes(tmp_path, corpus):
     info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
     assert info.hparams["auto.dropout_passes"].number_value > FREE
     assert info.hparams["model.dropout"].number_value > 0
+
+
+def test_the_line_names_the_time_budget_that_ends_a_run_however_large():
+    from training.auto_settings import resolve_dropout
+    from training.distributed import DistInfo
+
+    for seconds in (60.0, 1e300):
+        auto = resolve_dropout(None, seconds, 10_000, 256, lambda: 5_000.0, DistInfo(), torch.device("cpu"), 8.0)
+        line = auto.line(10_000)
+        assert auto.source == "speed" and "time budget" in line and "step limit" not in line, line
+        assert "inf " not in line and len(line) < 300, line
+
+
+def test_a_new_run_of_zero_steps_is_refused_before_it_starts(tmp_path):
+    from common.errors import ConfigError
+    from tests.helpers import config_object
+
+    with pytest.raises(ConfigError, match="train.max_steps=0 trains nothing, so no checkpoint would be written"):
+        config_object("train", "train.max_steps=0")
+    assert config_object("train", "train.max_steps=0", f"train.resume={tmp_path}").train.max_steps == 0

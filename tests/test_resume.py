@@ -203,11 +203,17 @@ def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_co
     assert config["train"]["batch_size"] == 2 and before != file_sha256(run / "ckpt.pt")
 
 
-@pytest.mark.slow
-def test_resuming_from_best_keeps_the_newer_ckpt_under_its_own_name(tmp_path, small_corpus):
+def _two_steps(tmp_path, small_corpus):
+    """A run trained two steps in tmp_path/run, and the command line that trained it (less its limit)."""
     run = tmp_path / "run"
     base = ("train.py", *TINY, "train.eval_interval=2", "train.lr_decay_steps=100", f"data.path={small_corpus}")
     assert cli(*base, "train.max_steps=2", f"hydra.run.dir={run}").returncode == 0
+    return run, base
+
+
+@pytest.mark.slow
+def test_resuming_from_best_keeps_the_newer_ckpt_under_its_own_name(tmp_path, small_corpus):
+    run, base = _two_steps(tmp_path, small_corpus)
     shutil.copy(run / "ckpt.pt", tmp_path / "step2.pt")
     assert cli(*base, "train.max_steps=4", f"train.resume={run}").returncode == 0
     shutil.copy(tmp_path / "step2.pt", run / "best.pt")  # as if the loss had risen after step 2
@@ -219,3 +225,12 @@ def test_resuming_from_best_keeps_the_newer_ckpt_under_its_own_name(tmp_path, sm
     assert file_sha256(run / "ckpt.step4.pt") == newer
     assert load_checkpoint(run / "ckpt.pt").step == 3
     ModelConfig.from_dict(load_checkpoint(run / "ckpt.step4.pt").model_config.to_dict())
+
+
+@pytest.mark.slow
+def test_a_resume_that_runs_no_step_still_leaves_the_run_a_checkpoint(tmp_path, small_corpus):
+    run, base = _two_steps(tmp_path, small_corpus)
+    shutil.copy(run / "ckpt.pt", run / "best.pt")
+    r = cli(*base, "train.max_steps=0", f"train.resume={run / 'best.pt'}")  # evaluates; the ckpt.pt is set aside
+    assert r.returncode == 0 and "kept as ckpt.step2.pt" in r.stdout, r.stderr[-2000:]
+    assert load_checkpoint(run / "ckpt.pt").step == 2  # generate.py ckpt=<run> still has its checkpoint

@@ -63,9 +63,14 @@ class AutoDropout:
 
     def line(self, train_tokens: int) -> str:
         how = "in the step limit" if self.source == "steps" else "at this machine's measured speed in the time budget"
-        passes = f"{self.passes:.1f}" if self.passes >= 1 else f"{self.passes:.2f}"
+        if not math.isfinite(self.passes):  # a time budget too large to count in passes
+            passes = "endless passes"
+        else:
+            count = f"{self.passes:.3g}" if self.passes >= 1e5 else f"{self.passes:.1f}" if self.passes >= 1 \
+                else f"{self.passes:.2f}"
+            passes = f"about {count} passes"
         decays = "".join(f", train.{key}={value:g}" for key, value in self.weight_decays.items())
-        return (f"auto: model.dropout={self.value:g}{decays} (about {passes} passes over the {train_tokens:,} "
+        return (f"auto: model.dropout={self.value:g}{decays} ({passes} over the {train_tokens:,} "
                 f"training tokens {how}, none up to train.auto_dropout_after={self.free_passes:g}; "
                 "type model.dropout=... to choose)")
 
@@ -112,7 +117,7 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
         passes = max_steps * tokens_per_step / train_tokens
     if max_seconds:
         timed = speed() * dist.world_size * max_seconds * TRAINING_SHARE / train_tokens
-        if timed < passes:
+        if timed < passes or max_steps is None:  # the limit named is the one that ends the run
             passes, source = timed, "speed"
     passes = distributed.agreed_max(passes, dist, device)
     return AutoDropout(dropout_for_passes(passes, free_passes), passes, source, free_passes)

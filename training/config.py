@@ -84,6 +84,9 @@ class TrainConfig:
         for key in ("warmup_steps", "sample_chars", "sample_tokens", "attention_tokens", "snapshot_interval"):
             checks.positive_int(f"train.{key}", getattr(self, key), minimum=0)
         checks.positive_int("train.max_steps", self.max_steps, minimum=0, optional=True)
+        if self.max_steps == 0 and not self.resume:  # resuming at 0 steps still evaluates the saved checkpoint
+            raise ConfigError("train.max_steps=0 trains nothing, so no checkpoint would be written for generate.py "
+                              "to read; give 1 or more (0 is only for train.resume=..., to evaluate a run again)")
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)
         inf = float("inf")
         checks.number_in("train.max_epochs", self.max_epochs, 0, inf, low_open=True, optional=True)

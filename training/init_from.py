@@ -25,7 +25,7 @@ import torch
 from common.errors import UserError
 from data.corpus import Corpus, load_corpus
 from data.corpus_files import corpus_files
-from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
 from tokenizer import tokenizer_from_dict
 from training.config import TrainJob
 from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
@@ -57,6 +57,7 @@ def load_source(job: TrainJob) -> Checkpoint | None:
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
     source = load_checkpoint(resolve_checkpoint(job.train.init_from))
+    refuse_non_finite(source)
     adopt_architecture(job, source)
     return source
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from common.names import shown_name
 from model import AttentionLanguageModel
 from model.attention_maps import attention_maps
 from model.counts import num_parameters, parameter_counts
@@ -76,9 +77,10 @@ def _hparam_value(value) -> bool | int | float | str:
         return "null"  # HParams accepts only numbers, strings and booleans
     if isinstance(value, bool):
         return "true" if value else "false"  # torch's hparams() would store a bool as the number 0 or 1
-    if isinstance(value, int | float | str):
+    if isinstance(value, int | float):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    # A file name that is not valid UTF-8 (a corpus folder's) cannot go into TensorBoard's protobuf as it is.
+    return shown_name(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
 
 
 def flatten_hparams(sections: Mapping[str, Mapping], prefix: str = "") -> dict[str, bool | int | float | str]:

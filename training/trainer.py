@@ -188,6 +188,8 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     completed = state.stopped in ("max_steps", "max_epochs", "max_seconds")
     if math.isnan(state.val_loss) and completed:  # zero steps run (resumed at the end)
         _, state.val_loss = evaluate(s)
+        if not (s.run_dir / CKPT_NAME).exists():  # resumed from best.pt, the newer ckpt.pt kept aside: never
+            save(s, state, CKPT_NAME)  # leave the run without the checkpoint generate.py reads
     sample = ""
     if s.dist.is_main and completed and t.sample_chars > 0:
         model = reader_model(s, s.raw_model)

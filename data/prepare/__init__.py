@@ -1,6 +1,7 @@
 """Download a public Korean corpus into a local cache and turn it into training text.
 
     python -m data.prepare koconovel [--files] [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
+                                     [--min-speed KB_PER_S] [--max-file-mb MB]
     python -m data.prepare nsmc [--cache-dir DIR] [--base-url URL|FOLDER] [--force]
     python -m data.prepare --list
 

@@ -37,6 +37,7 @@ class CorpusSource:
     output: str  # name of the prepared text file
     separator: str = "\n\n"  # between the texts of two files (a blank line between two novels)
     documents: bool = True  # each file is one document: `--files` writes them one file each
+    max_file_mb: float = 32  # a file larger than this is not the corpus's (an endless or wrong body): refused
 
 
 def _koconovel_text(path: str, raw: str) -> str:
@@ -84,6 +85,7 @@ KOCONOVEL = CorpusSource(
     files=tuple(RemoteFile(f"data/jsonl/{novel}/text.jsonl") for novel in _KOCONOVEL_NOVELS),
     extract=_koconovel_text,
     output="koconovel.txt",
+    max_file_mb=32,  # the longest novel's text.jsonl is well under 2 MB
 )
 
 NSMC_HEADER = "id\tdocument\tlabel"
@@ -123,6 +125,7 @@ NSMC = CorpusSource(
     extract=_nsmc_text,
     output="nsmc.txt",
     separator="\n",
+    max_file_mb=128,  # ratings.txt is about 19 MB
     documents=False,
 )
 

@@ -28,8 +28,8 @@ from urllib.parse import quote
 from tqdm import tqdm
 
 from common.atomic_files import atomic_write, file_sha256, user_cache_dir
-from common.errors import UserError
-from data.download import BadContent, base_url_of, download
+from common.errors import UserError, os_error_cause
+from data.download import MIN_SPEED, BadContent, Limits, base_url_of, download
 from data.prepare.catalog import CorpusSource, RemoteFile
 from data.text import normalize
 
@@ -59,7 +59,8 @@ def _write(path: Path, data: str) -> None:
     try:
         atomic_write(path, data)
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e} (pass --cache-dir=<a writable folder>)") from None
+        raise UserError(f"cannot write {path}: {os_error_cause(e)}; free space there or pass --cache-dir=<a writable "
+                        "folder on another disk>") from None
 
 
 def _write_sums(path: Path, sums: dict[str, str]) -> None:
@@ -97,12 +98,13 @@ def _reuse(source: CorpusSource, remote: RemoteFile, local: Path, expected: str 
             from None
 
 
-def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None) -> tuple[str, str]:
+def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None,
+           limits: Limits) -> tuple[str, str]:
     """Download `remote` to `local`; return (its text, its sha256)."""
     found: list[str] = []
     hint = "; pass --force to accept the new file" if expected and not remote.sha256 else ""
     digest = download(url, local, expected, validate=lambda part: found.append(_content(source, remote, part)),
-                      mismatch_hint=hint)
+                      mismatch_hint=hint, limits=limits)
     return found[-1], digest
 
 
@@ -116,9 +118,13 @@ def _base_url(source: CorpusSource, base_url: str | None) -> str:
 
 
 def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url: str | None = None,
-            force: bool = False, progress: bool = True, files: bool = False) -> Path:
+            force: bool = False, progress: bool = True, files: bool = False, min_speed_kb: float | None = None,
+            max_file_mb: float | None = None) -> Path:
     """Download (or re-use) every file of `source`, validate it, and write the prepared text; return its path
-    (with `files`, the folder holding one text file per document)."""
+    (with `files`, the folder holding one text file per document). `min_speed_kb` (KB/s, default
+    data.download.MIN_SPEED) and `max_file_mb` (default the source's own bound) limit each download."""
+    limits = Limits(max_bytes=int((max_file_mb or source.max_file_mb) * (1 << 20)),
+                    min_speed=(min_speed_kb * 1024) if min_speed_kb is not None else MIN_SPEED)
     if files and not source.documents:
         raise UserError(f"{source.name} is one stream of short texts, not documents: --files is for corpora of "
                         "documents (koconovel); drop --files")
@@ -143,7 +149,7 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
         text, digest = None if force else _reuse(source, remote, local, expected), None
         if text is None:  # --force trusts anew what validates, unless the registry pins it
             text, digest = _fetch(source, remote, base + quote(remote.path), local,
-                                  remote.sha256 if force else expected)
+                                  remote.sha256 if force else expected, limits)
         elif not expected:
             digest = file_sha256(local)  # a kept copy never recorded, which has just validated
         if digest and not remote.sha256 and digest != recorded:

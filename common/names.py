@@ -1,0 +1,35 @@
+"""Names as they can be shown: a file name that is not valid UTF-8 reaches Python as lone surrogates
+(os.fsdecode), which a terminal, a JSON line, TensorBoard or a model card cannot hold.
+
+Design choice: such bytes are shown as U+FFFD wherever a name is written for people or other programs, as
+`ls` and `git` show them with replacement characters; the original string is kept wherever the name is used
+to open the file.
+"""
+
+from __future__ import annotations
+
+
+def shown_name(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD (unchanged when it has none)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape" if _escaped_only(text) else "surrogatepass").decode(
+            "utf-8", "replace")
+
+
+def _escaped_only(text: str) -> bool:
+    """Whether every surrogate is one `surrogateescape` made from a byte (U+DC80..U+DCFF)."""
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in text)
+
+
+def shown_names(value):
+    """`shown_name` through dicts, lists and tuples (a config or a JSON result), other values as they are."""
+    if isinstance(value, str):
+        return shown_name(value)
+    if isinstance(value, dict):
+        return {shown_names(k): shown_names(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(shown_names(v) for v in value)
+    return value
