@@ -220,4 +220,6 @@ def corpus_files(path: str | os.PathLike) -> CorpusFiles:
         if not files:
             raise UserError(f"data.path={path} matches no file ({len(matches)} folders matched); check the pattern")
         return CorpusFiles(p, files, _glob_home(str(p)))
+    if not p.exists():  # never there: not a file that vanished after the scan
+        raise UserError(f"corpus file not found: {path} (set data.path=<your .txt file>)")
     return CorpusFiles(p, [p], p.parent)

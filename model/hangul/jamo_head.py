@@ -48,6 +48,8 @@ class JamoHead(nn.Module):
     """hidden (..., E) -> log-probabilities over every id (`joint`, `forward`), or each target's negative
     log-likelihood (`token_losses`)."""
 
+    keep_init = ("final_rows",)  # a syllable's own read-out row starts at zero, as its input row does
+
     def __init__(self, vocab_size: int, embedding_size: int, initials: str = "pairs"):
         super().__init__()
         if vocab_size <= LAST_ID:
