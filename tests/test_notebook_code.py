@@ -49,15 +49,25 @@ def test_01_the_hand_made_vocabulary_encodes_and_decodes_as_the_tokenizer(lang):
     assert nb["encode"](decomposed, vocab) == tokenizer.encode(decomposed).tolist()
 
 
-def test_01_the_notebooks_ids_of_the_built_in_corpus_are_the_ones_training_reads(lang, tmp_path):
-    from data.corpus import EMBEDDED_CORPUS, load_corpus
+def test_01_the_notebooks_ids_and_first_batch_are_the_default_training_runs(lang, tmp_path):
+    """Notebook 01 says: with CONTEXT_LENGTH = 128 and BATCH_SIZE = 8, its first batch is `python train.py`'s."""
+    from data.corpus import EMBEDDED_CORPUS
     from data.text import read_text
+    from tests.helpers import config_object
+    from training.setup import setup
 
     nb = notebook(lang, "01")
     text = read_text(EMBEDDED_CORPUS)
-    corpus = load_corpus(None, cache_dir=tmp_path)  # what train.py tokenises when data.path is null
-    assert nb["build_vocabulary"](text)[1:] == corpus.tokenizer.chars
-    assert np.array_equal(np.array(nb["encode"](text, nb["build_vocabulary"](text))), corpus.tokens)
+    vocab = nb["build_vocabulary"](text)
+    data = np.array(nb["encode"](text, vocab), dtype=np.int64)
+    job = config_object("train", "device=cpu", f"data.cache_dir={tmp_path / 'cache'}")  # every default
+    s, _ = setup(job, tmp_path / "run")
+    assert vocab[1:] == s.tokenizer.chars
+    assert np.array_equal(data[: len(s.train_tokens)], s.train_tokens)
+    assert np.array_equal(data[len(s.train_tokens):], s.val_tokens)
+    x, y = nb["random_windows"](data[: len(s.train_tokens)], 128, 8, nb["make_rng"](1337))
+    sx, sy = s.sampler.next_batch()
+    assert torch.equal(sx, torch.from_numpy(x)) and torch.equal(sy, torch.from_numpy(y))
 
 
 @pytest.mark.parametrize("seed,context_length,batch_size", [(1337, 8, 4), (0, 128, 8), (7, 1, 1)])
