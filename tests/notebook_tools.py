@@ -89,7 +89,7 @@ def execute(path: Path, override: str, project: Path, scratch: Path, timeout: in
     # file that appears there was written by the notebook), IPython's history in the scratch folder.
     env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "IPYTHONDIR": str(scratch / "ipython"), "PYTHONUNBUFFERED": "1"}
-    for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR", "PYTHONPATH"):
+    for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR"):  # as tests.helpers leaves them out of every script it runs
         env.pop(key, None)
     client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False,
                             resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}})
