@@ -29,7 +29,7 @@ $(error TORCH=$(TORCH) is not a known build; use TORCH=cpu or leave TORCH empty 
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-fast lint bench tensorboard clean serve
+.PHONY: help setup train test test-fast lint bench tensorboard clean serve notebooks
 
 help: ## list the targets and variables (the default target)
 	@echo "Targets:"
@@ -69,6 +69,14 @@ serve: setup ## start the browser playground on 127.0.0.1:8000; ARGS go to serve
 
 tensorboard: setup ## serve TensorBoard for the runs in runs/
 	$(PY) -m tensorboard.main --logdir runs
+
+$(VENV)/.notebooks: $(VENV)/.installed requirements-notebooks.txt
+	$(PY) -m pip install -q -r requirements-notebooks.txt
+	touch $@
+
+# JupyterLab starts in notebooks/ (ko/ the originals, en/ the same in English); its kernel is the VENV's Python.
+notebooks: $(VENV)/.notebooks ## open the notebooks in JupyterLab (installed into VENV once); ARGS go to jupyter lab
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ARGS)
 
 clean: ## delete runs, Hydra outputs and the pytest cache (not the VENV folder)
 	rm -rf runs outputs multirun .pytest_cache

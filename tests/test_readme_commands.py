@@ -18,9 +18,10 @@ from tests.helpers import ROOT
 
 
 def markdown_pages() -> list[str]:
-    """Every page a user reads: both READMEs, the benchmarks' README, and the manual in every language."""
+    """Every page a user reads: both READMEs, the benchmarks' and the notebooks' READMEs, and the manual in every
+    language."""
     docs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
-    return ["README.md", "README.ko.md", "benchmarks/README.md", *docs]
+    return ["README.md", "README.ko.md", "benchmarks/README.md", "notebooks/README.md", "notebooks/README.ko.md", *docs]
 
 
 PAGES = markdown_pages()

@@ -1,0 +1,222 @@
+"""The notebooks (notebooks/ko, the originals, and notebooks/en, the same notebooks translated): each runs top to
+bottom in a fresh kernel with small settings, within a time limit, and writes nothing outside runs/; the English
+notebooks hold the Korean ones' code; none is stored with outputs or absolute paths; each opens the same way (the
+setup cell, then the parameters cell) and ends with exercises whose solutions are folded; together they follow the
+README's reading path; the READMEs list them with their Colab links; and the entry scripts never import the notebook
+tooling. tests/test_notebook_code.py checks what the notebooks build by hand against the package."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.notebook_tools import (
+    LANGUAGES,
+    NAMES,
+    NOTEBOOKS,
+    code_cells,
+    copy_project,
+    execute,
+    files_under,
+    notebook_path,
+    read,
+    tagged,
+)
+from tests.test_layout import READ_THE_CODE
+
+PATHS = [notebook_path(lang, name) for lang in LANGUAGES for name in NAMES]
+IDS = [f"{p.parent.name}/{p.stem}" for p in PATHS]
+# The test's settings, placed right after each notebook's parameters cell: a few dozen steps instead of hundreds.
+SMALL = {"04_train_and_sample": 'MODEL = "tiny"\nMAX_STEPS = 20\nHAND_STEPS = 3',
+         "05_beyond_the_lecture": "STEPS = 10"}
+SECONDS = 150  # each notebook, kernel start included, with the settings above (about 10 s each on 2 idle cores)
+STORED_BYTES = 60_000  # a notebook is text and code: no outputs, no pictures
+ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|[A-Za-z]:\\\\")
+TOOLING = ("nbclient", "nbformat", "ipykernel", "jupyter_client", "IPython", "matplotlib", "jupyterlab")
+COLAB = "https://colab.research.google.com/github/"
+
+
+def test_there_are_ten_notebooks_and_nothing_else():
+    found = sorted(p.relative_to(NOTEBOOKS).as_posix() for p in NOTEBOOKS.rglob("*.ipynb"))
+    assert found == sorted(p.relative_to(NOTEBOOKS).as_posix() for p in PATHS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_notebook_runs_top_to_bottom_and_writes_only_under_runs(path, tmp_path):
+    project = copy_project(tmp_path / "project")
+    before = files_under(project)
+    nb, seconds = execute(path, SMALL.get(path.stem, "# the notebook's own settings are small already"), project,
+                          tmp_path, timeout=SECONDS)
+    assert seconds < SECONDS, f"{path.name} took {seconds:.0f} s"
+    after = files_under(project)
+    written = sorted(f for f in after if before.get(f) != after[f])
+    assert all(f.startswith("runs/") for f in written), f"written outside runs/: {written}"
+    assert not [f for f in before if f not in after], "the notebook removed files of the project"
+    if path.stem in ("04_train_and_sample", "05_beyond_the_lecture"):
+        run = f"runs/notebook-{path.stem[:2]}"
+        assert {f"{run}/ckpt.pt", f"{run}/vocab.json"} <= set(written), written
+    assert not [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_notebooks_are_stored_without_outputs_or_absolute_paths(path):
+    raw = path.read_text(encoding="utf-8")
+    assert len(raw.encode("utf-8")) < STORED_BYTES, f"{path.name} is {len(raw.encode())} bytes"
+    assert not ABSOLUTE.search(raw), f"{path.name} holds an absolute path: {ABSOLUTE.search(raw).group(0)!r}"
+    cells = json.loads(raw)["cells"]
+    stored = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
+    assert not stored, f"{path.name}: cells {stored} keep outputs (JupyterLab: Edit > Clear Outputs of All Cells)"
+
+
+def code_without_comments(source: str) -> str:
+    """The code of a cell with its comments and blank lines left out: what a translation must not change."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type != tokenize.COMMENT]
+    lines = tokenize.untokenize(tokens).splitlines()
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
+def relative_links(cell) -> list[str]:
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", cell.source) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_english_notebook_is_the_korean_one_translated(name):
+    ko, en = read(notebook_path("ko", name)), read(notebook_path("en", name))
+    assert [c.cell_type for c in ko.cells] == [c.cell_type for c in en.cells]
+    for i, (k, e) in enumerate(zip(ko.cells, en.cells, strict=True)):
+        assert k.metadata == e.metadata, f"cell {i}: metadata differ"
+        if k.cell_type == "code":
+            assert code_without_comments(k.source) == code_without_comments(e.source), f"cell {i}: the code differs"
+        else:
+            assert re.search("[가-힣]", k.source), f"cell {i} of the Korean notebook has no Korean"
+            english = [t.replace("docs/en/", "docs/ko/") for t in relative_links(e)]
+            assert relative_links(k) == english, f"cell {i}: the links differ"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_relative_link_in_a_notebook_resolves(path):
+    for cell in read(path).cells:
+        for target in relative_links(cell) if cell.cell_type == "markdown" else []:
+            assert (path.parent / target.partition("#")[0]).exists(), f"{path.name}: {target} does not exist"
+
+
+def setup_cell(path: Path) -> str:
+    return code_cells(read(path))[0].source
+
+
+def project_url() -> str:
+    return re.search(r'^PROJECT_URL = "(https://github\.com/[\w.-]+/[\w.-]+)"', setup_cell(PATHS[0]), re.M).group(1)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_notebook_opens_with_the_setup_cell_then_the_parameters_cell(path):
+    first, second = code_cells(read(path))[:2]
+    assert code_without_comments(first.source) == code_without_comments(setup_cell(PATHS[0]))
+    assert tagged(second, "parameters")
+    for node in ast.parse(second.source).body:  # only NAME = literal, so that a cell placed after it overrides it
+        assert isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name), ast.dump(node)
+        ast.literal_eval(node.value)
+
+
+# The setup cell, with subprocess.run recording its commands instead of running them; a `git clone` it records
+# leaves behind what a clone would have (the files the cell looks for).
+SETUP_PROBE = """
+import json, subprocess, sys
+from pathlib import Path
+calls = []
+def run(cmd, **kwargs):
+    calls.append([str(c) for c in cmd])
+    if cmd[:2] == ["git", "clone"]:
+        for name in ("model/gpt.py", "tokenizer/char.py", "requirements.txt"):
+            (Path(cmd[-1]) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(cmd[-1]) / name).write_text("")
+subprocess.run = run
+exec(compile(Path(sys.argv[1]).read_text(encoding="utf-8"), "setup", "exec"))
+print(json.dumps({"cwd": str(Path.cwd()), "calls": calls, "on_path": str(ROOT) in sys.path}))
+"""
+
+
+def probe_setup(cwd: Path, tmp_path: Path) -> dict:
+    cell = tmp_path / "setup_cell.py"
+    cell.write_text(setup_cell(PATHS[0]), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-c", SETUP_PROBE, str(cell)], cwd=cwd, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_the_setup_cell_in_a_clone_only_finds_the_project(tmp_path):
+    found = probe_setup(ROOT / "notebooks" / "ko", tmp_path)
+    assert found == {"cwd": str(ROOT), "calls": [], "on_path": True}
+
+
+def test_the_setup_cell_elsewhere_clones_the_project_and_installs_its_requirements(tmp_path):
+    found = probe_setup(tmp_path, tmp_path)
+    clone = tmp_path / "kochar-gpt"
+    assert found["cwd"] == str(clone) and found["on_path"]
+    assert found["calls"][0] == ["git", "clone", "--depth", "1", project_url(), str(clone)]
+    install = found["calls"][1]
+    assert install[:4] == [sys.executable, "-m", "pip", "install"]
+    assert "-r" in install and install[install.index("-r") + 1] == str(clone / "requirements.txt")
+    assert len(found["calls"]) == 2
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_notebook_ends_with_exercises_and_folded_solutions(path):
+    cells = read(path).cells
+    solutions = [i for i, c in enumerate(cells) if tagged(c, "solution")]
+    assert len(solutions) >= 2
+    heading = next(i for i, c in enumerate(cells) if re.match(r"## (연습 문제|Exercises)$", c.source.split("\n")[0]))
+    assert heading < solutions[0] and solutions[-1] == len(cells) - 1
+    for i in solutions:
+        cell = cells[i]
+        assert cell.source.startswith("# @title ") and cell.metadata.get("cellView") == "form"  # Colab folds it
+        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True  # JupyterLab folds it
+        assert cells[i - 1].cell_type == "markdown" and re.match(r"\*\*(연습|Exercise) \d\.\*\*", cells[i - 1].source)
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_notebooks_follow_the_readmes_reading_path(lang):
+    """The files of the README's Read the code list, in the order the notebooks first name them, are that list."""
+    order: list[str] = []
+    for name in NAMES:
+        prose = " ".join(c.source for c in read(notebook_path(lang, name)).cells if c.cell_type == "markdown")
+        for found in re.findall(r"\]\(\.\./\.\./([\w/]+\.py)\)", prose):
+            if found in READ_THE_CODE and found not in order:
+                order.append(found)
+    assert tuple(order) == READ_THE_CODE
+
+
+@pytest.mark.parametrize("readme,lang", [("README.md", "en"), ("README.ko.md", "ko")])
+def test_the_readmes_list_every_notebook_with_its_colab_link(readme, lang):
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    section = re.split(r"^## (?:Learn|배우기)\n", text, flags=re.M)[1].split("\n## ")[0]
+    colab = project_url().replace("https://github.com/", COLAB) + "/blob/main/"
+    for name in NAMES:
+        assert f"](notebooks/{lang}/{name}.ipynb)" in section, f"{readme} does not link notebooks/{lang}/{name}.ipynb"
+        assert f"]({colab}notebooks/{lang}/{name}.ipynb)" in section, f"{readme}: no Colab link for {name}"
+    assert "make notebooks" in section
+
+
+def test_the_notebook_tooling_is_for_development_only():
+    def requirements(name: str) -> set[str]:
+        lines = (ROOT / name).read_text(encoding="utf-8").splitlines()
+        return {re.split(r"[<>=\[ ]", line)[0].lower() for line in lines if line and not line.startswith(("#", "-"))}
+
+    assert not requirements("requirements.txt") & {t.lower() for t in TOOLING}
+    assert {"nbclient", "nbformat", "ipykernel", "matplotlib"} <= requirements("requirements-dev.txt")
+    assert "jupyterlab" in requirements("requirements-notebooks.txt")
+    code = ("import sys, train, generate, evaluate, serve; "
+            f"print(sorted(m for m in {TOOLING!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-1000:]
