@@ -19,7 +19,9 @@ def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
     Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
     are recomputed from each block's `ln1` and each head's query/key projections (with the model's query/key
     norm and rotary positions, through the same `shape_qk` attention uses), because the fused path never
-    materialises them; dropout is off, so they are the weights the model uses at inference.
+    materialises them; dropout is off, so they are the weights the model uses at inference. Each block's input is
+    taken from one pass of the model itself (a hook), so whatever joins the residual stream between blocks (the
+    U-Net skips, model.unet_skips) is in it.
     """
     if idx.dim() == 1:
         idx = idx[None]
@@ -28,12 +30,14 @@ def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
     T = idx.shape[1]
     was_training = model.training
     model.eval()
+    inputs: list[Tensor] = []  # what each block reads, caught on its way in: the model's own loop decides it
+    hooks = [b.register_forward_pre_hook(lambda _, args: inputs.append(args[0])) for b in model.blocks]
     try:
-        x = model.embed(idx)  # (1, T, E)
+        model.hidden(idx)
         positions = torch.arange(T, device=idx.device)
         causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
         maps = []
-        for block in model.blocks:
+        for block, x in zip(model.blocks, inputs, strict=True):
             h = block.ln1(x)
             per_head = []
             for head in block.attn.heads:
@@ -41,7 +45,8 @@ def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
                 scores = (q @ k.transpose(-2, -1)).float() * head.scale  # (1, T, T)
                 per_head.append(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)[0])
             maps.append(torch.stack(per_head))  # (H, T, T)
-            x = block(x)  # the next block reads this block's output
         return torch.stack(maps)  # (L, H, T, T)
     finally:
+        for hook in hooks:
+            hook.remove()
         model.train(was_training)

@@ -231,3 +231,25 @@ def test_a_lever_export_cannot_express_in_a_stock_class_goes_to_the_custom_layou
 def test_lever_settings_that_cannot_work_are_refused(settings, needle):
     with pytest.raises(ValueError, match=needle):
         tiny_model(**settings)
+
+
+@pytest.mark.parametrize("levers", [dict(unet_skips=True, value_embedding=True, attention_gate=True, num_blocks=4)])
+def test_attention_maps_read_each_block_as_the_model_feeds_it(levers):
+    from model.attention_maps import attention_maps
+
+    m = _scramble(tiny_model("heads", **levers))
+    idx = torch.randint(0, V, (1, 10))
+    maps = attention_maps(m, idx)
+    with torch.no_grad():
+        x = x0 = m.embed(idx)
+        outs = []
+        for i, block in enumerate(m.blocks):
+            if i >= 2:
+                x = x + m.skip_weights[i - 2] * outs[3 - i]
+            h = block.ln1(x)
+            q, k = block.attn.heads[0].query(h), block.attn.heads[0].key(h)
+            expected = F.softmax((q @ k.transpose(-2, -1) * block.attn.heads[0].scale).masked_fill(
+                ~torch.ones(10, 10, dtype=torch.bool).tril(), float("-inf")), dim=-1)[0]
+            torch.testing.assert_close(maps[i, 0], expected)
+            x = block(x, None, 0, x0)
+            outs.append(x)
