@@ -214,7 +214,7 @@ class DecodeStep:
             if self.skip_weights is not None and i >= half and skips:
                 x = x + self.skip_weights[i - half] * skips.pop()
             a = w.ln1(x) @ w.in_t  # (B, 3HD [+ H] [+ H])
-            qkv = a[:, : 3 * H * D].view(B, 3, H, D)
+            qkv = (a if w.values_t is None and not w.gated else a[:, : 3 * H * D]).view(B, 3, H, D)
             if w.values_t is not None:  # the embedding's projection joins the values (a view of `a`, in place)
                 qkv[:, 2] += (x0 @ w.values_t).view(B, H, D) * 2 * torch.sigmoid(a[:, -H:]).unsqueeze(-1)
             if plain:
