@@ -28,24 +28,6 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import OneLineArgumentParser
-    from common.errors import UserError
-
-    ap = OneLineArgumentParser(prog="corpus_start.py", description=__doc__.split("\n\nThe corpus")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True, help="a text file")
-    ap.add_argument("--files", type=int, default=500, help="how many files the folder holds (default 500)")
-    ap.add_argument("--repeat", type=int, default=3, help="warm loads timed; the fastest counts (default 3)")
-    ap.add_argument("--out", default="runs/corpus_start", help="where the folder, file and caches go")
-    args = ap.parse_args(argv)
-    if not Path(args.corpus).expanduser().is_file():
-        raise UserError(f"--corpus {args.corpus}: no such file")
-    if args.files < 2 or args.repeat < 1:
-        raise UserError("--files must be at least 2 and --repeat at least 1")
-    return args
-
-
 def split_into_files(corpus: Path, count: int, out: Path) -> tuple[Path, Path]:
     """(folder of `count` files, one file with the same documents joined as a folder's are)."""
     from data.text import iter_text_chunks
@@ -90,6 +72,23 @@ def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
             "file_cold_s": round(file_cold, 4), "file_warm_s": round(file_warm, 4),
             "folder_cold_s": round(folder_cold, 4), "folder_warm_s": round(folder_warm, 4),
             "warm_ratio_folder_to_file": round(folder_warm / file_warm, 3), "same_ids": bool(same)}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import script_parser
+    from common.errors import UserError
+
+    ap = script_parser("corpus_start.py", __doc__, "\n\nThe corpus")
+    ap.add_argument("--corpus", required=True, help="a text file")
+    ap.add_argument("--files", type=int, default=500, help="how many files the folder holds (default 500)")
+    ap.add_argument("--repeat", type=int, default=3, help="warm loads timed; the fastest counts (default 3)")
+    ap.add_argument("--out", default="runs/corpus_start", help="where the folder, file and caches go")
+    args = ap.parse_args(argv)
+    if not Path(args.corpus).expanduser().is_file():
+        raise UserError(f"--corpus {args.corpus}: no such file")
+    if args.files < 2 or args.repeat < 1:
+        raise UserError("--files must be at least 2 and --repeat at least 1")
+    return args
 
 
 def main(argv: list[str]) -> None:

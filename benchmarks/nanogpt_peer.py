@@ -39,11 +39,9 @@ if __package__ in (None, ""):
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import OneLineArgumentParser
-    from common.errors import UserError
+    from benchmarks.options import script_parser
 
-    ap = OneLineArgumentParser(prog="nanogpt_peer.py", description=__doc__.split("\n\nDesign")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = script_parser("nanogpt_peer.py", __doc__, "\n\nDesign")
     ap.add_argument("--nanogpt", required=True, help="a checkout of github.com/karpathy/nanoGPT")
     ap.add_argument("--corpus", required=True, help="the training text (its first 90%% trains, the rest validates)")
     ap.add_argument("--heldout", required=True, help="text none of the runs trained on, scored at the end")
@@ -53,7 +51,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", default="runs/peer/nanogpt", help="where its bins and checkpoint go")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
-    args = ap.parse_args(argv)
+    return checked(ap.parse_args(argv))
+
+
+def checked(args: argparse.Namespace) -> argparse.Namespace:
+    from common.errors import UserError
+
     if not (Path(args.nanogpt).expanduser() / "model.py").is_file():
         raise UserError(f"--nanogpt {args.nanogpt}: no model.py there; clone github.com/karpathy/nanoGPT first")
     for name in ("corpus", "heldout"):

@@ -31,6 +31,12 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{message} ({self.prog} --help lists the options)")
 
 
+def script_parser(prog: str, doc: str, until: str) -> OneLineArgumentParser:
+    """The parser of a benchmark script run on its own: its docstring up to `until` as the description."""
+    return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 @dataclass
 class BenchOptions:
     device: str

@@ -134,16 +134,9 @@ class AttentionLanguageModel(nn.Module):
         return self.lm_head.token_losses(self.hidden(idx), targets)
 
     @torch.inference_mode()
-    def generate(
-        self,
-        idx: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        use_cache: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> Tensor:
         """Sample `max_new_tokens` ids after the prompt idx (B, T) -> (B, T + max_new_tokens).
 
         Longer than the context, the model reads the newest tokens only; with `use_cache` (the default) each new
