@@ -176,3 +176,47 @@ def code_words(source: str) -> list[str]:
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings:
             words.append(n.value)
     return words
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imported_modules(tree: ast.AST, modules: set[str]) -> set[str]:
+    """The project's modules a file imports anywhere (at the top or inside a function): `from a.b import c` is
+    a.b.c when that is a module, else a.b."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in modules else node.module)
+    return found & modules
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circles between modules, inside a package as well as across packages (reading and writing an
+    exported folder, the ladder and its report once knew each other)."""
+    files = {module_name(p): p for p in production_files() if "hf_code" not in p.parts}
+    graph = {m: imported_modules(ast.parse(p.read_text(encoding="utf-8")), set(files)) - {m} for m, p in files.items()}
+    for m in graph:  # a package's __init__ imports its modules; a module importing its package is not a circle
+        graph[m] = {d for d in graph[m] if not m.startswith(d + ".")}
+    circles, done = [], set()
+
+    def visit(m: str, path: list[str]) -> None:
+        if m in path:
+            circles.append(" -> ".join(path[path.index(m):] + [m]))
+            return
+        if m in done:
+            return
+        for d in sorted(graph[m]):
+            visit(d, path + [m])
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m, [])
+    assert not circles, "\n".join(sorted(set(circles)))
