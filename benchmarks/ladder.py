@@ -8,8 +8,9 @@ scored on held-out text, beside nanoGPT; one command regenerates the table and t
 Every run prints one JSON line and is appended to OUT/results.jsonl; a run already there (same corpus, rung,
 seed, budget and overrides) is not repeated, so an interrupted campaign continues where it stopped. At the
 end the table (mean and spread over seeds of the held-out bits per character, the gap to nanoGPT, tokens/s,
-steps) is printed and written to OUT/ladder.md; `--docs` also replaces the tables in docs/en/ladder.md and
-docs/ko/ladder.md and redraws docs/images/ladder.png (benchmarks/ladder_report.py).
+steps, and each `--variant` against its recipe on the same seeds) is printed and written to OUT/ladder.md;
+`--docs` also replaces the tables in docs/en/ladder.md and docs/ko/ladder.md and redraws docs/images/ladder.png
+(benchmarks/ladder_report.py); a campaign with variants replaces the levers' block only.
 
 Design choices:
 - A rung is a recipe (configs/recipe/) trained exactly as `python train.py recipe=<rung> data.path=...`
@@ -59,7 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--nanogpt", default=None, help="a nanoGPT checkout: train it beside the rungs")
     ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
     ap.add_argument("--out", default="runs/ladder", help="runs, splits and results go here (default runs/ladder)")
-    ap.add_argument("--docs", action="store_true", help="rewrite the docs' ladder tables and docs/images/ladder.png")
+    ap.add_argument("--docs", action="store_true",
+                    help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
+                    "table only)")
     args = ap.parse_args(argv)
     for spec in args.corpus:
         name, _, path = spec.partition("=")

@@ -6,6 +6,10 @@ Design choices:
   per second of the whole run (evaluations and checkpoints included, as for nanoGPT) and mean steps.
 - The docs pages keep their prose; only the text between `<!-- ladder:begin -->` and `<!-- ladder:end -->`
   is replaced, in English and Korean (the table itself is numbers and names, the same in both).
+- A variant (a rung named `recipe+lever`) is compared with its recipe seed by seed: the mean of the paired
+  differences, each seed's difference and the recipe's own half-range, so a lever is only called a gain when it
+  is larger than what a new seed alone moves. Its rows go between `<!-- levers:begin -->` and `<!-- levers:end -->`
+  (a campaign with variants rewrites that block only, so a partial lever campaign never replaces the ladder).
 - The picture needs matplotlib, which only this report uses: without it the tables are still written and
   one line says how to install it.
 """
@@ -22,6 +26,7 @@ DOC_PAGES = (ROOT / "docs" / "en" / "ladder.md", ROOT / "docs" / "ko" / "ladder.
 PICTURE = ROOT / "docs" / "images" / "ladder.png"
 SPEED_DRIFT = 1.1  # a reference speed range wider than this is called out under the table
 MARKERS = re.compile(r"(<!-- ladder:begin -->\n).*?(<!-- ladder:end -->)", re.S)
+LEVER_MARKERS = re.compile(r"(<!-- levers:begin -->\n).*?(<!-- levers:end -->)", re.S)
 
 
 def throughput(run: dict) -> float | None:
@@ -81,6 +86,41 @@ def markdown(table: dict[str, list[dict]], limit: str) -> str:
     return "\n".join(lines)
 
 
+def paired(results: list[dict]) -> dict[str, list[dict]]:
+    """{corpus: [row per variant `recipe+lever`]}: the lever's effect as the difference from its recipe on the
+    same seeds (negative is better), and the recipe's half-range over those seeds for scale."""
+    scores = {(r["corpus"], r["rung"], r["seed"]): r for r in results
+              if "error" not in r and r.get("heldout_bpc") is not None}
+    table: dict[str, list[dict]] = {}
+    for corpus, rung in dict.fromkeys((c, g) for c, g, _ in scores if "+" in g):
+        base = rung.split("+", 1)[0]
+        seeds = sorted(s for c, g, s in scores if (c, g) == (corpus, rung) and (corpus, base, s) in scores)
+        if not seeds:
+            continue
+        diffs = [scores[corpus, rung, s]["heldout_bpc"] - scores[corpus, base, s]["heldout_bpc"] for s in seeds]
+        base_bpcs = [scores[corpus, base, s]["heldout_bpc"] for s in seeds]
+        steps = [scores[corpus, rung, s]["steps"] / scores[corpus, base, s]["steps"] for s in seeds]
+        table.setdefault(corpus, []).append({
+            "rung": rung, "base": base, "seeds": seeds, "diff": statistics.fmean(diffs), "diffs": diffs,
+            "base_spread": (max(base_bpcs) - min(base_bpcs)) / 2, "step_ratio": statistics.fmean(steps)})
+    return table
+
+
+def levers_markdown(table: dict[str, list[dict]], limit: str) -> str:
+    lines = []
+    for corpus, rows in table.items():
+        lines += [f"**{corpus}** ({limit} per run; held-out bits per character against the recipe on the same "
+                  "seeds, negative is better)", "",
+                  "| run | vs its recipe (mean) | each seed | recipe's half-range | steps vs recipe | seeds |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            each = ", ".join(f"{d:+.3f}" for d in row["diffs"])
+            lines.append(f"| {row['rung']} | {row['diff']:+.3f} | {each} | {row['base_spread']:.3f} | "
+                         f"{row['step_ratio']:.2f}x | {len(row['seeds'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def machine_line(rows: list[dict]) -> str:
     """How idle the machine was before the runs: the CPU share others used, where measured, and the load."""
     load = max(row["max_load"] for row in rows)
@@ -128,13 +168,19 @@ def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, .
     of the campaign)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
     text = markdown(summarise(chosen, rungs), budget)
+    levers = paired(chosen)
+    if levers:
+        text += "\n" + levers_markdown(levers, budget)
     print(text)
     (out / "ladder.md").write_text(text, encoding="utf-8")
     if docs:
+        block = LEVER_MARKERS if levers else MARKERS
         for page in DOC_PAGES:
             old = page.read_text(encoding="utf-8")
-            if not MARKERS.search(old):
-                print(f"note: {page} has no <!-- ladder:begin --> marker; not changed", file=sys.stderr)
+            if not block.search(old):
+                name = "levers" if levers else "ladder"
+                print(f"note: {page} has no <!-- {name}:begin --> marker; not changed", file=sys.stderr)
                 continue
-            page.write_text(MARKERS.sub(lambda m: m[1] + text + "\n" + m[2], old), encoding="utf-8")
-        draw(summarise(chosen, rungs), PICTURE)
+            page.write_text(block.sub(lambda m: m[1] + text + "\n" + m[2], old), encoding="utf-8")
+        if not levers:
+            draw(summarise(chosen, rungs), PICTURE)

@@ -77,6 +77,22 @@ def test_table_has_mean_spread_and_gap():
     assert "| modern | 4.600 ± 0.100 | -0.500 |" in text and "300 s per run" in text
 
 
+def test_a_lever_is_compared_with_its_recipe_on_the_same_seeds_only():
+    from benchmarks.ladder_report import levers_markdown, paired
+
+    def run(rung, seed, bpc, steps=10):
+        return {"corpus": "c", "rung": rung, "seed": seed, "heldout_bpc": bpc, "steps": steps}
+
+    results = [run("modern", 1, 4.5), run("modern", 2, 4.7), run("modern+x", 1, 4.4, 5), run("modern+x", 2, 4.65),
+               run("modern+x", 3, 1.0), run("lecture+y", 1, 5.0), {"corpus": "c", "rung": "modern+z", "error": "boom"}]
+    rows = {row["rung"]: row for row in paired(results)["c"]}
+    assert set(rows) == {"modern+x"}  # lecture+y has no recipe run to pair with; seed 3 of modern+x neither
+    x = rows["modern+x"]
+    assert x["seeds"] == [1, 2] and x["diffs"] == pytest.approx([-0.1, -0.05]) and x["diff"] == pytest.approx(-0.075)
+    assert x["base_spread"] == pytest.approx(0.1) and x["step_ratio"] == pytest.approx(0.75)
+    assert "| modern+x | -0.075 | -0.100, -0.050 | 0.100 | 0.75x | 2 |" in levers_markdown(paired(results), "300 s")
+
+
 @pytest.mark.slow
 def test_ladder_runs_rungs_and_the_peer_then_resumes(tmp_path):
     nanogpt = tmp_path / "nanoGPT"
