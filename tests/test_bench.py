@@ -154,3 +154,13 @@ def test_float32_only_with_the_memory_benchmark():
     assert set(result) == TOP_KEYS | MEMORY_KEYS | {"tiny"}
     assert set(result["tiny"]) == preset_keys(["float32"])
     assert result["big_corpus_mb"] >= 1 and result["big_corpus_peak_rss_mb"] > 0
+
+
+def test_lever_speed_times_each_lever_as_train_py_steps_it(small_corpus):
+    r = run("-m", "benchmarks.lever_speed", "--corpus", str(small_corpus), "--rounds", "1", "--steps", "1",
+            "--only", "modern+mtp,modern+ema", "--set", "model=tiny")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout[r.stdout.index("{"):])
+    assert set(out["tokens_per_sec"]) >= {"modern+mtp", "modern+ema"}
+    assert set(out["over_modern"]) == {"modern+mtp", "modern+ema"} and all(v > 0 for v in out["over_modern"].values())
+    assert_one_error_line(run("-m", "benchmarks.lever_speed", "--only", "modern+nope"), "--only")

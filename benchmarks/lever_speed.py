@@ -1,0 +1,117 @@
+"""The price of each data-limited lever in training speed: `python -m benchmarks.lever_speed`.
+
+Design choices:
+- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token
+  targets, the Muon decay schedule, the weight average), set up from the same Hydra configs with the lever's
+  overrides added, so the number is what a run with the switch pays per step, not a model-only estimate.
+- Every side gets the same fixed dropout (auto would pick one from a speed probe, which differs between sides
+  and between runs) and no evaluation, sampling or checkpoints: only steps are timed.
+- Each lever is timed beside the plain recipe, the two taking turns round by round and reporting medians
+  (`benchmarks.timing`), like bench.py, because a machine's speed drifts; only that pair is set up at a time.
+  The ratio to the plain recipe is what the ladder's time-limited results pay for a lever (docs/en/ladder.md).
+- Multi-token targets are timed at their full weight (the start of a run): fading out makes later steps cheaper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
+LEVERS = {
+    "modern": "",
+    "modern+ema": "train.average=ema train.ema_half_life=100",
+    "modern+gate": "model.attention_gate=true",
+    "modern+value_emb": "model.value_embedding=true",
+    "modern+unet": "model.unet_skips=true",
+    "modern+softcap": "model.logit_softcap=15",
+    "modern+mtp": "train.mtp_weights=[0.5,0.25] train.mtp_fade=0.5",
+    "modern+wd_dip": "train.muon_weight_decay=0.4 train.muon_weight_decay_schedule=dip",
+    "modern+stack": "train.average=ema train.ema_half_life=100 model.value_embedding=true model.unet_skips=true "
+                    "train.mtp_weights=[0.5,0.25] train.mtp_fade=0.5",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.is_file() else None,
+                    help="training text (default: the shared novels, else the built-in corpus)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (default 5)")
+    ap.add_argument("--steps", type=int, default=5, help="training steps per side and round (default 5)")
+    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every side")
+    ap.add_argument("--only", default="", help="comma-separated levers (default: all of them)")
+    return ap.parse_args(argv)
+
+
+def session(overrides: list[str], run_dir: Path):
+    """A training session of train.py's own set-up for `overrides` (training/setup.py)."""
+    from cli.entry import config_object
+
+    from hydra import compose, initialize_config_dir
+
+    from training.config import TrainJob, register_configs
+    from training.hydra_setup import register_resolvers
+    from training.setup import setup
+
+    register_resolvers()
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        cfg = compose("train", overrides=overrides)
+    return setup(config_object(cfg, TrainJob), run_dir)
+
+
+def step_timer(s, state, steps: int, device):
+    from benchmarks.timing import seconds
+    from training.step import train_step
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            train_step(s, state)
+
+    run(3)  # the first steps allocate buffers and pick kernels
+    return lambda: s.tokens_per_step * steps / seconds(lambda: run(steps), device)
+
+
+def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
+    """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
+    at once slowed the later ones in a first version, whatever their lever)."""
+    from benchmarks.timing import median_alternating
+
+    timers = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side in (lever, "modern"):
+            corpus = [f"data.path={args.corpus}"] if args.corpus else []
+            overrides = ["recipe=modern", *corpus, "model.dropout=0.08", "train.max_steps=100000",
+                         "train.eval_interval=100000", *LEVERS[side].split(), *args.set.split()]
+            s, state = session(overrides, Path(tmp) / side)
+            timers[side] = step_timer(s, state, args.steps, s.device)
+        return median_alternating(timers, args.rounds)
+
+
+def main(argv: list[str]) -> None:
+    from common.errors import UserError
+
+    args = parse_args(argv)
+    levers = [x for x in args.only.split(",") if x] or [x for x in LEVERS if x != "modern"]
+    unknown = [x for x in levers if x not in LEVERS or x == "modern"]
+    if unknown or args.rounds < 1 or args.steps < 1:
+        raise UserError(f"--only: choose from {', '.join(x for x in LEVERS if x != 'modern')}" if unknown else
+                        "--rounds and --steps must be positive")
+    out: dict[str, object] = {"tokens_per_sec": {}, "over_modern": {}}
+    for lever in levers:
+        tps = pair_speed(lever, args)
+        out["tokens_per_sec"][lever] = round(tps[lever], 1)
+        out["tokens_per_sec"][f"modern (beside {lever})"] = round(tps["modern"], 1)
+        out["over_modern"][lever] = round(tps[lever] / tps["modern"], 3)
+    out.update(rounds=args.rounds, steps=args.steps, corpus=args.corpus, set=args.set)
+    print(json.dumps(out, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    from cli.entry import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
