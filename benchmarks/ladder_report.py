@@ -37,12 +37,16 @@ def throughput(run: dict) -> float | None:
     return run.get("tokens_per_sec")
 
 
+def scored(results: list[dict]) -> list[dict]:
+    """The runs that ended with a held-out score (no error)."""
+    return [r for r in results if "error" not in r and r.get("heldout_bpc") is not None]
+
+
 def summarise(results: list[dict], rungs: tuple[str, ...] = ()) -> dict[str, list[dict]]:
     """{corpus: [row per rung: nanoGPT, then `rungs`' order, then any other]} over the results without errors."""
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in results:
-        if "error" not in r and r.get("heldout_bpc") is not None:
-            groups.setdefault((r["corpus"], r["rung"]), []).append(r)
+    for r in scored(results):
+        groups.setdefault((r["corpus"], r["rung"]), []).append(r)
     corpora = list(dict.fromkeys(corpus for corpus, _ in groups))
     order = ["nanogpt", *rungs]
 
@@ -89,8 +93,7 @@ def markdown(table: dict[str, list[dict]], limit: str) -> str:
 def paired(results: list[dict]) -> dict[str, list[dict]]:
     """{corpus: [row per variant `recipe+lever`]}: the lever's effect as the difference from its recipe on the
     same seeds (negative is better), and the recipe's half-range over those seeds for scale."""
-    scores = {(r["corpus"], r["rung"], r["seed"]): r for r in results
-              if "error" not in r and r.get("heldout_bpc") is not None}
+    scores = {(r["corpus"], r["rung"], r["seed"]): r for r in scored(results)}
     table: dict[str, list[dict]] = {}
     for corpus, rung in dict.fromkeys((c, g) for c, g, _ in scores if "+" in g):
         base = rung.split("+", 1)[0]
@@ -167,20 +170,20 @@ def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, .
     tables and picture); `rungs`: the ladder's order (benchmarks/ladder.py passes it: the report imports nothing
     of the campaign)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
-    text = markdown(summarise(chosen, rungs), budget)
+    table = summarise(chosen, rungs)
+    text = markdown(table, budget)
     levers = paired(chosen)
     if levers:
         text += "\n" + levers_markdown(levers, budget)
     print(text)
     (out / "ladder.md").write_text(text, encoding="utf-8")
     if docs:
-        block = LEVER_MARKERS if levers else MARKERS
+        name, block = ("levers", LEVER_MARKERS) if levers else ("ladder", MARKERS)
         for page in DOC_PAGES:
             old = page.read_text(encoding="utf-8")
             if not block.search(old):
-                name = "levers" if levers else "ladder"
                 print(f"note: {page} has no <!-- {name}:begin --> marker; not changed", file=sys.stderr)
                 continue
             page.write_text(block.sub(lambda m: m[1] + text + "\n" + m[2], old), encoding="utf-8")
         if not levers:
-            draw(summarise(chosen, rungs), PICTURE)
+            draw(table, PICTURE)

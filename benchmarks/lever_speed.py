@@ -31,9 +31,9 @@ LEVERS = {
     "modern+softcap": "model.logit_softcap=15",
     "modern+mtp": "train.mtp_weights=[0.5,0.25] train.mtp_fade=0.5",
     "modern+wd_dip": "train.muon_weight_decay=0.4 train.muon_weight_decay_schedule=dip",
-    "modern+stack": "train.average=ema train.ema_half_life=100 model.value_embedding=true model.unet_skips=true "
-                    "train.mtp_weights=[0.5,0.25] train.mtp_fade=0.5",
 }
+STACK = ("modern+ema", "modern+value_emb", "modern+unet", "modern+mtp")  # the ladder's modern+stack
+LEVERS["modern+stack"] = " ".join(LEVERS[lever] for lever in STACK)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -66,13 +66,14 @@ def session(overrides: list[str], run_dir: Path):
 
 def step_timer(s, state, steps: int, device):
     from benchmarks.timing import seconds
+    from benchmarks.training_speed import WARMUP_STEPS
     from training.step import train_step
 
     def run(n: int) -> None:
         for _ in range(n):
             train_step(s, state)
 
-    run(3)  # the first steps allocate buffers and pick kernels
+    run(WARMUP_STEPS)
     return lambda: s.tokens_per_step * steps / seconds(lambda: run(steps), device)
 
 
@@ -82,9 +83,9 @@ def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     from benchmarks.timing import median_alternating
 
     timers = {}
+    corpus = [f"data.path={args.corpus}"] if args.corpus else []
     with tempfile.TemporaryDirectory() as tmp:
         for side in (lever, "modern"):
-            corpus = [f"data.path={args.corpus}"] if args.corpus else []
             overrides = ["recipe=modern", *corpus, "model.dropout=0.08", "train.max_steps=100000",
                          "train.eval_interval=100000", *LEVERS[side].split(), *args.set.split()]
             s, state = session(overrides, Path(tmp) / side)
