@@ -1,10 +1,11 @@
 """Every architecture no stock class expresses: the project's own modeling code ships in the folder.
 
-The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules),
-except that the shipped code keeps the Hangul-aware layers beside the token embedding and the LM head, as the
-project did before version 3 of its checkpoints (`jamo_embedding.*`, `jamo_head.*`): folders written before and
-after read the same. `config.json` names the shipped classes in `auto_map`, which is how `transformers` finds
-code that lives in a model folder (`trust_remote_code=True`).
+The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules) in
+the lecture's per-head layout of the attention weights (a fused `qkv` is written head by head), except that the
+shipped code keeps the Hangul-aware layers beside the token embedding and the LM head, as the project did before
+version 3 of its checkpoints (`jamo_embedding.*`, `jamo_head.*`): folders written before and after read the same.
+`config.json` names the shipped classes in `auto_map`, which is how `transformers` finds code that lives in a model
+folder (`trust_remote_code=True`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import Tensor
 
 from model.config import ModelConfig
 from model.input_output import RENAMED, upgrade_state_names
+from model.qkv_layout import to_heads
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
 # The kinds the shipped modeling code computes (its own KINDS; tests/test_restatements.py checks the two agree and
@@ -37,7 +39,8 @@ def hf_config(c: ModelConfig) -> dict:
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     # A tied head is written as its own tensor (safetensors stores no shared tensors); the values are equal.
-    return {_shipped_name(k, c): v.clone() if k == "lm_head.weight" and c.tie_weights else v for k, v in sd.items()}
+    return {_shipped_name(k, c): v.clone() if k == "lm_head.weight" and c.tie_weights else v
+            for k, v in to_heads(sd).items()}
 
 
 def _shipped_name(key: str, c: ModelConfig) -> str:

@@ -2,9 +2,9 @@
 
 What has to line up:
 - GPT-2's `Conv1D` stores a layer's weight as (in, out), the transpose of `nn.Linear`'s (out, in).
-- Our attention owns one `query`, `key` and `value` projection per `Head`, without bias; GPT-2 has one
-  `c_attn` of (E, 3E) with a bias: the heads' rows are concatenated (q of every head, then k, then v, head by
-  head as GPT-2 splits them) and the bias is zero.
+- Our attention's query, key and value projections have no bias; GPT-2 has one `c_attn` of (E, 3E) with a bias:
+  the rows are q of every head, then k, then v, head by head as GPT-2 splits them (our fused `qkv` in that order;
+  a state dict of the lecture's per-head layout is fused first), and the bias is zero.
 - GELU: our MLP uses the exact (erf) GELU, which is `activation_function="gelu"` in `transformers`
   (`gelu_new`, GPT-2's own default, is the tanh approximation and would not match).
 - The head is untied in the lecture's model (`tie_word_embeddings=False`); a tied run ties it.
@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from model.config import ModelConfig, levers
+from model.qkv_layout import QKV, fuse
 
 
 def fits(c: ModelConfig) -> bool:
@@ -24,9 +25,16 @@ def fits(c: ModelConfig) -> bool:
             and c.head_size == c.embedding_size and c.embedding == "token" and c.head == "softmax" and not levers(c))
 
 
-def head_rows(sd: dict[str, Tensor], block: int, part: str, num_heads: int) -> Tensor:
-    """The `part` ("query", "key" or "value") rows of every head of a block, stacked: (head_size, E)."""
-    return torch.cat([sd[f"blocks.{block}.attn.heads.{h}.{part}.weight"] for h in range(num_heads)], dim=0)
+def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:
+    """Block `block`'s query, key and value rows, every head's: (3, head_size, E), from either layout."""
+    prefix = f"blocks.{block}.attn."
+    qkv = sd[prefix + QKV] if prefix + QKV in sd else fuse(sd, prefix)  # (3, H, D, E)
+    return qkv.flatten(1, 2)
+
+
+def qkv_tensor(rows: Tensor, num_heads: int) -> Tensor:
+    """(3, head_size, E) rows -> the fused attention's (3, H, head_dim, E) parameter."""
+    return rows.unflatten(1, (num_heads, -1))
 
 
 def hf_config(c: ModelConfig) -> dict:
@@ -56,7 +64,7 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
         for ours, theirs, transposed in BLOCK:
             w = sd[f"blocks.{i}.{ours}"]
             out[f"transformer.h.{i}.{theirs}"] = w.t() if transposed else w
-        qkv = torch.cat([head_rows(sd, i, part, c.num_heads) for part in ("query", "key", "value")], dim=0)
+        qkv = qkv_rows(sd, i).flatten(0, 1)  # (3 * head_size, E)
         out[f"transformer.h.{i}.attn.c_attn.weight"] = qkv.t()
         out[f"transformer.h.{i}.attn.c_attn.bias"] = torch.zeros(qkv.shape[0], dtype=qkv.dtype)
     return {k: v.contiguous() for k, v in out.items()}
@@ -66,13 +74,10 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """The inverse of `to_hf`: our state dict from the exported tensors."""
     sd = {ours: hf[theirs] for ours, theirs in TOP}
     sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
-    hd = c.head_size // c.num_heads
     for i in range(c.num_blocks):
         for ours, theirs, transposed in BLOCK:
             w = hf[f"transformer.h.{i}.{theirs}"]
             sd[f"blocks.{i}.{ours}"] = w.t() if transposed else w
-        q, k, v = hf[f"transformer.h.{i}.attn.c_attn.weight"].t().split(c.head_size, dim=0)
-        for part, rows in (("query", q), ("key", k), ("value", v)):
-            for j in range(c.num_heads):
-                sd[f"blocks.{i}.attn.heads.{j}.{part}.weight"] = rows[j * hd:(j + 1) * hd]
+        rows = hf[f"transformer.h.{i}.attn.c_attn.weight"].t().unflatten(0, (3, c.head_size))
+        sd[f"blocks.{i}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
     return {k: v.contiguous() for k, v in sd.items()}

@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hf_format.gpt2 import head_rows
+from hf_format.gpt2 import qkv_rows, qkv_tensor
 from model.config import ModelConfig, levers
+from model.qkv_layout import QKV
 from model.rope import ROPE_BASE
 
 
@@ -50,9 +51,8 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
         out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
-        q = _flip_second_half(head_rows(sd, i, "query", c.num_heads), c.num_heads)
-        k = _flip_second_half(head_rows(sd, i, "key", c.num_heads), c.num_heads)
-        v = head_rows(sd, i, "value", c.num_heads)
+        q, k, v = qkv_rows(sd, i)
+        q, k = _flip_second_half(q, c.num_heads), _flip_second_half(k, c.num_heads)
         gate, up = sd[f"{b}.ffwd.fc.weight"].chunk(2, dim=0)
         gate_bias, up_bias = sd[f"{b}.ffwd.fc.bias"].chunk(2, dim=0)
         zeros = torch.zeros(c.head_size, dtype=q.dtype)
@@ -74,15 +74,12 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """The inverse of `to_hf`."""
     sd = {"token_embedding.weight": hf["model.embed_tokens.weight"], "ln_f.weight": hf["model.norm.weight"],
           "lm_head.weight": hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]}
-    hd = c.head_size // c.num_heads
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
-        parts = {"query": _flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
-                 "key": _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
-                 "value": hf[f"{m}.self_attn.v_proj.weight"]}
-        for part, rows in parts.items():
-            for j in range(c.num_heads):
-                sd[f"{b}.attn.heads.{j}.{part}.weight"] = rows[j * hd:(j + 1) * hd]
+        rows = torch.stack([_flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
+                            _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
+                            hf[f"{m}.self_attn.v_proj.weight"]])  # (3, head_size, E)
+        sd[f"{b}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
         sd |= {f"{b}.ln1.weight": hf[f"{m}.input_layernorm.weight"],
                f"{b}.ln2.weight": hf[f"{m}.post_attention_layernorm.weight"],
                f"{b}.attn.proj.weight": hf[f"{m}.self_attn.o_proj.weight"],

@@ -9,6 +9,8 @@ Design choices:
 - Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it. Versions
   1 and 2 named the Hangul-aware layers `jamo_embedding` and `jamo_head`; version 3 holds them where the token
   embedding and the LM head are (model/input_output.py), and older names are renamed when a file is read.
+  Files written before the fused attention held one `qkv` tensor per block hold each head's query, key and value;
+  the weights are put in the layout the file's settings build when it is read (model/qkv_layout.py).
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
@@ -35,6 +37,7 @@ from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
 from model.config import ModelConfig
 from model.input_output import upgrade_state_names
+from model.qkv_layout import match_layout
 
 FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
@@ -111,14 +114,14 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
         if not isinstance(payload["model"], dict):
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
-        weights = upgrade_state_names(payload["model"])
+        weights = match_layout(upgrade_state_names(payload["model"]), model_config.attention)
         _check_weights(model_config, weights, path)
         averaged = payload.get("averaged_model")
         if averaged is not None:
             if not isinstance(averaged, dict):
                 raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
                                 "checkpoint")
-            averaged = upgrade_state_names(averaged)
+            averaged = match_layout(upgrade_state_names(averaged), model_config.attention)
             _check_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)

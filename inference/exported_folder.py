@@ -2,7 +2,8 @@
 
 Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. Both are checked
 before they are trusted (inference/exported_checks.py); the weights are then mapped back from the layout the
-folder was written in (hf_format/gpt2.py, llama.py, custom.py).
+folder was written in (hf_format/gpt2.py, llama.py, custom.py) and put in the layout the settings build
+(model/qkv_layout.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from common.errors import UserError
 from hf_format import RECORD
 from inference.checkpoint import Checkpoint
+from model.qkv_layout import match_layout
 
 
 def exported_folder(path: str | Path) -> Path:
@@ -46,6 +48,6 @@ def read_folder(path: str | Path) -> Checkpoint:
         tensors = safetensors_torch.load_file(str(weights))
     except Exception as e:  # noqa: BLE001 - a damaged file can fail in the parser in any way
         raise UserError(f"{weights} cannot be read ({type(e).__name__}); export the run again") from None
-    state = LAYOUTS[rec["layout"]].from_hf(tensors, config)
+    state = match_layout(LAYOUTS[rec["layout"]].from_hf(tensors, config), config.attention)
     return Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
                       rec.get("config") or {}, path=folder / RECORD)

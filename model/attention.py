@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from model.attention_kernels import attend
 from model.dropout import Dropout  # nn.Dropout with cheaper masks on the CPU (tests/test_dropout.py)
 from model.kv_cache import LayerKV
+from model.qkv_layout import convert_in_place, head_by_head
 from model.rope import apply_rope, rope_tables
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
@@ -95,9 +96,14 @@ class MultiHeadAttention(nn.Module):
         self.attention = attention
         self.dropout_p = dropout
         self.qk_norm = qk_norm
-        self.heads = nn.ModuleList(
-            Head(embedding_size, self.head_dim, context_length, dropout, qk_norm) for _ in range(num_heads)
-        )
+        if attention == "heads":  # the lecture's: each Head owns its query, key and value
+            self.heads = nn.ModuleList(
+                Head(embedding_size, self.head_dim, context_length, dropout, qk_norm) for _ in range(num_heads)
+            )
+        else:  # the same matrices as one tensor: qkv[0, h] is head h's query, qkv[1, h] its key, qkv[2, h] its value
+            self.qkv = nn.Parameter(torch.empty(3, num_heads, self.head_dim, embedding_size))
+            for w in head_by_head(self.qkv):  # as the heads' nn.Linear would draw them, in their order
+                nn.init.kaiming_uniform_(w, a=math.sqrt(5))
         cos, sin = rope_tables(self.head_dim, context_length) if position == "rope" else (None, None)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -139,22 +145,29 @@ class MultiHeadAttention(nn.Module):
         return None if self.rope_cos is None else (self.rope_cos, self.rope_sin)
 
     def qkv_weight(self) -> Tensor:
-        """The heads' projections stacked as one (3 * head_size, E) matrix: all queries, keys, values."""
+        """The heads' projections as one (3 * head_size, E) matrix: all queries, then keys, then values. On the
+        fused path a view of `qkv` (no copy); on the heads path the heads' matrices stacked."""
+        if self.attention != "heads":
+            return self.qkv.flatten(0, 2)
         hs = self.heads
         return torch.cat([h.query.weight for h in hs] + [h.key.weight for h in hs] + [h.value.weight for h in hs])
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:
+        convert_in_place(state_dict, prefix, fused=self.attention != "heads")  # either layout loads into either
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _fused(self, x: Tensor, kv: LayerKV | None, start: int, extra: Tensor | None) -> Tensor:
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
-        w = kv.qkv_weight if kv is not None and kv.qkv_weight is not None else self.qkv_weight()
-        qkv = F.linear(x, w).view(B, T, 3 * H, D).transpose(1, 2)  # (B, 3H, T, D): queries, keys, values
-        qk, v = qkv[:, : 2 * H], qkv[:, 2 * H :]
-        if extra is not None:
-            v = v + extra.transpose(1, 2)
+        qkv = F.linear(x, self.qkv_weight()).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
         if self.rope is not None or self.qk_norm:  # queries and keys together: half the elementwise calls
             positions = None if self.rope is None else torch.arange(start, start + T, device=x.device)
-            qk = shape_heads(qk, self.rope, positions, self.qk_norm)
-        q, k = qk[:, :H], qk[:, H:]  # (B, H, T, D) each
+            q, k = shape_heads(qkv[:2], self.rope, positions, self.qk_norm).unbind(0)
+            v = qkv[2]
+        else:
+            q, k, v = qkv.unbind(0)  # (B, H, T, D) each; unbind's backward is one stack, not three slices
+        if extra is not None:
+            v = v + extra.transpose(1, 2)
         mask, causal = None, True
         if kv is not None:
             kv.keys[:, :, start : start + T] = k

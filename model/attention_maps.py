@@ -5,6 +5,8 @@ Read-only helpers for visualisation; they reuse the model's own modules and neve
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,7 +19,7 @@ def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
     """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T).
 
     Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
-    are recomputed from each block's `ln1` and each head's query/key projections (with the model's query/key
+    are recomputed from each block's `ln1` and the heads' query/key projections (with the model's query/key
     norm and rotary positions, through the same `shape_qk` attention uses), because the fused path never
     materialises them; dropout is off, so they are the weights the model uses at inference. Each block's input is
     taken from one pass of the model itself (a hook), so whatever joins the residual stream between blocks (the
@@ -38,13 +40,12 @@ def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
         causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
         maps = []
         for block, x in zip(model.blocks, inputs, strict=True):
-            h = block.ln1(x)
-            per_head = []
-            for head in block.attn.heads:
-                q, k = shape_qk(head.query(h), head.key(h), block.attn.rope, positions, head.qk_norm)  # (1, T, D)
-                scores = (q @ k.transpose(-2, -1)).float() * head.scale  # (1, T, T)
-                per_head.append(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)[0])
-            maps.append(torch.stack(per_head))  # (H, T, T)
+            a = block.attn
+            qk = F.linear(block.ln1(x)[0], a.qkv_weight()[: 2 * a.head_size])  # (T, 2 * head_size)
+            q, k = qk.view(T, 2, a.num_heads, a.head_dim).permute(1, 2, 0, 3)  # (H, T, D) each
+            q, k = shape_qk(q, k, a.rope, positions, a.qk_norm)
+            scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(a.head_dim)  # (H, T, T)
+            maps.append(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))
         return torch.stack(maps)  # (L, H, T, T)
     finally:
         for hook in hooks:

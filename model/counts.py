@@ -33,7 +33,7 @@ def parameter_counts(model: nn.Module) -> list[tuple[str, int]]:
     rows: dict[str, int] = {}
     for name, p in model.named_parameters():  # named_parameters skips tied duplicates
         parts = name.split(".")
-        # blocks.0.attn.heads.1.query.weight -> blocks.0.attn ; token_embedding.weight -> token_embedding
+        # blocks.0.attn.qkv -> blocks.0.attn ; token_embedding.weight -> token_embedding
         key = ".".join(parts[:3]) if parts[0] == "blocks" else parts[0]
         if parts[0] == "blocks" and parts[2].startswith("ln"):
             key = ".".join(parts[:2]) + ".norms"

@@ -142,8 +142,8 @@ class DecodeStep:
     """Logits for one new token per sequence, reading and extending a `KVCache`.
 
     The matrices take the cache's dtype: the autocast dtype when generating under autocast (so they are cast
-    once here instead of at every step), else the parameters' dtype. The QKV matrices are the ones the cache
-    already concatenated for the prefill (or concatenated here, for a model on the `heads` path).
+    once here instead of at every step), else the parameters' dtype. Each block's QKV matrix is `qkv_weight()`:
+    the fused parameter itself, or the heads' matrices stacked once here for a model on the `heads` path.
     """
 
     def __init__(self, model, cache: KVCache):
@@ -154,10 +154,8 @@ class DecodeStep:
         self.embed_ids = None if type(emb) is nn.Embedding else emb
         pe = model.position_embedding
         self.position_embedding = None if pe is None else pe.weight
-        qkv = [w if w is not None else b.attn.qkv_weight() for b, w in zip(model.blocks, cache.qkv_weights,
-                                                                               strict=True)]
         x_dtype = self.token_embedding.dtype  # the residual stream's, which the norms see
-        self.blocks = [_BlockWeights.of(b, w, dtype, x_dtype) for b, w in zip(model.blocks, qkv, strict=True)]
+        self.blocks = [_BlockWeights.of(b, b.attn.qkv_weight(), dtype, x_dtype) for b in model.blocks]
         self.ln_f = _Norm(model.ln_f, x_dtype)
         linear = isinstance(head, nn.Linear)
         self.head, self.final_norm = (None, None) if linear else (head, model.ln_f)  # the whole norm, then the head

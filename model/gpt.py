@@ -35,6 +35,7 @@ from model.config import ModelConfig
 from model.dropout import Dropout
 from model.input_output import build_lm_head, build_token_embedding
 from model.kv_cache import KVCache
+from model.qkv_layout import head_by_head
 from model.streaming import stream
 
 
@@ -82,7 +83,8 @@ class AttentionLanguageModel(nn.Module):
                 nn.init.zeros_(p)
             elif p.dim() >= 2 and name not in kept:
                 std = 0.02 / math.sqrt(2 * c.num_blocks) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, mean=0.0, std=std)
+                for w in head_by_head(p) if name.endswith(".attn.qkv") else (p,):  # either layout, same draws
+                    nn.init.normal_(w, mean=0.0, std=std)
         for m in self.modules():
             if hasattr(m, "finish_init"):
                 m.finish_init()

@@ -28,7 +28,6 @@ class LayerKV:
 
     keys: Tensor  # (B, num_heads, context_length, head_dim)
     values: Tensor  # (B, num_heads, context_length, head_dim)
-    qkv_weight: Tensor | None = None  # the fused QKV matrix, built once per generation instead of every step
 
 
 class KVCache:
@@ -40,7 +39,6 @@ class KVCache:
         self.buffers = [torch.empty(shape, device=device, dtype=dtype) for _ in range(num_blocks)]
         self.keys = [b[:, 0] for b in self.buffers]  # (B, num_heads, context_length, head_dim) each
         self.values = [b[:, 1] for b in self.buffers]
-        self.qkv_weights: list[Tensor | None] = [None] * num_blocks
         self.context_length = context_length
         self.position = 0  # positions written since the last (re)fill; the next one goes to slot position % C
         self.window_start = 0  # absolute index, in the whole sequence, of position 0
@@ -63,7 +61,7 @@ class KVCache:
         self.position += n
 
     def layer(self, i: int) -> LayerKV:
-        return LayerKV(self.keys[i], self.values[i], self.qkv_weights[i])
+        return LayerKV(self.keys[i], self.values[i])
 
 
 class TokenWindow:

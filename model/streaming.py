@@ -43,13 +43,11 @@ def default_window_shift(model: nn.Module) -> int:
 
 
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
-    """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce, with each
-    block's QKV matrix concatenated once (the weights are frozen while generating)."""
+    """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
     attn = model.blocks[0].attn
     autocasting = torch.is_autocast_enabled(device.type)
     dtype = torch.get_autocast_dtype(device.type) if autocasting else model.token_embedding.weight.dtype
     cache = KVCache(len(model.blocks), batch_size, attn.num_heads, model.context_length, attn.head_dim, device, dtype)
-    cache.qkv_weights = [b.attn.qkv_weight() for b in model.blocks]
     return cache
 
 

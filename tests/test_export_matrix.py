@@ -44,13 +44,15 @@ def model_config(recipe: str, tokenizer: str, vocab_size: int) -> ModelConfig:
     return ModelConfig(**{**model, "vocab_size": vocab_size, "dropout": 0.0})
 
 
-def export(tmp_path, config: ModelConfig, tokenizer, **write):
-    """A model of `config`, weights shaken so that a wrong mapping shows, exported to tmp_path/m."""
+def export(tmp_path, config: ModelConfig, tokenizer, head_gain: float = 1.0, **write):
+    """A model of `config`, weights shaken so that a wrong mapping shows (and the LM head times `head_gain`, so that
+    a small difference inside shows in the logits), exported to tmp_path/m."""
     torch.manual_seed(0)
     model = AttentionLanguageModel(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
+        model.lm_head.weight.mul_(head_gain)
     ckpt = Checkpoint(config, model.state_dict(), tokenizer.to_dict(), 1.0)
     layout = write_folder(ckpt, tokenizer, num_parameters(model), tmp_path / "m", "python export.py (test)",
                           overwrite=False, **write)
@@ -105,9 +107,9 @@ def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypa
     config = ModelConfig(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32, num_heads=4,
                          num_blocks=1)
     with pytest.raises(UserError, match="does not compute what the run computes"):
-        export(tmp_path, config, tok)
+        export(tmp_path, config, tok, head_gain=10.0)  # the two GELUs differ by < 1e-3: shown 10x in the logits
     assert not (tmp_path / "m").exists() and not list(tmp_path.iterdir())
-    export(tmp_path, config, tok, verify=False)  # unchecked, it would have been written
+    export(tmp_path, config, tok, head_gain=10.0, verify=False)  # unchecked, it would have been written
     assert (tmp_path / "m" / "model.safetensors").is_file()
 
 

@@ -47,14 +47,17 @@ def test_heads_and_fused_give_same_outputs_and_gradients():
     torch.manual_seed(0)
     heads = MultiHeadAttention(32, 32, 4, 16, attention="heads")
     fused = MultiHeadAttention(32, 32, 4, 16, attention="fused")
-    fused.load_state_dict(heads.state_dict())  # the same parameters load into either path
+    fused.load_state_dict(heads.state_dict())  # the heads' matrices load into the fused path's one tensor
     x = torch.randn(3, 16, 32)
     y1, y2 = heads(x), fused(x)
     assert torch.allclose(y1, y2, atol=1e-5)
     y1.square().sum().backward()
     y2.square().sum().backward()
-    for (n1, p1), (_, p2) in zip(heads.named_parameters(), fused.named_parameters(), strict=True):
-        assert torch.allclose(p1.grad, p2.grad, atol=1e-5), n1
+    for h, head in enumerate(heads.heads):  # qkv[0, h] is head h's query, [1, h] its key, [2, h] its value
+        for i, part in enumerate((head.query, head.key, head.value)):
+            assert torch.allclose(part.weight.grad, fused.qkv.grad[i, h], atol=1e-5), (h, i)
+    for name in ("proj.weight", "proj.bias"):
+        assert torch.allclose(heads.get_parameter(name).grad, fused.get_parameter(name).grad, atol=1e-5), name
 
 
 def test_whole_model_heads_vs_fused_and_state_dict_compatibility():
@@ -62,12 +65,29 @@ def test_whole_model_heads_vs_fused_and_state_dict_compatibility():
     b.load_state_dict(a.state_dict())
     idx = torch.randint(0, V, (2, 16))
     assert torch.allclose(a(idx)[0], b(idx)[0], atol=1e-5)
+    a.load_state_dict(b.state_dict())  # and back: the fused tensor loads into the heads
+    assert torch.allclose(a(idx)[0], b(idx)[0], atol=1e-5)
+    assert "blocks.0.attn.qkv" in b.state_dict() and "blocks.0.attn.heads.0.query.weight" in a.state_dict()
+
+
+@pytest.mark.parametrize("init", ["gpt2", "torch"])
+def test_same_seed_draws_the_same_weights_on_either_path(init):
+    from model.qkv_layout import to_fused
+
+    models = [tiny_model(attention, seed=3, init=init) for attention in ("heads", "fused")]
+    heads, fused = to_fused(models[0].state_dict()), models[1].state_dict()
+    assert list(heads) == list(fused)  # the fused tensor stands where the heads stood
+    for key in fused:
+        assert torch.equal(heads[key], fused[key]), key
 
 
 def test_multihead_concat_width_is_head_size():
-    mha = MultiHeadAttention(embedding_size=24, head_size=12, num_heads=3, context_length=8)
+    mha = MultiHeadAttention(embedding_size=24, head_size=12, num_heads=3, context_length=8, attention="heads")
     assert [h.query.out_features for h in mha.heads] == [4, 4, 4]
     assert mha.proj.in_features == 12 and mha.proj.out_features == 24
+    fused = MultiHeadAttention(embedding_size=24, head_size=12, num_heads=3, context_length=8)
+    assert fused.qkv.shape == (3, 3, 4, 24) and fused.qkv_weight().shape == (36, 24)
+    assert not hasattr(fused, "heads")  # one tensor, nothing to concatenate in a step
 
 
 def test_loss_at_init_is_close_to_log_vocab():

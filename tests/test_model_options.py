@@ -63,7 +63,7 @@ def test_rope_model_attention_weights_are_shift_invariant():
     m = _scramble(tiny_model(position="rope", qk_norm=True))
     attn = m.blocks[0].attn
     h = torch.randn(1, 6, 32)
-    q, k = attn.heads[0].query(h), attn.heads[0].key(h)
+    q, k = h @ attn.qkv[0, 0].T, h @ attn.qkv[1, 0].T  # head 0's query and key
     from model.attention import shape_qk
 
     def weights(start):

@@ -11,6 +11,8 @@ Design choices:
   (`torch.optim.Muon` always uses bfloat16, which on a CPU can cost more than the model's own step, so the
   CPU orthogonalises in float32), and matrices of the same shape are orthogonalised together as one batch
   (a model has many small per-head matrices; one batched product replaces dozens of tiny ones).
+- A parameter of more than two dimensions is a stack of matrices, each updated as a matrix of its own: the fused
+  attention's `qkv` (3, H, head_dim, E) takes the same updates as the lecture layout's 3H per-head matrices.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ class MuonAdamW(torch.optim.Optimizer):
                         weight_decay=0.0)
         super().__init__(groups, defaults)
         for group in self.param_groups:
-            if group["use_muon"] and any(p.dim() != 2 for p in group["params"]):
-                raise ValueError("Muon updates 2-D matrices only; put other parameters in an AdamW group")
+            if group["use_muon"] and any(p.dim() < 2 for p in group["params"]):
+                raise ValueError("Muon updates matrices (or stacks of them) only; put other parameters in an AdamW "
+                                 "group")
         self.ns_dtype, self.fused = ns_dtype, fused
 
     @torch.no_grad()
@@ -67,9 +70,9 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def _muon(self, group: dict, params: list[Tensor]) -> None:
         lr, m = group["lr"], group["momentum"]
-        by_shape: dict[tuple, list[Tensor]] = defaultdict(list)
+        by_shape: dict[tuple, list[Tensor]] = defaultdict(list)  # by the shape of one matrix
         for p in params:
-            by_shape[tuple(p.shape)].append(p)
+            by_shape[tuple(p.shape[-2:])].append(p)
         for shape, ps in by_shape.items():
             updates = []
             for p in ps:
@@ -78,12 +81,12 @@ class MuonAdamW(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - m)
-                updates.append(p.grad.lerp(buf, m) if group["nesterov"] else buf)
-            ortho = orthogonalize(torch.stack(updates), self.ns_dtype)
+                updates.append((p.grad.lerp(buf, m) if group["nesterov"] else buf).reshape(-1, *shape))
+            ortho = orthogonalize(torch.cat(updates), self.ns_dtype)  # (matrices, *shape)
             scaled_lr = lr * math.sqrt(max(1.0, shape[0] / shape[1]))
-            for p, o in zip(ps, ortho, strict=True):
+            for p, o in zip(ps, ortho.split([u.shape[0] for u in updates]), strict=True):
                 p.mul_(1 - lr * group["weight_decay"])
-                p.add_(o, alpha=-scaled_lr)
+                p.add_(o.view_as(p), alpha=-scaled_lr)
 
     def _adamw(self, group: dict, params: list[Tensor]) -> None:
         avgs, sqs, steps = [], [], []

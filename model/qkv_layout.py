@@ -1,0 +1,119 @@
+"""The two layouts of a block's query, key and value weights, and the conversions between them.
+
+- `heads` (`model.attention=heads`, the lecture's): each `Head` owns three (head_dim, E) matrices, named
+  `attn.heads.{h}.query.weight`, `attn.heads.{h}.key.weight` and `attn.heads.{h}.value.weight`.
+- `fused` (the default): one parameter `attn.qkv` of shape (3, num_heads, head_dim, E). `qkv[0, h]` is head h's
+  query matrix, `qkv[1, h]` its key matrix, `qkv[2, h]` its value matrix; viewed as (3 * head_size, E) it is the
+  matrix the fused path multiplies by, so a training step concatenates nothing and its backward slices nothing.
+
+Design choices:
+- A state dict of either layout loads into a model of either: `MultiHeadAttention` converts what it is given
+  (`convert_in_place`), checkpoints are converted to their own settings' layout when read (`match_layout`), and
+  the optimizer's per-parameter moments follow (training/optimizer_layout.py uses `other_layout_names`).
+- Checkpoints and exports written before the fused parameter existed hold the per-head names; they load
+  unchanged. The exported custom modeling code keeps the per-head names (hf_format/custom.py converts).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import Tensor
+
+PARTS = ("query", "key", "value")
+QKV = "qkv"  # the fused parameter's name inside a MultiHeadAttention
+_HEAD_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?)heads\.(?P<head>\d+)\.(?P<part>query|key|value)\.weight$")
+
+
+def head_key(prefix: str, head: int, part: str) -> str:
+    return f"{prefix}heads.{head}.{part}.weight"
+
+
+def _head_prefixes(state: dict[str, Tensor]) -> list[str]:
+    """The attention modules (their key prefixes, "blocks.0.attn.") whose weights `state` holds head by head."""
+    return [m["prefix"] for k in state if (m := _HEAD_KEY.match(k)) and m["head"] == "0" and m["part"] == "query"]
+
+
+def num_heads_at(state: dict[str, Tensor], prefix: str) -> int:
+    n = 0
+    while head_key(prefix, n, "query") in state:
+        n += 1
+    return n
+
+
+def fuse(state: dict[str, Tensor], prefix: str) -> Tensor:
+    """The (3, H, head_dim, E) tensor of the heads stored under `prefix` (queries, then keys, then values)."""
+    H = num_heads_at(state, prefix)
+    return torch.stack([torch.stack([state[head_key(prefix, h, part)] for h in range(H)]) for part in PARTS])
+
+
+def convert_in_place(state: dict[str, Tensor], prefix: str, fused: bool) -> None:
+    """Rewrite the weights of the attention module at `prefix` in `state` to its layout: `fused` (one `qkv`) or
+    the lecture's heads. Entries of other modules, and weights already in the layout, are left as they are."""
+    if fused and head_key(prefix, 0, "query") in state:
+        qkv = fuse(state, prefix)
+        for h in range(qkv.shape[1]):
+            for part in PARTS:
+                del state[head_key(prefix, h, part)]
+        state[prefix + QKV] = qkv
+    elif not fused and prefix + QKV in state:
+        qkv = state.pop(prefix + QKV)
+        for h in range(qkv.shape[1]):
+            for i, part in enumerate(PARTS):
+                state[head_key(prefix, h, part)] = qkv[i, h].clone()  # a tensor of its own, as a Linear's is
+
+
+def to_fused(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A copy of `state` with every attention module's weights fused; the other entries keep their order."""
+    prefixes = set(_head_prefixes(state))
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        m = _HEAD_KEY.match(key)
+        if m is None or m["prefix"] not in prefixes:
+            out[key] = value
+        elif m["head"] == "0" and m["part"] == "query":  # the fused tensor stands where the first head stood
+            out[m["prefix"] + QKV] = fuse(state, m["prefix"])
+    return out
+
+
+def to_heads(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A copy of `state` with every fused `qkv` written head by head, in the order `Head` modules register them."""
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        if key == QKV or key.endswith("." + QKV):
+            prefix = key[: -len(QKV)]
+            for h in range(value.shape[1]):
+                for i, part in enumerate(PARTS):
+                    out[head_key(prefix, h, part)] = value[i, h].clone()
+        else:
+            out[key] = value
+    return out
+
+
+def match_layout(state: dict[str, Tensor], attention: str) -> dict[str, Tensor]:
+    """`state` in the layout a model with `model.attention=attention` holds."""
+    return to_heads(state) if attention == "heads" else to_fused(state)
+
+
+def other_layout_names(names: list[str], num_heads: int) -> list[str]:
+    """Parameter names in the order a model of the other layout lists them: each `...attn.qkv` becomes its heads'
+    names (head by head: query, key, value) and each run of heads' names becomes one `...attn.qkv`."""
+    out: list[str] = []
+    for name in names:
+        m = _HEAD_KEY.match(name)
+        if name == QKV or name.endswith("." + QKV):
+            prefix = name[: -len(QKV)]
+            out += [head_key(prefix, h, part) for h in range(num_heads) for part in PARTS]
+        elif m is None:
+            out.append(name)
+        elif m["head"] == "0" and m["part"] == "query":
+            out.append(m["prefix"] + QKV)
+    return out
+
+
+def head_by_head(qkv: Tensor) -> list[Tensor]:
+    """The (head_dim, E) matrices of a fused `qkv` in the order the lecture's `Head` modules are built (head 0's
+    query, key, value, then head 1's...): drawing initial weights in this order gives either layout the same
+    weights for the same seed."""
+    return [qkv[i, h] for h in range(qkv.shape[1]) for i in range(len(PARTS))]
