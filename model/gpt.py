@@ -19,7 +19,7 @@ Design choices:
   Off, the loop in `hidden` is the lecture's `for block in blocks: x = block(x)`.
 - Generation lives beside the model, with the KV cache and the one-token decode step (model/streaming.py);
   `generate` is the lecture's way in. Counting parameters and FLOPs, attention maps and switching a built
-  model's attention path or dropout are model/counts.py, model/attention_maps.py and model/switches.py.
+  model's dropout are model/counts.py, model/attention_maps.py and model/switches.py.
 """
 
 from __future__ import annotations

@@ -30,6 +30,17 @@ def head_key(prefix: str, head: int, part: str) -> str:
     return f"{prefix}heads.{head}.{part}.weight"
 
 
+def split_head_key(key: str) -> tuple[str, int, int] | None:
+    """(prefix, head, index of the part in PARTS) of a per-head weight's name; None for any other name."""
+    m = _HEAD_KEY.match(key)
+    return None if m is None else (m["prefix"], int(m["head"]), PARTS.index(m["part"]))
+
+
+def qkv_prefix(key: str) -> str | None:
+    """The attention module's prefix of a fused `qkv` name ("blocks.0.attn." of "blocks.0.attn.qkv"), else None."""
+    return key[: -len(QKV)] if key == QKV or key.endswith("." + QKV) else None
+
+
 def _head_prefixes(state: dict[str, Tensor]) -> list[str]:
     """The attention modules (their key prefixes, "blocks.0.attn.") whose weights `state` holds head by head."""
     return [m["prefix"] for k in state if (m := _HEAD_KEY.match(k)) and m["head"] == "0" and m["part"] == "query"]
@@ -81,8 +92,7 @@ def to_heads(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """A copy of `state` with every fused `qkv` written head by head, in the order `Head` modules register them."""
     out: dict[str, Tensor] = {}
     for key, value in state.items():
-        if key == QKV or key.endswith("." + QKV):
-            prefix = key[: -len(QKV)]
+        if (prefix := qkv_prefix(key)) is not None:
             for h in range(value.shape[1]):
                 for i, part in enumerate(PARTS):
                     out[head_key(prefix, h, part)] = value[i, h].clone()
@@ -101,14 +111,13 @@ def other_layout_names(names: list[str], num_heads: int) -> list[str]:
     names (head by head: query, key, value) and each run of heads' names becomes one `...attn.qkv`."""
     out: list[str] = []
     for name in names:
-        m = _HEAD_KEY.match(name)
-        if name == QKV or name.endswith("." + QKV):
-            prefix = name[: -len(QKV)]
+        head = split_head_key(name)
+        if (prefix := qkv_prefix(name)) is not None:
             out += [head_key(prefix, h, part) for h in range(num_heads) for part in PARTS]
-        elif m is None:
+        elif head is None:
             out.append(name)
-        elif m["head"] == "0" and m["part"] == "query":
-            out.append(m["prefix"] + QKV)
+        elif head[1:] == (0, 0):  # the first head's query: the fused tensor stands where it stood
+            out.append(head[0] + QKV)
     return out
 
 

@@ -1,7 +1,8 @@
-"""Changing a built model's settings that leave its parameters as they are: the attention path and dropout.
+"""Changing a built model's dropout, a setting its parameters do not depend on.
 
-Both are settings a checkpoint's weights do not depend on (training/resume_settings.py lets a resumed run change
-them); everything else about the architecture is fixed when the model is built.
+A resumed run may change dropout and the attention path (training/resume_settings.py); the path decides the
+attention weights' layout, so a changed path is a model built anew, into which the checkpoint's weights load
+(model/qkv_layout.py). Everything else about the architecture is fixed when the model is built.
 """
 
 from __future__ import annotations
@@ -9,17 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from torch import nn
-
-from model.config import ATTENTION_KINDS
-
-
-def set_attention(model: nn.Module, attention: str) -> None:
-    """Switch every block between the `heads` and `fused` paths (the same parameters)."""
-    if attention not in ATTENTION_KINDS:
-        raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
-    for b in model.blocks:
-        b.attn.attention = attention
-    model.config = replace(model.config, attention=attention)
 
 
 def set_dropout(model: nn.Module, p: float) -> None:

@@ -43,6 +43,7 @@ from training.averaging import WeightAverage, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
+from training.optimizer_layout import match_optimizer_layout
 from training.resume_settings import apply_checkpoint_settings, summary
 from training.rng_state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
@@ -174,14 +175,14 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
 
 
 def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, sampler: BatchSampler,
-                     world_size: int, resumed: Checkpoint) -> LoopState:
+                     world_size: int, resumed: Checkpoint, model: nn.Module) -> LoopState:
     saved = resumed.training
     if saved is None:
         raise UserError(resumed.resume_refusal())
     part = "optimizer"
     try:
         fresh = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        optimizer.load_state_dict(saved.optimizer)
+        optimizer.load_state_dict(match_optimizer_layout(saved.optimizer, optimizer, model))
         for group, settings in zip(optimizer.param_groups, fresh, strict=True):  # this run's betas; saved moments
             group.update(settings)
         part = "gradient scaler"
@@ -268,7 +269,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
                            t.input_noise)
-    state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed) if resumed else \
+    state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model) if resumed else \
         LoopState(last_log=(time.perf_counter(), 0))
     if dist.rank:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
