@@ -43,9 +43,9 @@ def test_weight_decay_only_on_matrices():
     decayed = {names[id(p)] for p in decay["params"]}
     kept = {names[id(p)] for p in no_decay["params"]}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(n.endswith("weight") and "ln" not in n and "embedding" not in n for n in decayed)
+    assert all(n.endswith(("weight", "attn.qkv")) and "ln" not in n and "embedding" not in n for n in decayed)
     assert {"token_embedding.weight", "position_embedding.weight", "ln_f.weight", "ln_f.bias"} <= kept
-    assert "blocks.0.attn.heads.0.query.weight" in decayed and "blocks.0.ffwd.fc.bias" in kept
+    assert "blocks.0.attn.qkv" in decayed and "blocks.0.ffwd.fc.bias" in kept
     assert len(decayed) + len(kept) == len(list(m.parameters()))  # the tied matrix counted once
 
 

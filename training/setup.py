@@ -41,6 +41,7 @@ from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.averaging import WeightAverage, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
+from training.divergence import LossWatch
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.optimizer_layout import match_optimizer_layout
@@ -87,7 +88,8 @@ class LoopState:
     step: int = 0
     best_val_loss: float = math.inf
     val_loss: float = math.nan  # nan until the first evaluation
-    train_loss: float = math.nan
+    last_loss: torch.Tensor | None = None  # the last step's, on the device (read when the run ends)
+    watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (training/divergence.py)
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
     stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | SIGINT | SIGTERM

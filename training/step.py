@@ -12,7 +12,6 @@ weights' average, updated after the optimizer step: training/averaging.py).
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,22 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.errors import UserError
 from training.config import TrainConfig
 from training.optim import set_lr, set_muon_weight_decay
 from training.schedule import lr_at, lr_at_fraction
 from training.setup import LoopState, Session
 
 
-class TrainingDiverged(UserError):
-    exit_code = 3
-
-
 @dataclass
 class StepResult:
-    loss: float
+    """What a step leaves for logging. The loss and the gradient norm stay on the device (0-d tensors): reading them
+    waits for the step to finish, which the trainer does only at its checks (training/divergence.py)."""
+
+    loss: Tensor
     lr: float
-    grad_norm: float
+    grad_norm: Tensor
 
 
 def compute_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
@@ -93,7 +90,8 @@ def learning_rate(s: Session, state: LoopState) -> float:
 
 
 def train_step(s: Session, state: LoopState) -> StepResult:
-    """Advance the model by one optimizer step; a non-finite loss stops the run before anything is saved."""
+    """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
+    is found at the trainer's next check (training/divergence.py), before anything is saved."""
     t = s.job.train
     lr, progress = learning_rate(s, state), run_progress(s, state)
     set_lr(s.optimizer, lr)
@@ -110,18 +108,13 @@ def train_step(s: Session, state: LoopState) -> StepResult:
                 total, loss = multi_token_loss(s.model, x, y, mtp) if mtp else (compute_loss(s.model, x, y),) * 2
             s.scaler.scale(total / accum).backward()
         loss_sum += loss.detach()
-    loss_value = (loss_sum / accum).item()
-    if not math.isfinite(loss_value):
-        raise TrainingDiverged(f"the loss became {loss_value} at step {state.step + 1}; stopped without saving, the "
-                               "last good checkpoint is kept (try a lower train.lr or train.grad_clip=1.0)")
     s.scaler.unscale_(s.optimizer)
     clip = s.job.train.grad_clip or float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip).item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip)
     s.scaler.step(s.optimizer)
     s.scaler.update()
     s.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     if s.average is not None and s.average.due(state.step, progress):
         s.average.update(s.raw_model)
-    state.train_loss = loss_value
-    return StepResult(loss_value, lr, grad_norm)
+    return StepResult(loss_sum / accum, lr, grad_norm)

@@ -38,13 +38,14 @@ from model.counts import num_parameters
 from model.hangul.held_rows import dense_state_dict
 from training import distributed
 from training.config import TrainJob
+from training.divergence import LossWatch, TrainingDiverged
 from training.evaluation import bits_per_char, estimate_loss
 from training.progress import progress_bar
 from training.rng_state import capture_rng
 from training.sample import sample_chars
 from training.setup import LoopState, Session, setup
 from training.signals import StopSignals
-from training.step import StepResult, TrainingDiverged, train_step
+from training.step import StepResult, train_step
 
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
                "max_seconds": "the time budget train.max_seconds used"}
@@ -71,17 +72,31 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, disable=not s.dist.is_main)
     s.raw_model.train()
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
+    state.watch = LossWatch(state.step)
+    try:
+        loop(s, state, bar)
+    except TrainingDiverged:
+        bar.close()  # so the error starts its own line
+        raise
+    bar.close()
+    return finish(s, state, time.perf_counter() - started)
+
+
+def loop(s: Session, state: LoopState, bar: tqdm) -> None:
+    """Steps, logging, evaluations and checkpoints until a limit or a signal; nothing here waits for the device
+    but the checks at log steps, evaluations and checkpoints (training/divergence.py)."""
+    job = s.job
     with StopSignals() as signals:
         while s.max_steps is None or state.step < s.max_steps:
-            try:
-                result = train_step(s, state)
-            except TrainingDiverged:
-                bar.close()  # so the error starts its own line
-                raise
+            result = train_step(s, state)
+            state.watch.add(result.loss)
+            state.last_loss = result.loss
             bar.update(1)
             log_step(s, state, result, bar)
             out_of_time = bool(job.train.max_seconds) and state.elapsed() >= job.train.max_seconds
-            halt = distributed.any_rank(out_of_time or signals.received is not None, s.dist, s.device)
+            # under DDP agreeing to stop is a collective that waits for the device: ranks agree at log steps
+            agree = not s.dist.enabled or state.step % job.train.log_interval == 0 or state.step == s.max_steps
+            halt = agree and distributed.any_rank(out_of_time or signals.received is not None, s.dist, s.device)
             stop_signal = distributed.agreed_signal(signals.received, s.dist, s.device) if halt else None
             if stop_signal:  # every rank takes this branch together, whichever got the signal first
                 state.stopped = stop_signal
@@ -97,20 +112,21 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
                 break
-    bar.close()
-    return finish(s, state, time.perf_counter() - started)
 
 
 def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> None:
+    """Every train.log_interval steps (and the last): the one read from the device, which also checks every loss
+    since the last one; then TensorBoard and the progress bar."""
     if state.step % s.job.train.log_interval and state.step != s.max_steps:
         return
+    loss, grad_norm = state.watch.check(state.step, result.loss, result.grad_norm)
     now = time.perf_counter()
     last_time, last_step = state.last_log
     state.tokens_per_sec = (state.step - last_step) * s.tokens_per_step / max(1e-9, now - last_time)
     state.last_log = (now, state.step)
-    s.logger.scalars(state.step, {"train/loss": result.loss, "train/lr": result.lr, "train/grad_norm": result.grad_norm,
+    s.logger.scalars(state.step, {"train/loss": loss, "train/lr": result.lr, "train/grad_norm": grad_norm,
                                   "train/tokens_per_sec": state.tokens_per_sec})
-    bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
+    bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
 def reader_model(s: Session, raw: torch.nn.Module) -> torch.nn.Module:
@@ -134,6 +150,7 @@ def evaluate(s: Session) -> tuple[float, float]:
 
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved)."""
+    state.watch.check(state.step)
     train_est, state.val_loss = evaluate(s)
     bpc = bits_per_char(state.val_loss, s.tokens_per_char)
     scalars = {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est}
@@ -161,9 +178,10 @@ def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool
 
 def save(s: Session, state: LoopState, name: str, also: str | None = None) -> None:
     """Write the checkpoint `name`, and give it the second name `also` (best.pt) without writing it twice."""
+    state.watch.check(state.step)
     if not s.dist.is_main:
         return
-    if not all(torch.isfinite(p).all() for p in s.raw_model.parameters()):
+    if not bool(torch.stack([torch.isfinite(p).all() for p in s.raw_model.parameters()]).all()):  # one read
         raise TrainingDiverged("the model weights are not finite; the last good checkpoint was kept")
     average = s.average
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
@@ -207,5 +225,6 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                      metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
-    return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,
+    train_loss = math.nan if state.last_loss is None else float(state.last_loss)
+    return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
                        state.tokens_per_sec, seconds, state.stopped, sample)

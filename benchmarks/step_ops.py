@@ -1,0 +1,153 @@
+"""Work in a training step that no clock measures: the operations it dispatches and the host syncs of its loop.
+
+    python -m benchmarks.step_ops                            # this project's model, and train.py's own step
+    python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
+
+Prints one JSON object. On a GPU every dispatched operation is at least one kernel launch (a view is a launch-free
+one, and still costs the CPU a dispatch), so counting them on the CPU tells how much a step asks of a GPU's
+launcher without a GPU; a host sync (`.item()`, `.tolist()`, `bool()` of a tensor...) makes the CPU wait for the
+device, so it cannot queue the next step meanwhile.
+
+Design choices:
+- The model's step is the same for every model measured: forward with targets, backward, `clip_grad_norm_(1.0)`, a
+  fused AdamW step and `zero_grad(set_to_none=True)`, at the default size (4 blocks, 128 wide, 4 heads, context
+  128, batch 8, 1,480 ids as in the GPU issue's measurements), float32, dropout 0, after two warm-up steps.
+- train.py's step is `training.step.train_step` on a session `training/setup.py` built from the default config
+  (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
+  train.py adds to it (the loss kept on the device, the learning rate set).
+- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT, whose
+  `model.py` is imported from there, never copied. tests/test_step_cost.py holds the counts it gave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+SIZE = dict(num_blocks=4, embedding_size=128, num_heads=4, context_length=128)  # configs/model/small.yaml's
+BATCH, VOCAB = 8, 1480
+SYNCS = {"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"}
+
+
+class DispatchCount(TorchDispatchMode):
+    """Counts every ATen operation dispatched while active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+class HostSyncs(TorchFunctionMode):
+    """Records every call that reads a tensor's value into Python (each a wait for the device on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+        self.pauses = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in SYNCS and not self.pauses:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Calls inside are not recorded (a part of the loop that reads values on purpose)."""
+        self.pauses += 1
+        try:
+            yield
+        finally:
+            self.pauses -= 1
+
+
+def model_step_ops(model: torch.nn.Module) -> int:
+    """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
+
+    def step() -> None:
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    with DispatchCount() as count:
+        step()
+    return count.total
+
+
+def ours() -> torch.nn.Module:
+    from model import AttentionLanguageModel
+
+    torch.manual_seed(0)
+    return AttentionLanguageModel(vocab_size=VOCAB, head_size=SIZE["embedding_size"], dropout=0.0, **SIZE)
+
+
+def nanogpt(checkout: str, bias: bool) -> torch.nn.Module:
+    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(checkout).expanduser() / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    c = module.GPTConfig(block_size=SIZE["context_length"], vocab_size=VOCAB, n_layer=SIZE["num_blocks"],
+                         n_head=SIZE["num_heads"], n_embd=SIZE["embedding_size"], dropout=0.0, bias=bias)
+    return module.GPT(c)
+
+
+def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
+    """Operations one `train_step` of the default run dispatches (dropout 0), after two warm-up steps."""
+    from benchmarks.lever_speed import session
+    from training.step import train_step
+
+    s, state = session(["device=cpu", "train.dtype=float32", "model.dropout=0", f"data.path={corpus}",
+                        f"data.cache_dir={run_dir / 'cache'}", f"train.batch_size={BATCH}"], run_dir)
+    for _ in range(2):
+        train_step(s, state)
+    with DispatchCount() as count:
+        train_step(s, state)
+    return count.total
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nanogpt", help="a checkout of github.com/karpathy/nanoGPT, counted beside this project")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    out = {"size": {**SIZE, "batch": BATCH, "vocab_size": VOCAB}, "ours_model_step": model_step_ops(ours())}
+    with tempfile.TemporaryDirectory() as tmp:
+        out["ours_train_py_step"] = train_py_step_ops(ROOT / "data" / "corpus" / "ko_default.txt", Path(tmp))
+    if args.nanogpt:
+        for bias in (False, True):
+            out[f"nanogpt_bias_{str(bias).lower()}_model_step"] = model_step_ops(nanogpt(args.nanogpt, bias))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
