@@ -21,7 +21,7 @@ from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS, BenchOptions
 from benchmarks.presets import PRESETS
 from benchmarks.training_speed import bench_training, matmul_peak_flops
-from common.device import enable_fast_matmul, pick_device
+from common.device import enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
 from data.corpus import EMBEDDED_CORPUS
 from data.text import read_text
@@ -43,6 +43,9 @@ def resolve_device(name: str) -> torch.device:
 def dtypes_to_measure(name: str, device: torch.device) -> list[str]:
     """float32 (always: the baseline of the ratios) plus the precision `--dtype` asks for."""
     bf16 = device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_bf16_supported())
+    if name == "auto" and device.type == "cuda":  # the precision train.py's auto chooses for this card
+        chosen = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(resolve_dtype("auto", device))
+        return ["float32", chosen] if chosen else ["float32"]
     if name == "auto":
         return ["float32", "bfloat16"] if bf16 else ["float32"]
     if name == "bfloat16" and not bf16:

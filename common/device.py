@@ -12,6 +12,7 @@ from common.config_checks import DEVICES
 from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+NATIVE_BF16 = (8, 0)  # the compute capability from which NVIDIA GPUs compute bfloat16 natively (Ampere)
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -42,23 +43,79 @@ def cpu_has_native_bf16() -> bool:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto`: bf16 on CUDA where supported, else fp16 (with a GradScaler); on the CPU bf16 where it has
-    native bf16 instructions, else fp32; fp32 on MPS.
+    """The precision `name` (`auto`, or one of DTYPES) means on `device`: `choose_precision`'s dtype."""
+    return choose_precision(name, device)[0]
+
+
+def choose_precision(name: str, device: torch.device) -> tuple[torch.dtype, str]:
+    """(dtype, why) for `train.dtype=name` on `device`. `auto`: on CUDA bfloat16 where the card computes it natively
+    (compute capability 8.0 and up), float16 with a GradScaler on the tensor cores of 7.x cards (a T4, a V100:
+    `torch.cuda.is_bf16_supported()` says yes there too, through slow emulation), float32 on older cards; on the
+    CPU bfloat16 where it has bf16 instructions, else float32; float32 on MPS.
 
     bf16 autocast on the CPU became the default only after it matched fp32's validation bpc at equal steps
     (docs/en/speed.md has the numbers).
     """
-    if name == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "cpu" and cpu_has_native_bf16():
-            return torch.bfloat16
-        return torch.float32
-    if name not in DTYPES:
+    if name not in ("auto", *DTYPES):
         raise UserError(f"unknown train.dtype={name}; use one of: auto, {', '.join(DTYPES)}")
     if device.type == "cpu" and name == "float16":
         raise UserError("train.dtype=float16 is not supported on the CPU; use bfloat16 or float32")
-    return DTYPES[name]
+    if name != "auto":
+        emulated = name == "bfloat16" and device.type == "cuda" and not has_native_bf16(device)
+        return DTYPES[name], "train.dtype; this GPU only emulates bfloat16, slowly: auto chooses float16" if emulated \
+            else "train.dtype"
+    if device.type == "cuda":
+        return _cuda_auto(device)
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16, "auto: this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
+    if device.type == "cpu":
+        return torch.float32, "auto: this CPU has no bfloat16 instructions (it would emulate them, slower)"
+    return torch.float32, f"auto: float32 on {device.type}"
+
+
+def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
+    major, minor = torch.cuda.get_device_capability(device)
+    card = f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor},"
+    if (major, minor) >= NATIVE_BF16:
+        return torch.bfloat16, f"auto: the {card} computes bfloat16 natively"
+    if major >= 7:
+        return torch.float16, (f"auto: the {card} has no native bfloat16 (only a slow emulation); float16 runs on its "
+                               "tensor cores, with loss scaling")
+    return torch.float32, f"auto: the {card} has neither native bfloat16 nor float16 tensor cores"
+
+
+def has_native_bf16(device: torch.device) -> bool:
+    """Whether `device` computes bfloat16 in hardware rather than emulating it."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= NATIVE_BF16
+    return device.type == "cpu" and cpu_has_native_bf16()
+
+
+def precision_line(dtype: torch.dtype, why: str, device: torch.device) -> str | None:
+    """The run's first line about its precision, where it is worth a line: every run on a GPU, and a CPU run that
+    autocasts (a plain float32 run on the CPU says nothing)."""
+    if device.type == "cpu" and dtype == torch.float32:
+        return None
+    name = {torch.float32: "float32", torch.bfloat16: "bfloat16 autocast",
+            torch.float16: "float16 autocast with loss scaling"}[dtype]
+    return f"precision: {name} on {device} ({why})"
+
+
+def run_precision(name: str, compile_: bool, device: torch.device) -> tuple[torch.dtype, str | None]:
+    """A training run's dtype and the line that says it (`precision_line`), once the compile check has passed."""
+    dtype, why = choose_precision(name, device)
+    check_compiled_precision(compile_, dtype, device)
+    return dtype, precision_line(dtype, why, device)
+
+
+def check_compiled_precision(compile_: bool, dtype: torch.dtype, device: torch.device) -> None:
+    """torch.compile cannot build bfloat16 kernels for a GPU without native bfloat16 (sm_75: "Feature '.bf16'
+    requires .target sm_80"), so that combination is refused before any work, in one line."""
+    if compile_ and dtype == torch.bfloat16 and device.type == "cuda" and not has_native_bf16(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise UserError(f"train.compile=true with train.dtype=bfloat16 needs a GPU with native bfloat16 (compute "
+                        f"capability 8.0 or newer); {torch.cuda.get_device_name(device)} has {major}.{minor}: use "
+                        "train.dtype=auto (float16 there) or train.dtype=float32")
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from common.device import cpu_has_native_bf16
+from common.device import has_native_bf16
 from training.config import TrainConfig
 from training.muon import MuonAdamW
 
@@ -78,10 +78,9 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     ]
     for g in groups[1:]:
         g.update(use_muon=False, betas=betas)
-    # bfloat16 Newton-Schulz is fast on GPUs and on CPUs with bf16 instructions; on other CPUs it is emulated
-    # and can cost more than the model's own step, so there it runs in float32
-    native_bf16 = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
-    ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
+    # bfloat16 Newton-Schulz is fast where bf16 is native (GPUs from sm_80, CPUs with bf16 instructions); elsewhere
+    # it is emulated and can cost more than the model's own step, so there it runs in float32
+    ns_dtype = torch.bfloat16 if has_native_bf16(device) else torch.float32
     return MuonAdamW([g for g in groups if g["params"]], ns_dtype=ns_dtype, fused=fused)
 
 

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cli.overrides import shell_path
 from common.atomic_files import atomic_rename
-from common.device import autocast, enable_fast_matmul, pick_device, resolve_dtype
+from common.device import autocast, enable_fast_matmul, pick_device, run_precision
 from common.errors import UserError
 from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
@@ -250,7 +250,9 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     t = job.train
     dist = distributed.init_distributed(job.device)
     device = pick_device(job.device, dist.local_rank)
-    dtype = resolve_dtype(t.dtype, device)
+    dtype, line = run_precision(t.dtype, t.compile, device)
+    if dist.is_main and line:
+        print(line, flush=True)
     enable_fast_matmul(device)
     if device.type == "cpu":
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
