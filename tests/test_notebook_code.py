@@ -17,6 +17,7 @@ from data.sampler import BatchSampler
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from model.counts import num_parameters
+from model.qkv_layout import to_heads
 from tests.helpers import KOREAN
 from tests.notebook_tools import LANGUAGES, definitions, notebook_path
 from tokenizer import KoreanCharTokenizer, build_tokenizer
@@ -150,8 +151,8 @@ def test_03_the_hand_made_gpt_gives_the_models_logits_loss_and_parameter_count(l
     model = AttentionLanguageModel(c).eval()
     mine = nb["GPTByHand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size, c.num_heads,
                            c.num_blocks).eval()
-    mine.load_state_dict(model.state_dict())  # strict both ways: the same names and shapes
-    model.load_state_dict(mine.state_dict())
+    mine.load_state_dict(to_heads(model.state_dict()))  # strict both ways: the same names and shapes, head by head
+    model.load_state_dict(mine.state_dict())  # and the hand-made heads load into the fused path's one tensor
     idx = torch.randint(0, c.vocab_size, (3, c.context_length))
     targets = torch.randint(0, c.vocab_size, (3, c.context_length))
     with torch.no_grad():
