@@ -52,7 +52,8 @@ def export(tmp_path, config: ModelConfig, tokenizer, head_gain: float = 1.0, **w
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
-        model.lm_head.weight.mul_(head_gain)
+        if head_gain != 1.0:
+            model.lm_head.weight.mul_(head_gain)
     ckpt = Checkpoint(config, model.state_dict(), tokenizer.to_dict(), 1.0)
     layout = write_folder(ckpt, tokenizer, num_parameters(model), tmp_path / "m", "python export.py (test)",
                           overwrite=False, **write)
