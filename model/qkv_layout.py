@@ -62,17 +62,12 @@ def fuse(state: dict[str, Tensor], prefix: str) -> Tensor:
 def convert_in_place(state: dict[str, Tensor], prefix: str, fused: bool) -> None:
     """Rewrite the weights of the attention module at `prefix` in `state` to its layout: `fused` (one `qkv`) or
     the lecture's heads. Entries of other modules, and weights already in the layout, are left as they are."""
-    if fused and head_key(prefix, 0, "query") in state:
-        qkv = fuse(state, prefix)
-        for h in range(qkv.shape[1]):
-            for part in PARTS:
-                del state[head_key(prefix, h, part)]
-        state[prefix + QKV] = qkv
-    elif not fused and prefix + QKV in state:
-        qkv = state.pop(prefix + QKV)
-        for h in range(qkv.shape[1]):
-            for i, part in enumerate(PARTS):
-                state[head_key(prefix, h, part)] = qkv[i, h].clone()  # a tensor of its own, as a Linear's is
+    def ours(key: str) -> bool:
+        head = split_head_key(key)
+        return key == prefix + QKV or (head is not None and head[0] == prefix)
+
+    mine = [k for k in state if ours(k)]
+    state.update(match_layout({k: state.pop(k) for k in mine}, "fused" if fused else "heads"))
 
 
 def to_fused(state: dict[str, Tensor]) -> dict[str, Tensor]:
