@@ -47,6 +47,7 @@ NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
 ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|/content/|[A-Za-z]:\\\\")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 INLINE = "module://matplotlib_inline.backend_inline"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
 
 def notebook_path(lang: str, name: str) -> Path:
@@ -122,11 +123,18 @@ def last_state(text: str) -> str:
 
 
 def tidy(nb) -> None:
-    """What is stored: the last state of each stream, the standard kernel, the hash of the code cells."""
+    """What is stored: each stream in one piece at its last state, the standard kernel, the hash of the code cells."""
     for cell in nb.cells:
+        merged: list = []
         for output in cell.get("outputs", []):
             if output.output_type == "stream":
                 output.text = last_state(output.text)
+                if merged and merged[-1].output_type == "stream" and merged[-1].name == output.name:
+                    merged[-1].text += output.text  # one block per stream, as Jupyter shows it
+                    continue
+            merged.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = merged
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.metadata["language_info"] = {"name": "python"}
     nb.metadata.setdefault("kochar", {})[CODE_HASH_KEY] = code_hash(nb)
@@ -163,7 +171,7 @@ def run_and_store(path: Path, timeout: int) -> str:
         try:
             nb, seconds = execute(path, None, project, Path(scratch), timeout)
         except CellExecutionError as e:
-            lines = [line for line in str(e).splitlines() if line.strip()]
+            lines = [ANSI.sub("", line) for line in str(e).splitlines() if line.strip()]
             raise RuntimeError(f"{path.relative_to(ROOT)} failed: {lines[-1] if lines else e}") from None
     tidy(nb)
     text = nbformat.writes(nb) + "\n"
