@@ -118,8 +118,13 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
 
 
 def last_state(text: str) -> str:
-    """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last."""
-    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+    """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last one
+    that shows something (a bar cleared to print a line above it keeps its last state)."""
+    def last(line: str) -> str:
+        shown = [part for part in line.split("\r") if part.strip()]
+        return shown[-1] if shown else ""
+
+    return "\n".join(last(line) for line in text.split("\n"))
 
 
 def tidy(nb) -> None:
@@ -127,12 +132,14 @@ def tidy(nb) -> None:
     for cell in nb.cells:
         merged: list = []
         for output in cell.get("outputs", []):
+            if output.output_type == "stream" and merged and merged[-1].output_type == "stream" \
+                    and merged[-1].name == output.name:
+                merged[-1].text += output.text  # one block per stream, as Jupyter shows it
+                continue
+            merged.append(output)
+        for output in merged:
             if output.output_type == "stream":
                 output.text = last_state(output.text)
-                if merged and merged[-1].output_type == "stream" and merged[-1].name == output.name:
-                    merged[-1].text += output.text  # one block per stream, as Jupyter shows it
-                    continue
-            merged.append(output)
         if cell.cell_type == "code":
             cell.outputs = merged
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
