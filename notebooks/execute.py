@@ -47,6 +47,7 @@ NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
 ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|/content/|[A-Za-z]:\\\\")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 INLINE = "module://matplotlib_inline.backend_inline"
+PROJECT_URL_LINE = re.compile(r"^PROJECT_URL = .*$", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
 
@@ -65,8 +66,10 @@ def tagged(cell, tag: str) -> bool:
 
 
 def code_hash(nb) -> str:
-    """The hash of a notebook's code cells, in order: what its stored outputs were computed from."""
-    sources = [c.source for c in nb.cells if c.cell_type == "code" and not tagged(c, "injected-parameters")]
+    """The hash of a notebook's code cells, in order: what its stored outputs were computed from. The setup cell's
+    `PROJECT_URL` line is left out: the address the project is cloned from changes no output of a clone."""
+    sources = [PROJECT_URL_LINE.sub("PROJECT_URL = ...", c.source) for c in nb.cells
+               if c.cell_type == "code" and not tagged(c, "injected-parameters")]
     return hashlib.sha256(json.dumps(sources, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 

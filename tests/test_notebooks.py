@@ -109,6 +109,8 @@ def test_a_changed_code_cell_makes_the_outputs_stale():
     assert code_hash(nb) != before
     nb.cells[0].source += " (prose changes no output)"
     code_cells(nb)[-1].source = code_cells(read(PATHS[0]))[-1].source
+    setup = code_cells(nb)[0]
+    setup.source = setup.source.replace(project_url(), "https://github.com/someone/a-fork")  # nor the address
     assert code_hash(nb) == before
 
 
@@ -146,6 +148,32 @@ def test_every_relative_link_in_a_notebook_resolves(path):
     for cell in read(path).cells:
         for target in relative_links(cell) if cell.cell_type == "markdown" else []:
             assert (path.parent / target.partition("#")[0]).exists(), f"{path.name}: {target} does not exist"
+
+
+# The lecture (the video and its code) and the book (its original and its Korean edition), named by every notebook
+# at its top and by notebooks/README.md.
+SOURCES = ("https://www.youtube.com/watch?v=kCc8FmEb1nY", "https://github.com/karpathy/ng-video-lecture",
+           "Build a Large Language Model (From Scratch)", "밑바닥부터 만들면서 배우는 LLM")
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_notebook_opens_naming_the_lecture_the_book_its_chapters_and_its_seed(path):
+    top = read(path).cells[0].source
+    assert [s for s in SOURCES if s not in " ".join(top.split())] == [], f"{path.name} does not name them at its top"
+    chapters = re.findall(r"(\d)장|chapter (\d)", top)
+    assert chapters or path.stem.startswith("05"), f"{path.name} names no chapter of the book"
+    seed = re.search(r"^SEED = (\d+)", code_cells(read(path))[1].source, re.M).group(1)
+    (line,) = re.findall(r"^- (?:시드|The seed): .*$", top, re.M)
+    assert f"`SEED = {seed}`" in line or (f"{seed}" in line and "`SEED`" in line), f"{path.name}: {line}"
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README.ko.md"])
+def test_the_notebooks_readme_names_the_lecture_and_the_book_and_says_when_colab_works(readme):
+    text = " ".join((NOTEBOOKS / readme).read_text(encoding="utf-8").split())
+    assert [s for s in SOURCES if s not in text] == []
+    assert re.search(r"chapter 2|2장", text) and re.search(r"chapter 5|5장", text)
+    assert project_url() in text and "make notebooks-run" in text
+    assert ("once the repository is published there" if readme == "README.md" else "공개된 뒤에야 동작합니다") in text
 
 
 def setup_cell(path: Path) -> str:
