@@ -85,7 +85,8 @@ def _kernel_manager(spec_dir: Path):
 
     kernel = spec_dir / "kernels" / "kochar-notebooks"
     kernel.mkdir(parents=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    # --log-level=ERROR: the kernel runs on this machine only; its warning about unencrypted TCP is not for the user
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
             "display_name": "kochar-gpt notebooks", "language": "python"}
     (kernel / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     return KernelManager(kernel_name="kochar-notebooks",
