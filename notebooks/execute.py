@@ -47,6 +47,8 @@ NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
 ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|/content/|[A-Za-z]:\\\\")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 INLINE = "module://matplotlib_inline.backend_inline"
+# How matplotlib says it drew a box for a character: a warning (text), or a log line (mathtext)
+MISSING_GLYPH = ("missing from font", "does not have a glyph")
 PROJECT_URL_LINE = re.compile(r"^PROJECT_URL = .*$", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
@@ -166,8 +168,8 @@ def problems(nb, text: str) -> list[str]:
               if len(png) >= PICTURE_BYTES]
     if ABSOLUTE.search(text):
         found.append(f"an absolute path in its outputs: {ABSOLUTE.search(text).group(0)!r}...")
-    if "missing from font" in text:
-        found.append("a picture drew Hangul without a Hangul font (\"Glyph ... missing from font\")")
+    if any(words in text for words in MISSING_GLYPH):
+        found.append("a picture drew a character no font had (\"Glyph ... missing from font\")")
     return found
 
 

@@ -6,8 +6,10 @@ Design choices:
   (SIL Open Font License), shipped inside `koreanize-matplotlib` (requirements-dev.txt; the notebooks' setup cell
   installs it on Colab). Its file is registered with matplotlib directly, without importing that package: its import
   reads `distutils`, which Python 3.12 no longer has.
-- The family is a list, NanumGothic first and matplotlib's DejaVu Sans after it: matplotlib draws each character in
-  the first font that has it, so the few symbols NanumGothic lacks (the minus sign, ␣) still come out.
+- The family is a list, matplotlib's DejaVu Sans first and NanumGothic after it: matplotlib draws each character in
+  the first font of the list that has it, so Latin letters, digits and symbols come from DejaVu Sans and Hangul from
+  NanumGothic. DejaVu Sans goes first because mathtext, which writes a log axis's labels (10⁻²), takes the first
+  font only, and NanumGothic has no minus sign (U+2212).
 - Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib says which
   characters it could not draw. tests/test_notebooks.py draws a Hangul label with this font and no such warning.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 
 FONT_PACKAGE = "koreanize_matplotlib"  # pip install koreanize-matplotlib
 FONT_FILE = Path("fonts") / "NanumGothic.ttf"  # inside that package's folder
-FALLBACK = "DejaVu Sans"  # matplotlib's own font, for what the Hangul font lacks
+FIRST = "DejaVu Sans"  # matplotlib's own font, for everything but Hangul
 
 
 def hangul_font_file() -> Path | None:
@@ -40,5 +42,5 @@ def use_hangul_font() -> str | None:
         return None
     font_manager.fontManager.addfont(str(path))
     name = font_manager.FontProperties(fname=str(path)).get_name()
-    rcParams["font.family"] = [name, FALLBACK]
+    rcParams["font.family"] = [FIRST, name]
     return name

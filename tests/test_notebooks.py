@@ -13,6 +13,7 @@ import ast
 import importlib.util
 import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from notebooks.execute import ABSOLUTE, CODE_HASH_KEY, NOTEBOOK_BYTES, PICTURE_BYTES, pictures
+from notebooks.execute import ABSOLUTE, CODE_HASH_KEY, MISSING_GLYPH, NOTEBOOK_BYTES, PICTURE_BYTES, pictures
 from tests.helpers import ROOT
 from tests.notebook_tools import (
     LANGUAGES,
@@ -87,7 +88,7 @@ def test_notebooks_are_stored_executed_within_the_size_limits(path):
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
     sizes = [len(png) for png in pictures(nb)]
     assert all(size < PICTURE_BYTES for size in sizes), f"{path.name}: pictures of {sizes} bytes"
-    assert "missing from font" not in raw, f"{path.name}: a picture was drawn without a Hangul font"
+    assert not [m for m in MISSING_GLYPH if m in raw], f"{path.name}: a picture drew a character as a box"
 
 
 RUN_THEM = "run `make notebooks-run ARGS=<lang/number>` and commit the notebook it stores"
@@ -296,20 +297,29 @@ def test_jupyter_shows_a_failed_clone_as_one_line(tmp_path):
 
 
 def draw_labels(family) -> list[str]:
-    """Draw a figure with the labels the notebooks' pictures hold (syllables, jamo, the symbols beside them) in the
-    font family `family` -> matplotlib's warnings about characters no font of the family has."""
+    """Draw a figure with the labels the notebooks' pictures hold (syllables, jamo, the symbols beside them, negative
+    ticks, a log axis's mathtext) in the font family `family` -> matplotlib's warnings and log lines about characters
+    it drew as boxes."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(3, 2))
-    ax = fig.subplots()
-    ax.set_title("하늘이 맑다: 어텐션 가중치")
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    fig = Figure(figsize=(6, 2))
+    ax, log_ax = fig.subplots(1, 2)
     ax.set_xticks(range(5), ["ㄱ", "ㅢ", "␣", "∅", "뷁"], family=family)
     ax.set_title("−0.5 · 초성 | 중성", loc="left", family=family)
+    ax.set_ylabel("하늘이 맑다: 어텐션 가중치", family=family)
     ax.plot([-1, 1])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fig.savefig(io.BytesIO(), format="png")
-    return [str(w.message) for w in caught if "missing from font" in str(w.message)]
+    log_ax.semilogy([1e-3, 1e-1, 1])
+    logging.getLogger("matplotlib").addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fig.savefig(io.BytesIO(), format="png")
+    finally:
+        logging.getLogger("matplotlib").removeHandler(handler)
+    return [m for m in [str(w.message) for w in caught] + said if any(words in m for words in MISSING_GLYPH)]
 
 
 def test_the_pictures_draw_hangul_in_the_font_a_package_ships():
@@ -324,6 +334,7 @@ def test_the_pictures_draw_hangul_in_the_font_a_package_ships():
 
     with matplotlib.rc_context():
         assert draw_labels(["DejaVu Sans"]), "matplotlib's own font has Hangul now? Then this test proves nothing"
+        assert draw_labels(["NanumGothic"]), "NanumGothic alone draws every label? Then the fallback is not tested"
         name = use_hangul_font()
         assert name == "NanumGothic"
         assert Path(font_manager.findfont(font_manager.FontProperties(family=name))) == hangul_font_file()
