@@ -29,7 +29,7 @@ $(error TORCH=$(TORCH) is not a known build; use TORCH=cpu or leave TORCH empty 
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-fast lint bench tensorboard clean serve notebooks
+.PHONY: help setup train test test-fast lint bench tensorboard clean serve notebooks notebooks-run
 
 help: ## list the targets and variables (the default target)
 	@echo "Targets:"
@@ -77,6 +77,12 @@ $(VENV)/.notebooks: $(VENV)/.installed requirements-notebooks.txt
 # JupyterLab starts in notebooks/ (ko/ the originals, en/ the same in English); its kernel is the VENV's Python.
 notebooks: $(VENV)/.notebooks ## open the notebooks in JupyterLab (installed into VENV once); ARGS go to jupyter lab
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ARGS)
+
+# Each notebook runs with its own settings in a fresh kernel over a copy of the project (nothing is written here but the
+# notebooks), and is stored with its outputs and its code's hash: tests/test_notebooks.py names a notebook whose code
+# changed since. All ten take several minutes on a CPU.
+notebooks-run: setup ## execute the notebooks and store their outputs; ARGS picks some, e.g. ARGS="ko/04 en/04"
+	$(PY) notebooks/execute.py $(ARGS)
 
 clean: ## delete runs, Hydra outputs and the pytest cache (not the VENV folder)
 	rm -rf runs outputs multirun .pytest_cache

@@ -29,7 +29,7 @@ FORBIDDEN = {package: set(ALLOWED) - allowed - {package} for package, allowed in
 LAYOUT_PAGES = (ROOT / "docs" / "en" / "layout.md", ROOT / "docs" / "ko" / "layout.md")
 # the packages whose every module has a line on the layout pages
 DOCUMENTED = ("common", "cli", "tokenizer", "data", "data/prepare", "model", "model/hangul", "training", "inference",
-              "hf_format", "hf_export", "playground")
+              "hf_format", "hf_export", "playground", "notebooks")
 
 
 def production_files() -> list[Path]:

@@ -17,7 +17,6 @@ from data.sampler import BatchSampler
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from model.counts import num_parameters
-from model.qkv_layout import to_heads
 from tests.helpers import KOREAN
 from tests.notebook_tools import LANGUAGES, definitions, notebook_path
 from tokenizer import KoreanCharTokenizer, build_tokenizer
@@ -148,16 +147,21 @@ def test_03_the_hand_made_gpt_gives_the_models_logits_loss_and_parameter_count(l
     nb = notebook(lang, "03")
     c = config_of(sizes)
     torch.manual_seed(3)
-    model = AttentionLanguageModel(c).eval()
+    # The lecture's module per head names its parameters as the hand-built model does; the fused default may hold
+    # them otherwise, and loads either naming.
+    model = AttentionLanguageModel(config_of(sizes, attention="heads")).eval()
     mine = nb["GPTByHand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size, c.num_heads,
                            c.num_blocks).eval()
-    mine.load_state_dict(to_heads(model.state_dict()))  # strict both ways: the same names and shapes, head by head
-    model.load_state_dict(mine.state_dict())  # and the hand-made heads load into the fused path's one tensor
+    mine.load_state_dict(model.state_dict())  # strict both ways: the same names and shapes
+    model.load_state_dict(mine.state_dict())
+    fused = AttentionLanguageModel(c).eval()
+    fused.load_state_dict(mine.state_dict())
     idx = torch.randint(0, c.vocab_size, (3, c.context_length))
     targets = torch.randint(0, c.vocab_size, (3, c.context_length))
     with torch.no_grad():
-        for got, want in zip(mine(idx, targets), model(idx, targets), strict=True):
-            torch.testing.assert_close(got, want)
+        for theirs in (model, fused):
+            for got, want in zip(mine(idx, targets), theirs(idx, targets), strict=True):
+                torch.testing.assert_close(got, want)
     count = nb["count_parameters_by_hand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size,
                                            c.num_blocks)
     assert count == num_parameters(model) == sum(p.numel() for p in mine.parameters())

@@ -1,0 +1,227 @@
+"""Running the notebooks in a fresh kernel: `make notebooks-run` (python notebooks/execute.py) executes them with
+their own settings and stores them with their outputs; the tests (tests/notebook_tools.py) run them the same way
+with smaller settings and store nothing.
+
+Design choices:
+- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, one cell after
+  another, and may insert a cell right after the one tagged `parameters` (papermill's convention) in memory: the
+  tests' small settings never reach a stored file.
+- Each notebook runs over a fresh copy of the project (what the notebooks read: no .git, no runs, no tests or docs),
+  so two runs never share `runs/`, the files a notebook wrote can be listed afterwards, a user's own runs are never
+  touched, and no output can name this machine's folders: the copy is in a temporary folder the stored outputs are
+  checked against (`absolute_paths`).
+- The kernel is this interpreter, from a kernel spec written for the run, so a `python3` kernel installed elsewhere
+  never runs the notebooks; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
+- A stored notebook records the hash of its code cells (`CODE_HASH_KEY` in its metadata). tests/test_notebooks.py
+  recomputes it: a notebook whose code changed since it was executed fails there, naming this command. What the
+  outputs show is then always what the code above them computes.
+- Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
+  state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LANGUAGES = ("ko", "en")  # the Korean notebooks are the originals; the English ones the same notebooks translated
+NAMES = ("01_characters_to_batches", "02_self_attention", "03_heads_block_gpt", "04_train_and_sample",
+         "05_beyond_the_lecture")
+# What a copy of the project leaves out: what git ignores, and what no notebook reads.
+NOT_COPIED = (".git", ".venv", "runs", "outputs", "multirun", ".cache", "__pycache__", ".pytest_cache", ".ruff_cache",
+              "tests", "docs", ".whl", ".gl")
+CODE_HASH_KEY = "code_sha256"  # under the notebook's metadata["kochar"]
+PICTURE_BYTES = 100_000  # each stored picture (a PNG) under this
+NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
+ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|/content/|[A-Za-z]:\\\\")
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+INLINE = "module://matplotlib_inline.backend_inline"
+# How matplotlib says it drew a box for a character: a warning (text), or a log line (mathtext)
+MISSING_GLYPH = ("missing from font", "does not have a glyph")
+PROJECT_URL_LINE = re.compile(r"^PROJECT_URL = .*$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
+
+
+def notebook_path(lang: str, name: str) -> Path:
+    return NOTEBOOKS / lang / f"{name}.ipynb"
+
+
+def read(path: Path):
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
+def tagged(cell, tag: str) -> bool:
+    return tag in cell.metadata.get("tags", [])
+
+
+def code_hash(nb) -> str:
+    """The hash of a notebook's code cells, in order: what its stored outputs were computed from. The setup cell's
+    `PROJECT_URL` line is left out: the address the project is cloned from changes no output of a clone."""
+    sources = [PROJECT_URL_LINE.sub("PROJECT_URL = ...", c.source) for c in nb.cells
+               if c.cell_type == "code" and not tagged(c, "injected-parameters")]
+    return hashlib.sha256(json.dumps(sources, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def copy_project(dest: Path) -> Path:
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    return dest
+
+
+def _kernel_manager(spec_dir: Path):
+    """A kernel manager for this interpreter's ipykernel, from a kernel spec that exists for this run only."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    kernel = spec_dir / "kernels" / "kochar-notebooks"
+    kernel.mkdir(parents=True)
+    # --log-level=ERROR: the kernel runs on this machine only; its warning about unencrypted TCP is not for the user
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
+            "display_name": "kochar-gpt notebooks", "language": "python"}
+    (kernel / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    return KernelManager(kernel_name="kochar-notebooks",
+                         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir / "kernels")]))
+
+
+def execute(path: Path, override: str | None, project: Path, scratch: Path, timeout: int,
+            pictures: bool = True, threads: int | None = None) -> tuple[object, float]:
+    """Run the notebook at `path` top to bottom in a fresh kernel, started in its folder inside the copy `project`,
+    with `override` (if any) as a cell right after the `parameters` cell -> (the executed notebook, seconds).
+    Without `pictures`, figures are made but never drawn (matplotlib's Agg backend): the tests' way, faster."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = read(path)
+    if override is not None:
+        index = next(i for i, c in enumerate(nb.cells) if tagged(c, "parameters"))
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(override, metadata={"tags": ["injected-parameters"]}))
+    # No bytecode written into the copy (so that any file that appears there was written by the notebook), IPython's
+    # history in the scratch folder, and none of the variables that make the project's scripts print more.
+    env = {**os.environ, "MPLBACKEND": INLINE if pictures else "Agg", "PYTHONDONTWRITEBYTECODE": "1",
+           "IPYTHONDIR": str(scratch / "ipython"), "PYTHONUNBUFFERED": "1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR"):
+        env.pop(key, None)
+    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False,
+                            record_timing=False,
+                            resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}})
+    started = time.perf_counter()
+    client.execute(env=env)
+    return nb, time.perf_counter() - started
+
+
+def last_state(text: str) -> str:
+    """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last one
+    that shows something (a bar cleared to print a line above it keeps its last state)."""
+    def last(line: str) -> str:
+        shown = [part for part in line.split("\r") if part.strip()]
+        return shown[-1] if shown else ""
+
+    return "\n".join(last(line) for line in text.split("\n"))
+
+
+def tidy(nb) -> None:
+    """What is stored: each stream in one piece at its last state, the standard kernel, the hash of the code cells."""
+    for cell in nb.cells:
+        merged: list = []
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream" and merged and merged[-1].output_type == "stream" \
+                    and merged[-1].name == output.name:
+                merged[-1].text += output.text  # one block per stream, as Jupyter shows it
+                continue
+            merged.append(output)
+        for output in merged:
+            if output.output_type == "stream":
+                output.text = last_state(output.text)
+        if cell.cell_type == "code":
+            cell.outputs = merged
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata.setdefault("kochar", {})[CODE_HASH_KEY] = code_hash(nb)
+
+
+def pictures(nb) -> list[bytes]:
+    """Every PNG the notebook's outputs hold, decoded."""
+    return [base64.b64decode(o.data["image/png"]) for c in nb.cells if c.cell_type == "code"
+            for o in c.outputs if "image/png" in o.get("data", {})]
+
+
+def problems(nb, text: str) -> list[str]:
+    """What keeps an executed notebook from being stored: the limits tests/test_notebooks.py checks."""
+    found = []
+    if len(text.encode("utf-8")) >= NOTEBOOK_BYTES:
+        found.append(f"{len(text.encode('utf-8')):,} bytes (the limit is {NOTEBOOK_BYTES:,})")
+    found += [f"a picture of {len(png):,} bytes (the limit is {PICTURE_BYTES:,})" for png in pictures(nb)
+              if len(png) >= PICTURE_BYTES]
+    if ABSOLUTE.search(text):
+        found.append(f"an absolute path in its outputs: {ABSOLUTE.search(text).group(0)!r}...")
+    if any(words in text for words in MISSING_GLYPH):
+        found.append("a picture drew a character no font had (\"Glyph ... missing from font\")")
+    return found
+
+
+def run_and_store(path: Path, timeout: int) -> str:
+    """Execute the notebook at `path` with its own settings over a fresh copy of the project and store it with its
+    outputs -> one line saying what was stored; raises RuntimeError (one line) when it fails or breaks a limit."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+
+    with tempfile.TemporaryDirectory(prefix="kochar-notebook-") as scratch:
+        project = copy_project(Path(scratch) / "kochar-gpt")
+        try:
+            nb, seconds = execute(path, None, project, Path(scratch), timeout)
+        except CellExecutionError as e:
+            lines = [ANSI.sub("", line) for line in str(e).splitlines() if line.strip()]
+            raise RuntimeError(f"{path.relative_to(ROOT)} failed: {lines[-1] if lines else e}") from None
+    tidy(nb)
+    text = nbformat.writes(nb) + "\n"
+    found = problems(nb, text)
+    if found:
+        raise RuntimeError(f"{path.relative_to(ROOT)} not stored: {'; '.join(found)}")
+    path.write_text(text, encoding="utf-8")
+    sizes = [len(png) // 1000 for png in pictures(nb)]
+    return (f"{path.relative_to(ROOT)}: {seconds:.0f} s, {len(text.encode('utf-8')) // 1000} KB, "
+            f"{len(sizes)} picture(s) {sizes} KB")
+
+
+def selected(patterns: list[str]) -> list[Path]:
+    """The notebooks whose `lang/name` contains any of the patterns (all of them without patterns)."""
+    paths = [notebook_path(lang, name) for lang in LANGUAGES for name in NAMES]
+    return [p for p in paths if not patterns or any(s in f"{p.parent.name}/{p.stem}" for s in patterns)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Execute the notebooks with their own settings and store them "
+                                                 "with their outputs (what `make notebooks-run` does).")
+    parser.add_argument("only", nargs="*", help="run only the notebooks whose ko/NAME or en/NAME contains one of "
+                                                 "these, e.g. 04 or ko/02 (default: all ten)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds one cell may take (default 900)")
+    args = parser.parse_args(argv)
+    paths = selected(args.only)
+    if not paths:
+        print(f"execute: no notebook matches {' '.join(args.only)}", file=sys.stderr)
+        return 2
+    for path in paths:
+        try:
+            print(run_and_store(path, args.timeout), flush=True)
+        except RuntimeError as e:
+            print(f"execute: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Hangul in the notebooks' pictures, on any machine: matplotlib's own font (DejaVu Sans) has no Hangul, and a fresh
+machine or a Colab runtime may have no Korean font at all.
+
+Design choices:
+- The font comes from a Python package, so that it is there wherever the notebooks' requirements are: NanumGothic
+  (SIL Open Font License), shipped inside `koreanize-matplotlib` (requirements-dev.txt; the notebooks' setup cell
+  installs it on Colab). Its file is registered with matplotlib directly, without importing that package: its import
+  reads `distutils`, which Python 3.12 no longer has.
+- The family is a list, matplotlib's DejaVu Sans first and NanumGothic after it: matplotlib draws each character in
+  the first font of the list that has it, so Latin letters, digits and symbols come from DejaVu Sans and Hangul from
+  NanumGothic. DejaVu Sans goes first because mathtext, which writes a log axis's labels (10⁻²), takes the first
+  font only, and NanumGothic has no minus sign (U+2212).
+- Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib says which
+  characters it could not draw. tests/test_notebooks.py draws a Hangul label with this font and no such warning.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+FONT_PACKAGE = "koreanize_matplotlib"  # pip install koreanize-matplotlib
+FONT_FILE = Path("fonts") / "NanumGothic.ttf"  # inside that package's folder
+FIRST = "DejaVu Sans"  # matplotlib's own font, for everything but Hangul
+
+
+def hangul_font_file() -> Path | None:
+    """The Hangul font file the package installed, or None when the package is not installed."""
+    spec = importlib.util.find_spec(FONT_PACKAGE)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / FONT_FILE).is_file():
+            return Path(folder) / FONT_FILE
+    return None
+
+
+def use_hangul_font() -> str | None:
+    """Make matplotlib draw text in the packaged Hangul font -> its family name, or None without the package."""
+    from matplotlib import font_manager, rcParams
+
+    path = hangul_font_file()
+    if path is None:
+        return None
+    font_manager.fontManager.addfont(str(path))
+    name = font_manager.FontProperties(fname=str(path)).get_name()
+    rcParams["font.family"] = [FIRST, name]
+    return name
