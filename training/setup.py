@@ -41,6 +41,7 @@ from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.averaging import WeightAverage, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
+from training.idle_settings import refuse_idle_at_start
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.resume_settings import apply_checkpoint_settings, summary
@@ -161,7 +162,7 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
     if resumed is not None:
         model.load_state_dict(resumed.model)
     elif init is not None:
-        model.load_state_dict(grown_state(init.checkpoint.model, vocab_size, config.tie_weights))
+        model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
     return model
 
 
@@ -254,6 +255,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
+    refuse_idle_at_start(job, resumed is not None)  # training/idle_settings.py, once the settings are final
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
@@ -264,7 +266,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
-    average = weight_average(job, raw_model, resumed)
+    average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
                            t.input_noise)

@@ -62,6 +62,7 @@ class TrainResult:
     seconds: float
     stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
     sample: str = ""
+    average: str = ""  # train.average: the closing line saying how many updates the average had
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
@@ -92,6 +93,8 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
                                f"train.resume={shell_path(s.run_dir)}")
                 break
             last = state.step == s.max_steps or halt
+            if last and s.average is not None:
+                s.average.finish(s.raw_model)  # never an empty average: the final weights if no update was due
             if state.step % job.train.eval_interval == 0 or last:
                 validate(s, state, last)
             if halt:
@@ -208,4 +211,4 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     s.logger.close()
     distributed.cleanup(s.dist)
     return TrainResult(s.run_dir, state.step, state.train_loss, state.val_loss, val_bpc, state.best_val_loss,
-                       state.tokens_per_sec, seconds, state.stopped, sample)
+                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "")
