@@ -99,18 +99,22 @@ def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | No
     average = WeightAverage(raw_model, job.train)
     if resumed is not None and resumed.training is not None:
         average.restore(resumed.averaged, resumed.training.average_updates)
-    if not average.updates:
-        refuse_empty_average(job.train, resumed.step if resumed is not None else 0, max_steps, decay_steps)
+    refuse_empty_average(job.train, resumed, max_steps, decay_steps)
     return average
 
 
-def refuse_empty_average(t: TrainConfig, first: int, max_steps: int | None, decay_steps: int | None) -> None:
-    """One UserError when a run that stops at `max_steps` (known) would take no update of its average after `first`.
+def refuse_empty_average(t: TrainConfig, resumed: Checkpoint | None, max_steps: int | None,
+                         decay_steps: int | None) -> None:
+    """One UserError when a run that asks for an average, holds none yet (a resumed one may) and stops at
+    `max_steps` (known) would take no update of it.
     Updates come at multiples of average_every; swa's only once the schedule's progress (the step before, over
     decay_steps, as training/step.py measures it) reaches swa_start; under train.max_seconds the clock may bring
     that progress forward, so there only the first check applies."""
-    if max_steps is None:
-        return  # the clock decides: an average still empty at the end takes the final weights (finish)
+    held = resumed is not None and resumed.averaged is not None and resumed.training is not None \
+        and resumed.training.average_updates > 0
+    if t.average == "none" or held or max_steps is None:
+        return  # max_steps None: the clock decides, and an average still empty at the end takes the final weights
+    first = resumed.step if resumed is not None else 0
     last = max_steps // t.average_every * t.average_every  # the last step that may update it
     if last <= first:
         raise UserError(f"train.average_every={t.average_every} never updates the average: the run "

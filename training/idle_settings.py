@@ -99,10 +99,16 @@ def refuse_idle_targets(weights: list[float], context_length: int | None) -> Non
                           f"would score nothing; give at most {context_length - 1} entries (or a longer context)")
 
 
-def refuse_idle_at_start(job: Any, resumed: bool) -> None:
-    """At setup, once every setting is final: a resumed run's typed keys (its others are its checkpoint's), or a
-    train.init_from run's MTP targets against the context the source fixed."""
-    if resumed:
+def refuse_idle_at_start(job: Any, resumed: Any) -> None:
+    """At setup, once every setting is final and before the corpus is read: a resumed run's typed keys (its others
+    are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed; and an
+    average that a typed step limit would never update (training/averaging.py checks again once an epoch limit is
+    turned into steps)."""
+    from training.averaging import refuse_empty_average
+
+    t = job.train
+    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)
+    if resumed is not None:
         from training.resume_settings import typed_command_line
 
         refuse_idle_settings(job, only=typed_command_line() or ())

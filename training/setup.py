@@ -255,7 +255,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
-    refuse_idle_at_start(job, resumed is not None)  # training/idle_settings.py, once the settings are final
+    refuse_idle_at_start(job, resumed)  # training/idle_settings.py, once the settings are final
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
