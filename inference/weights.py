@@ -64,19 +64,19 @@ def _no_average(ckpt: Checkpoint) -> str:
     return f"train.average={average} had made no update by step {ckpt.step}"
 
 
-def choose_weights(ckpt: Checkpoint, asked: str | None) -> WeightsUsed:
+def choose_weights(ckpt: Checkpoint, asked: str | None, key: str = "weights") -> WeightsUsed:
     """The weights `asked` for (None: the average where the run kept one, else the raw ones); a set the checkpoint
-    or exported folder does not hold is one UserError."""
+    or exported folder does not hold is one UserError naming `key`, the setting that asked."""
     if ckpt.held is not None:
-        return _exported(ckpt, asked)
+        return _exported(ckpt, asked, key)
     if asked == "raw":
-        return WeightsUsed("raw", why="weights=raw")
+        return WeightsUsed("raw", why=f"{key}=raw")
     if ckpt.averaged is not None:
         updates = ckpt.training.average_updates if ckpt.training is not None else None
         return WeightsUsed("averaged", run_average(ckpt), updates)
     if asked == "averaged":
-        raise UserError(f"weights=averaged: {ckpt.path} holds no average ({_no_average(ckpt)}); drop weights= "
-                        "(or pass weights=raw) to read its raw weights")
+        raise UserError(f"{key}=averaged: {ckpt.path} holds no average ({_no_average(ckpt)}); drop {key}= "
+                        f"(or pass {key}=raw) to read its raw weights")
     return WeightsUsed("raw", why=_no_average(ckpt))
 
 
@@ -91,16 +91,16 @@ def held_weights(ckpt: Checkpoint) -> WeightsUsed:
     return WeightsUsed(held, why=why)
 
 
-def _exported(ckpt: Checkpoint, asked: str | None) -> WeightsUsed:
+def _exported(ckpt: Checkpoint, asked: str | None, key: str) -> WeightsUsed:
     used = held_weights(ckpt)
     if asked is None or asked == used.kind:
         return used
     folder = ckpt.path.parent if ckpt.path is not None else "the exported folder"
     if used.kind == "unknown":
-        raise UserError(f"weights={asked}: {folder} does not record which weights it holds (exported by an older "
-                        "kochar-gpt); drop weights= to read it as it is, or export the run again")
-    raise UserError(f"weights={asked}: {folder} holds only the {used.kind} weights (an exported folder keeps one "
-                    f"set); drop weights=, or export the run again with weights={asked}")
+        raise UserError(f"{key}={asked}: {folder} does not record which weights it holds (exported by an older "
+                        f"kochar-gpt); drop {key}= to read it as it is, or export the run again")
+    raise UserError(f"{key}={asked}: {folder} holds only the {used.kind} weights (an exported folder keeps one "
+                    f"set); drop {key}=, or export the run again with weights={asked}")
 
 
 def exported_weights(ckpt: Checkpoint, used: WeightsUsed) -> Checkpoint:

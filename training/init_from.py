@@ -67,7 +67,7 @@ def load_source(job: TrainJob) -> Checkpoint | None:
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
     source = load_checkpoint(resolve_checkpoint(job.train.init_from))
-    choose_weights(source, job.train.init_weights)  # a set the source does not hold: refused before any work
+    choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused before any work
     refuse_non_finite(source)
     adopt_architecture(job, source)
     return source
@@ -97,7 +97,7 @@ def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
 
 def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSource]:
     """The new corpus under the source's tokenizer, extended by whatever the new text holds that it lacks."""
-    used = choose_weights(source, job.train.init_weights)
+    used = choose_weights(source, job.train.init_weights, "train.init_weights")
     tokenizer = tokenizer_from_dict(source.tokenizer)
     corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir)
     added: list[str] = []
