@@ -142,7 +142,7 @@ def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.
     from benchmarks.ladder_checks import run_overrides
     from benchmarks.tb_read import read_scalars
 
-    recipe, extra = args.variants.get(rung, (rung, []))
+    recipe, extra = getattr(args, "variants", {}).get(rung, (rung, []))  # hangul_compare passes no variants
     cmd = [sys.executable, str(ROOT / "train.py"), *run_overrides(recipe, extra, args, str(train), seed),
            f"hydra.run.dir={run_dir}", "train.overwrite=true"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

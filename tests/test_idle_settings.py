@@ -30,8 +30,6 @@ IDLE = {  # overrides: the one line
     ("train.max_steps=10", "train.max_epochs=2"):
         "train.max_epochs=2.0 cannot act in this run: it acts only with train.max_steps=null, and this run has "
         "train.max_steps=10; drop train.max_epochs, or set train.max_steps=null",
-    ("model.jamo_initials=linear",): "model.jamo_initials=linear cannot act in this run: it acts only with "
-                                     "model.head=jamo, and this run has model.head=softmax",
     ("data.val_files=1", "data.val_fraction=0.2"):
         "data.val_fraction=0.2 cannot act in this run: it acts only with data.val_files=null, and this run has "
         "data.val_files=1",

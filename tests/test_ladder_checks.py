@@ -65,7 +65,7 @@ def test_every_mistake_is_one_line_before_the_first_run(corpus, tmp_path):
 
 def test_a_corpus_train_py_refuses_is_refused_the_same_way(tmp_path):
     cut = tmp_path / "cut.txt"
-    cut.write_bytes(("\n".join([KOREAN] * 4)).encode("utf-8") + "봄".encode("utf-8")[:2])  # cut mid-character
+    cut.write_bytes(("\n".join([KOREAN] * 4)).encode("utf-8") + "봄".encode()[:2])  # cut mid-character
     r = cli(*_ladder(cut, tmp_path / "out"))
     line = assert_one_line_error(r, str(cut))
     assert "UTF-8" in line and "Traceback" not in r.stderr and "failed in" not in line

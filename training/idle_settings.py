@@ -7,7 +7,8 @@ Design choices:
 - The value is compared with the schema's default, not with what was typed, so a recipe that sets a key another
   key then idles (recipe=modern's Muon rates under train.optimizer=adamw) is refused too: it would not act either.
   Keys a recipe sets only for a case it may not reach (the `auto_*` decays, used when model.dropout is auto) are
-  not levers of this kind and are not listed.
+  not levers of this kind and are not listed; nor are the model's shape switches (`model.jamo_initials` without
+  the staged head), which a campaign's `--set` gives every variant it compares, the staged or not.
 - A new run is checked when its config is composed (TrainJob.__post_init__), so the ladder's check of every
   variant before its first run (benchmarks/ladder_checks.py) finds these too; the context length is checked
   again once train.init_from has fixed the architecture. A resumed run takes every setting it does not type
@@ -50,7 +51,6 @@ RULES = (
     _scheduled("train.lr_decay_steps"),
     Idle("train.init_weights", lambda j: bool(j.train.init_from), "train.init_from", "train.init_from=<run>"),
     Idle("train.max_epochs", lambda j: j.train.max_steps is None, "train.max_steps", "train.max_steps=null"),
-    Idle("model.jamo_initials", lambda j: j.model.head == "jamo", "model.head", "model.head=jamo"),
     Idle("data.val_fraction", lambda j: j.data.val_files is None, "data.val_files", "data.val_files=null"),
 )
 
@@ -101,13 +101,7 @@ def refuse_idle_targets(weights: list[float], context_length: int | None) -> Non
 
 def refuse_idle_at_start(job: Any, resumed: Any) -> None:
     """At setup, once every setting is final and before the corpus is read: a resumed run's typed keys (its others
-    are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed; and an
-    average that a typed step limit would never update (training/averaging.py checks again once an epoch limit is
-    turned into steps)."""
-    from training.averaging import refuse_empty_average
-
-    t = job.train
-    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)
+    are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed."""
     if resumed is not None:
         from training.resume_settings import typed_command_line
 

@@ -39,7 +39,7 @@ from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
-from training.averaging import WeightAverage, weight_average
+from training.averaging import WeightAverage, refuse_empty_average, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.idle_settings import refuse_idle_at_start
 from training.init_from import InitSource, grown_state, load_init_data, load_source
@@ -256,6 +256,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
     refuse_idle_at_start(job, resumed)  # training/idle_settings.py, once the settings are final
+    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
