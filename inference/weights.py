@@ -17,9 +17,6 @@ from dataclasses import dataclass
 
 from common.errors import UserError
 from inference.checkpoint import Checkpoint
-from inference.config import WEIGHTS
-
-HELD = (*WEIGHTS, "unknown")  # what an exported folder may hold, as far as its record says
 
 
 @dataclass(frozen=True)
