@@ -57,9 +57,9 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
             raise UserError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}"
                             f"{again}")
     _check_tokenizer(rec["tokenizer"], path)
-    if rec.get("weights") not in (None, *WEIGHTS):
-        raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, found {str(rec['weights'])[:40]!r}"
-                        f"{again}")
+    if rec.get("weights") not in (None, *WEIGHTS, "unknown"):  # unknown: re-exported from an unrecorded folder
+        raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found "
+                        f"{str(rec['weights'])[:40]!r}{again}")
     updates = rec.get("average_updates")
     if updates is not None and (not isinstance(updates, int) or isinstance(updates, bool) or updates < 0):
         raise UserError(f"{path}: average_updates must be a whole number >= 0 or null, found {updates!r}{again}")

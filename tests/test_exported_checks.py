@@ -91,7 +91,7 @@ RECORDS = {  # name: (how kochar.json is damaged, what the one line says)
     "format_number": (lambda r: r["tokenizer"].update(format=3), "(tokenizer.format is '3', not "
                                                                  "kochar-gpt/char-tokenizer)"),
     "kind_number": (lambda r: r["tokenizer"].update(kind=3), "tokenizer.kind must be text"),
-    "weights_number": (lambda r: r.update(weights=5), "weights must be one of averaged, raw, found '5'"),
+    "weights_number": (lambda r: r.update(weights=5), "weights must be one of averaged, raw, unknown, found '5'"),
     "updates_text": (lambda r: r.update(average_updates="7"), "average_updates must be a whole number >= 0 or null"),
 }
 

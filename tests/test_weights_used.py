@@ -201,3 +201,15 @@ def test_a_folder_exported_before_the_record_said_is_read_as_unknown(runs, tmp_p
     assert assert_one_line_error(asked) == (
         f"error: weights=averaged: {out} does not record which weights it holds (exported by an older kochar-gpt); "
         "drop weights= to read it as it is, or export the run again")
+
+
+def test_a_folder_exported_again_keeps_what_its_record_says(runs, tmp_path):
+    first, second = tmp_path / "m", tmp_path / "m2"
+    _export(runs, first)
+    r = cli("export.py", f"ckpt={first}", f"out={second}", "verify=false")
+    assert r.returncode == 0, r.stderr
+    record = json.loads((second / "kochar.json").read_text(encoding="utf-8"))
+    assert (record["weights"], record["average_updates"]) == ("averaged", 7)
+    refused = cli("export.py", f"ckpt={first}", f"out={tmp_path / 'm3'}", "verify=false", "weights=raw")
+    assert assert_one_line_error(refused).startswith(f"error: weights=raw: {first} holds only the averaged weights")
+    assert not (tmp_path / "m3").exists()
