@@ -104,7 +104,7 @@ def test_train_init_from_starts_from_the_weights_it_names(runs, tmp_path, asked,
     from training.setup import setup
 
     job = train_job(tmp_path, f"train.init_from={runs / 'avg'}", f"data.path={runs.parent / 'text.txt'}",
-                    "train.max_steps=1", "train.sample_prompts=[봄이]",
+                    "train.max_steps=1", "train.sample_prompts=['봄이']",
                     *([f"train.init_weights={asked}"] if asked else []))
     s, _ = setup(job, tmp_path / "run")
     source = load_checkpoint(runs / "avg" / "ckpt.pt")
