@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common import config_checks as checks
 from common.atomic_files import atomic_write, file_sha256
 from common.errors import UserError
 
@@ -40,10 +41,16 @@ def corpus_fingerprint(corpus: str | Path) -> str:
     return file_sha256(Path(corpus).expanduser())[:12]
 
 
+def check_fraction(fraction: float) -> None:
+    """`--heldout` as train.py checks data.val_fraction: a finite number in (0, 1)."""
+    checks.number_in("--heldout", fraction, 0, 1, low_open=True, high_open=True)
+
+
 def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.05) -> tuple[Path, Path]:
     """(training file, held-out file) for `corpus`, written under `out_dir` on first use."""
     from data.text import read_text
 
+    check_fraction(fraction)
     corpus = Path(corpus).expanduser()
     key = f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
     out = Path(out_dir) / key

@@ -68,10 +68,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
                     "table only)")
     args = ap.parse_args(argv)
-    for spec in args.corpus:
-        name, _, path = spec.partition("=")
+    names = [spec.partition("=")[0] for spec in args.corpus]
+    for spec, name in zip(args.corpus, names, strict=True):
+        path = spec.partition("=")[2]
         if not re.fullmatch(r"[\w.-]+", name) or not Path(path).expanduser().is_file():
             raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+        if names.count(name) > 1:  # the rows of two texts under one name would be averaged together
+            raise UserError(f"--corpus: the name {name} is given {names.count(name)} times; give each corpus its own")
     unknown = [r for r in args.rungs.split(",") if not (ROOT / "configs" / "recipe" / f"{r}.yaml").is_file()]
     if unknown:
         raise UserError(f"--rungs: no recipe {', '.join(unknown)} in configs/recipe/")

@@ -21,6 +21,7 @@ import argparse
 import math
 from pathlib import Path
 
+from benchmarks.heldout import check_fraction
 from common import config_checks as checks
 from common.errors import UserError
 
@@ -40,7 +41,7 @@ def check_numbers(args: argparse.Namespace) -> None:
     if args.steps is not None:
         checks.positive_int("--steps", args.steps)
     checks.positive_int("--seeds", args.seeds)
-    checks.number_in("--heldout", args.heldout, 0, 1, low_open=True, high_open=True)
+    check_fraction(args.heldout)
     if args.steps is None and args.seconds is None:
         args.seconds = DEFAULT_SECONDS
 

@@ -63,6 +63,17 @@ def test_every_mistake_is_one_line_before_the_first_run(corpus, tmp_path):
         assert not (tmp_path / f"out{i}").exists(), extra
 
 
+def test_two_corpora_under_one_name_and_other_campaigns_fractions_are_refused(corpus, tmp_path):
+    twice, finetune, hangul = cli_all(
+        (*_ladder(corpus, tmp_path / "out"), "--corpus", f"c={corpus}"),
+        ("-m", "benchmarks.finetune", "--source-run", str(tmp_path), "--target", str(corpus), "--heldout", "2"),
+        ("-m", "benchmarks.hangul_compare", "--corpus", f"c={corpus}", "--seconds", "inf"))
+    assert assert_one_line_error(twice) == "error: --corpus: the name c is given 2 times; give each corpus its own"
+    assert assert_one_line_error(finetune) == "error: --heldout=2.0 is invalid: it must be a finite number in (0, 1)"
+    assert assert_one_line_error(hangul) == "error: --seconds=inf is invalid: it must be a finite number > 0"
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_corpus_train_py_refuses_is_refused_the_same_way(tmp_path):
     cut = tmp_path / "cut.txt"
     cut.write_bytes(("\n".join([KOREAN] * 4)).encode("utf-8") + "봄".encode()[:2])  # cut mid-character
