@@ -40,8 +40,8 @@ def _run(cfg: DictConfig) -> None:
     run = load_run(c.ckpt, device, weights=c.weights)
     result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
                            device, lambda: autocast(device, dtype), c.progress)
-    print(json.dumps(json_ready({"checkpoint": str(run.path), **result}), ensure_ascii=False, allow_nan=False),
-          flush=True)
+    record = {"checkpoint": str(run.path), **run.weights.fields(), **result}  # weights: which set was scored
+    print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 
 @hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")

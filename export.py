@@ -9,7 +9,6 @@ from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
 import shlex
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -43,16 +42,17 @@ def _run(cfg: DictConfig) -> None:
     from common.names import shown_name
     from hf_export.writer import write_folder
     from inference.loading import load_run
+    from inference.weights import exported_weights
     from model.counts import num_parameters
 
     run = load_run(c.ckpt, torch.device("cpu"), weights=c.weights)
     out = Path(c.out).expanduser()
-    chosen = replace(run.checkpoint, model=run.checkpoint.weights(c.weights), averaged=None)  # the folder's one set
+    chosen = exported_weights(run.checkpoint, run.weights)  # the folder's one set, recorded as such
     layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
                           c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
-    print(shown_name(f"exported {run.path} to {out} ({how})"), flush=True)
+    print(shown_name(f"exported {run.path} to {out} ({how}); {run.weights.line()}"), flush=True)
 
 
 @hydra.main(config_path="configs", config_name="export", version_base="1.3")

@@ -92,7 +92,8 @@ def _run(cfg: DictConfig) -> None:
               file=sys.stderr)
     else:
         loaded = pg.cache.get(pg.registry.name_of(default), default)
-        print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}")
+        print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}; "
+              f"{loaded.run.weights.line()}")
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
     _raise_file_limit(config.max_connections + 64)

@@ -54,6 +54,8 @@ def _run(cfg: DictConfig) -> None:
     # The folder is printed so it pastes back as it stands: ckpt=<it>, train.resume=<it>, hydra.run.dir=<it>.
     print(f"run: {shell_path(result.run_dir)}  step {result.step}  val loss {_value(result.val_loss)}  "
           f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})")
+    if result.average:
+        print(result.average)
     if result.stopped in ("SIGINT", "SIGTERM"):
         sys.exit(130 if result.stopped == "SIGINT" else 143)
 

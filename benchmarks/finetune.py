@@ -36,7 +36,11 @@ SIDES = ("finetune", "scratch")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    import math
+
+    from benchmarks.heldout import check_fraction
     from benchmarks.options import OneLineArgumentParser
+    from common import config_checks as checks
     from common.errors import UserError
 
     ap = OneLineArgumentParser(prog="finetune.py", description=__doc__.split("\n\nA source run")[0],
@@ -58,6 +62,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UserError("give --source FILE (trained once) or --source-run DIR (an existing run)")
     if args.seeds < 1 or not args.seconds > 0 or not args.source_seconds > 0:
         raise UserError("--seeds, --seconds and --source-seconds must be positive")
+    for flag in ("seconds", "source_seconds"):  # as train.py checks train.max_seconds: finite too
+        checks.number_in("--" + flag.replace("_", "-"), getattr(args, flag), 0, math.inf, low_open=True)
+    check_fraction(args.heldout)
     return args
 
 

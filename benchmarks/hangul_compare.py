@@ -43,7 +43,9 @@ VARIANTS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.heldout import check_fraction
     from benchmarks.options import OneLineArgumentParser
+    from common import config_checks as checks
     from common.errors import UserError
 
     ap = OneLineArgumentParser(prog="hangul_compare.py", description=__doc__.split("\n\nFor every")[0],
@@ -69,6 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown or not args.seconds > 0:
         raise UserError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)}); --seconds > 0"
                         if unknown else "--seconds must be positive")
+    checks.number_in("--seconds", args.seconds, 0, math.inf, low_open=True)  # as train.py checks train.max_seconds
+    check_fraction(args.heldout)
     return args
 
 

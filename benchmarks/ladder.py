@@ -3,10 +3,13 @@ scored on held-out text, beside nanoGPT; one command regenerates the table and t
 
     python -m benchmarks.ladder --corpus koconovel=../shared/corpora/koconovel_dev.txt \
         --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300 --seeds 2 --nanogpt ~/src/nanoGPT
-    python -m benchmarks.ladder ... --steps 1500      # a fixed step count instead: load-independent results
+    python -m benchmarks.ladder --corpus ... --steps 1500      # a fixed step count instead of --seconds
 
-Every run prints one JSON line and is appended to OUT/results.jsonl; a run already there (same corpus, rung,
-seed, budget and overrides) is not repeated, so an interrupted campaign continues where it stopped. At the
+Everything is checked before the first run (benchmarks/ladder_checks.py): every rung's and variant's train.py config,
+the budget, the held-out fraction, each corpus as train.py reads it, and the rows already in OUT. Every run prints
+one JSON line and is appended to OUT/results.jsonl, with what makes rows comparable (held-out fraction, budget, the
+corpus's fingerprint, the weights scored); a run already there (same corpus, rung, seed, budget and overrides) is not
+repeated, so an interrupted campaign continues where it stopped, and a run that failed makes the exit non-zero. At the
 end the table (mean and spread over seeds of the held-out bits per character, the gap to nanoGPT, tokens/s,
 steps, and each `--variant` against its recipe on the same seeds) is printed and written to OUT/ladder.md;
 `--docs` also replaces the tables in docs/en/ladder.md and docs/ko/ladder.md and redraws docs/images/ladder.png
@@ -43,14 +46,15 @@ RESULT = re.compile(r"run: \S+\s+step (?P<step>\d+)\s+val loss \S+\s+val bpc \S+
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.ladder_checks import check_numbers
     from benchmarks.options import OneLineArgumentParser
     from common.errors import UserError
 
     ap = OneLineArgumentParser(prog="ladder.py", description=__doc__.split("\n\nEvery run")[0],
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH")
-    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget of each run (default 300)")
-    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds")
+    ap.add_argument("--seconds", type=float, default=None, help="wall-clock budget of each run (default 300)")
+    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds (not with it)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per rung (default 2: 1337, 1338)")
     ap.add_argument("--rungs", default=",".join(RUNGS), help="comma-separated recipes (default: the ladder)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
@@ -64,15 +68,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
                     "table only)")
     args = ap.parse_args(argv)
-    for spec in args.corpus:
-        name, _, path = spec.partition("=")
+    names = [spec.partition("=")[0] for spec in args.corpus]
+    for spec, name in zip(args.corpus, names, strict=True):
+        path = spec.partition("=")[2]
         if not re.fullmatch(r"[\w.-]+", name) or not Path(path).expanduser().is_file():
             raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+        if names.count(name) > 1:  # the rows of two texts under one name would be averaged together
+            raise UserError(f"--corpus: the name {name} is given {names.count(name)} times; give each corpus its own")
     unknown = [r for r in args.rungs.split(",") if not (ROOT / "configs" / "recipe" / f"{r}.yaml").is_file()]
     if unknown:
         raise UserError(f"--rungs: no recipe {', '.join(unknown)} in configs/recipe/")
-    if args.seeds < 1 or (args.steps is not None and args.steps < 1) or not args.seconds > 0:
-        raise UserError("--seeds, --steps and --seconds must be positive")
+    check_numbers(args)
     args.variants = {}
     for spec in args.variant:
         name, _, rest = spec.partition("=")
@@ -136,12 +142,12 @@ def evaluate(ckpt: Path, heldout: Path) -> dict:
 
 def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.Namespace) -> dict:
     """One `train.py` run of a recipe; its closing numbers from the result line and TensorBoard."""
+    from benchmarks.ladder_checks import run_overrides
     from benchmarks.tb_read import read_scalars
 
-    limit = [f"train.max_steps={args.steps}"] if args.steps else [f"train.max_seconds={args.seconds}"]
-    recipe, extra = args.variants.get(rung, (rung, []))
-    cmd = [sys.executable, str(ROOT / "train.py"), f"recipe={recipe}", f"data.path={train}", f"seed={seed}", *limit,
-           f"hydra.run.dir={run_dir}", "train.overwrite=true", *extra, *args.set.split()]
+    recipe, extra = getattr(args, "variants", {}).get(rung, (rung, []))  # hangul_compare passes no variants
+    cmd = [sys.executable, str(ROOT / "train.py"), *run_overrides(recipe, extra, args, str(train), seed),
+           f"hydra.run.dir={run_dir}", "train.overwrite=true"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     m = RESULT.search(proc.stdout)
     if proc.returncode or m is None:
@@ -171,11 +177,11 @@ def run_name(rung: str, seed: int, overrides: str) -> str:
     return f"{rung}-seed{seed}-set{hashlib.sha1(overrides.encode('utf-8')).hexdigest()[:8]}"
 
 
-def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
-    train, heldout = paths
+def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], args: argparse.Namespace) -> dict:
+    train, heldout, fingerprint = split
     run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
     record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
-              **machine_before_run()}
+              "heldout": args.heldout, "corpus_sha256": fingerprint, **machine_before_run()}
     if rung == "nanogpt":
         return {**record, **run_peer(seed, train, heldout, run_dir, args)}
     trained = train_rung(rung, seed, train, run_dir, args)
@@ -185,7 +191,8 @@ def one_run(corpus: str, rung: str, seed: int, paths: tuple[Path, Path], args: a
     facts = run_facts(run_dir)
     if facts.get("tokens_per_step"):
         facts["tokens"] = trained["steps"] * facts.pop("tokens_per_step")
-    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"), **facts,
+    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
+            "weights": scored.get("weights"), "average_updates": scored.get("average_updates"), **facts,
             **({"error": scored["error"]} if "error" in scored else {})}
 
 
@@ -211,29 +218,48 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.heldout import split_heldout
+    from benchmarks.ladder_checks import CampaignFailed
     from benchmarks.ladder_report import report
 
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.jsonl"
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",") + list(args.variants)
-    for spec in args.corpus:
-        name, _, path = spec.partition("=")
-        paths = split_heldout(path, out / "splits", args.heldout)
+    splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
+    failed = []
+    for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):
             for rung in rungs:
                 want = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
                 if any(same_run(d, want) for d in done):
                     continue
-                record = one_run(name, rung, seed, paths, args)
+                record = one_run(name, rung, seed, split, args)
                 print(json.dumps(record, ensure_ascii=False), flush=True)
                 with results_file.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done.append(record)
+                failed += [record] if "error" in record else []
     report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
+    if failed:
+        raise CampaignFailed(failed)
+
+
+def prepare(args: argparse.Namespace, rungs: list[str], done: list[dict], out: Path) -> dict[str, tuple]:
+    """Check everything, then split each corpus: {name: (training file, held-out file, fingerprint)}."""
+    from benchmarks.heldout import corpus_fingerprint, split_heldout
+    from benchmarks.ladder_checks import check_results, check_runs
+    from data.text import detect_encoding
+
+    corpora = dict(spec.partition("=")[::2] for spec in args.corpus)
+    check_runs(args, rungs, next(iter(corpora.values())))
+    prints = {}
+    for name, path in corpora.items():
+        detect_encoding(Path(path).expanduser())  # train.py's check of the text, before any file is written
+        prints[name] = corpus_fingerprint(path)
+        check_results(done, name, args.heldout, prints[name], out)
+    out.mkdir(parents=True, exist_ok=True)
+    return {name: (*split_heldout(path, out / "splits", args.heldout), prints[name]) for name, path in corpora.items()}
 
 
 if __name__ == "__main__":

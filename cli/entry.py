@@ -101,8 +101,10 @@ class _HeldStderr:
 _held_stderr: _HeldStderr | None = None
 
 
-def _fold_hydra_report(text: str) -> str:
-    """Hydra's multi-line error report as one line: the messages, with listed options joined by commas."""
+def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
+    """Hydra's multi-line error report as one line: the messages, with listed options joined by commas. `argv`: the
+    overrides the report is about (the command line's by default)."""
+    argv = sys.argv[1:] if argv is None else argv
     if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
         from cli.crash_report import fold_traceback_report
 
@@ -125,11 +127,11 @@ def _fold_hydra_report(text: str) -> str:
     if unknown and ("is not in struct" in text or "not in '" in text):  # the usual case: a misspelt key
         key = unknown.group(1).lstrip("+")
         return f"unknown config key {key}; check its spelling (--help lists every key)"
-    typed = _type_error(text)
+    typed = _type_error(text, argv)
     if typed:
         return typed
     grammar = re.search(r"\s*See (https://hydra\.cc/\S+override_grammar\S*)", text)
-    bad = _unparsable_override(sys.argv[1:]) if grammar else None
+    bad = _unparsable_override(argv) if grammar else None
     if bad is not None:
         reason = "; ".join(p for p in parts if not p.startswith("See https://"))
         return (f"cannot parse the override {bad!r} ({reason}); quote values that hold brackets, commas, spaces "
@@ -137,7 +139,13 @@ def _fold_hydra_report(text: str) -> str:
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
 
 
-def _type_error(text: str) -> str | None:
+def hydra_report_line(text: str, overrides: list[str]) -> str:
+    """A report of Hydra's about `overrides` (composed without a command line: benchmarks/ladder_checks.py) as the
+    one line an entry script would print for it."""
+    return _fold_hydra_report(text, overrides)
+
+
+def _type_error(text: str, argv: list[str]) -> str | None:
     """A value the schema's type refuses (`train.lr=abc`, `model.num_heads=2.5`), as one line naming the key."""
     full_key = re.search(r"full_key: (\S+)", text)
     reason = re.search(r"(Value '.*' (?:of type '\w+' )?could not be converted to \w+|"
@@ -153,7 +161,7 @@ def _type_error(text: str) -> str | None:
     key = full_key.group(1)
     if "None" in reason.group(1) or "Optional" in reason.group(1):
         return f"{key} cannot be null: give it a value (--help shows its default)"
-    value = next((a.split("=", 1)[1] for a in reversed(sys.argv[1:]) if a.lstrip("+~").split("=", 1)[0] == key), None)
+    value = next((a.split("=", 1)[1] for a in reversed(argv) if a.lstrip("+~").split("=", 1)[0] == key), None)
     shown = f"{key}={value}" if value is not None else key
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
 

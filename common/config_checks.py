@@ -37,9 +37,12 @@ def number_in(key: str, value: float | None, low: float, high: float, *, low_ope
                           + (" (or null)" if optional else ""))
 
 
-def one_of(key: str, value: str, choices: tuple[str, ...]) -> None:
+def one_of(key: str, value: str | None, choices: tuple[str, ...], optional: bool = False) -> None:
+    if value is None and optional:
+        return
     if value not in choices:
-        raise ConfigError(f"{key}={value} is invalid: use one of {', '.join(choices)}")
+        raise ConfigError(f"{key}={value} is invalid: use one of {', '.join(choices)}"
+                          + (" (or null)" if optional else ""))
 
 
 def device_name(key: str, value: str) -> None:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
+from common import config_checks as checks
 from common.errors import ConfigError
+from inference.config import WEIGHTS
 
 
 @dataclass
@@ -15,11 +17,11 @@ class ExportConfig:
     out: str | None = None  # the folder to write (created; refused when it holds files, unless overwrite)
     overwrite: bool = False  # replace a previous export there (hf_export/destination.py: nothing else)
     verify: bool = True  # name the folder only once transformers reads it back and gives the run's logits
-    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
+    weights: str | None = None  # the set the folder holds: null (the average where the run kept one, else raw),
+    #                             averaged or raw (inference/weights.py: a set the run does not hold is refused)
 
     def __post_init__(self) -> None:
-        if self.weights not in ("averaged", "raw"):
-            raise ConfigError(f"weights={self.weights} is invalid: it must be one of averaged, raw")
+        checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         if self.out in (None, ""):
             raise ConfigError("pass the folder to write: python export.py ckpt=<run dir> out=<folder>")
 

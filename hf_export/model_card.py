@@ -2,9 +2,10 @@
 
 Design choices:
 - Every fact comes from the checkpoint and its run folder (the corpus, recipe, size, steps, validation bits
-  per character, `train.init_from`, the overrides in `.hydra/overrides.yaml`), never from guesses. Those
-  records are read defensively: one that is damaged or unreadable never stops an export, the card says what
-  it could not read; names that are not valid UTF-8 are shown with U+FFFD.
+  per character, `train.init_from`, which weights were exported and how many updates their average had, the
+  overrides in `.hydra/overrides.yaml`), never from guesses. Those records are read defensively: one that is
+  damaged or unreadable never stops an export, the card says what it could not read; names that are not valid
+  UTF-8 are shown with U+FFFD.
 - The corpus's license is stated where the run can know it: `python -m data.prepare` writes SOURCE.txt
   (with a `License:` line) beside every corpus it prepares.
 - The card says how the folder loads: a stock class, or the project's code with `trust_remote_code=True`.
@@ -19,6 +20,7 @@ from pathlib import Path
 from common.errors import os_error_cause
 from common.names import shown_name
 from inference.checkpoint import Checkpoint
+from inference.weights import held_weights
 
 LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
            "custom": "KocharForCausalLM (this folder's modeling_kochar.py)"}
@@ -64,6 +66,14 @@ def training_command(ckpt: Checkpoint) -> str:
     return shown_name("python train.py " + " ".join(shlex.quote(str(a)) for a in args))
 
 
+def weights_words(ckpt: Checkpoint) -> str:
+    """Which of the run's weights the folder holds, in English and Korean."""
+    used = held_weights(ckpt)
+    korean = {"averaged": "학습 중 평균 낸 가중치", "raw": "평균 내지 않은 원래 가중치"}.get(used.kind, "기록되지 않음")
+    count = f", 갱신 {used.updates}회" if used.updates is not None else ""
+    return f"{used.words()} / {korean}{count}"
+
+
 def facts(ckpt: Checkpoint, params: int) -> dict:
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -89,6 +99,7 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
             f"tok = AutoTokenizer.from_pretrained(\"<this folder>\"{trust})")
     license_line = f["license"] or "unknown: the run does not know where its corpus came from"
     started = f"\n- Fine-tuned from / 미세 조정 출발점: `{f['init_from']}`" if f["init_from"] else ""
+    started += f"\n- Weights / 가중치: {weights_words(ckpt)}"
     if c.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it: exact, the parts no longer shown
         started += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
                     "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")

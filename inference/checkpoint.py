@@ -80,14 +80,16 @@ class Checkpoint:
     averaged: dict[str, torch.Tensor] | None = None  # train.average: the averaged weights (same keys as `model`)
     path: Path | None = None  # where it was loaded from (not saved)
     missing_training: tuple[str, ...] = ()  # training-state entries absent from the file (not saved)
+    held: str | None = None  # an exported folder's one set: averaged | raw | unknown (None: a training checkpoint)
+    held_updates: int | None = None  # the updates of the average an exported folder holds (its record says)
 
     @property
     def step(self) -> int:
         return self.training.step if self.training else 0
 
     def weights(self, which: str = "averaged") -> dict[str, torch.Tensor]:
-        """The weights readers use: the average where the run kept one (`which="averaged"`, the default), else the
-        raw weights; `which="raw"` always the raw ones."""
+        """The average where the checkpoint holds one (`which="averaged"`), else the raw weights; `which="raw"` always
+        the raw ones (inference/weights.py decides which a reader may have, and says so)."""
         return self.averaged if which == "averaged" and self.averaged is not None else self.model
 
     def to_payload(self) -> dict[str, Any]:

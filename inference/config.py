@@ -15,7 +15,9 @@ from common.device import DTYPES
 from common.errors import ConfigError
 from model.sampling import check_sampling_args
 
-WEIGHTS = ("averaged", "raw")  # which of a checkpoint's weights the readers use (inference/checkpoint.py)
+# Which of a checkpoint's weights a reader asks for; null = the average where the run kept one, else the raw weights
+# (inference/weights.py: a set that is not there is refused in one line).
+WEIGHTS = ("averaged", "raw")
 
 
 @dataclass
@@ -30,10 +32,10 @@ class GenerateConfig:
     seed: int = 1337
     device: str = "auto"
     use_cache: bool = True
-    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
+    weights: str | None = None  # null (the average where the run kept one, else raw) | averaged | raw
 
     def __post_init__(self) -> None:
-        checks.one_of("weights", self.weights, WEIGHTS)
+        checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         try:
             check_sampling_args(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
         except ValueError as e:
@@ -57,10 +59,10 @@ class EvaluateConfig:
     device: str = "auto"
     dtype: str = "float32"
     progress: bool = True
-    weights: str = "averaged"  # averaged (where the run kept an average: train.average) | raw
+    weights: str | None = None  # null (the average where the run kept one, else raw) | averaged | raw
 
     def __post_init__(self) -> None:
-        checks.one_of("weights", self.weights, WEIGHTS)
+        checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         if self.data.path in (None, ""):
             raise ConfigError("pass the text file to score: python evaluate.py ckpt=<run dir> data.path=<file.txt>")
         checks.positive_int("stride", self.stride, optional=True)

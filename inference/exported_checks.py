@@ -2,7 +2,8 @@
 
 Design choices:
 - Every field of `kochar.json` is typed and checked as a checkpoint's are (the model settings by
-  `ModelConfig`'s own checks), so a missing or mistyped field is one line, never an error deep inside.
+  `ModelConfig`'s own checks, the tokenizer's fields by building its vocabulary), so a missing or mistyped field
+  is one line naming the file and the field, never an error deep inside.
 - The safetensors header (8 bytes of length, then JSON) is read alone and checked before any tensor is read
   or any model built: each entry's dtype, shape and byte range must agree with each other and with the file,
   and the names, shapes and dtypes must be exactly those the record's settings give through the layout's own
@@ -23,6 +24,7 @@ import torch
 
 from common.errors import UserError
 from hf_format import FORMAT, LAYOUTS, VERSION
+from inference.config import WEIGHTS
 from model.config import ModelConfig
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own bound
@@ -54,8 +56,13 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
             found = type(rec.get(key)).__name__ if key in rec else "missing"
             raise UserError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}"
                             f"{again}")
-    if not isinstance(rec["tokenizer"].get("kind", "char"), str):
-        raise UserError(f"{path}: tokenizer.kind must be text{again}")
+    _check_tokenizer(rec["tokenizer"], path)
+    if rec.get("weights") not in (None, *WEIGHTS, "unknown"):  # unknown: re-exported from an unrecorded folder
+        raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found "
+                        f"{str(rec['weights'])[:40]!r}{again}")
+    updates = rec.get("average_updates")
+    if updates is not None and (not isinstance(updates, int) or isinstance(updates, bool) or updates < 0):
+        raise UserError(f"{path}: average_updates must be a whole number >= 0 or null, found {updates!r}{again}")
     per_char = rec.get("tokens_per_char", 1.0)
     if not _number(per_char) or per_char <= 0:
         raise UserError(f"{path}: tokens_per_char must be a positive number, found {per_char!r}{again}")
@@ -71,6 +78,19 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
     if config.vocab_size is None:
         raise UserError(f"{path}: model_config.vocab_size is missing{again}")
     return config
+
+
+def _check_tokenizer(d: dict, path: Path) -> None:
+    """Every field of the record's tokenizer typed (the vocabulary built once, then dropped): a wrong one is one line
+    naming the file and the field, never an error inside the tokenizer."""
+    from tokenizer import tokenizer_from_dict
+
+    if not isinstance(d.get("kind", "char"), str):
+        raise UserError(f"{path}: tokenizer.kind must be text; export the run again")
+    try:
+        tokenizer_from_dict(d)
+    except UserError as e:
+        raise UserError(f"{path}: {e}; export the run again") from None
 
 
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -3,7 +3,8 @@
 Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. Both are checked
 before they are trusted (inference/exported_checks.py); the weights are then mapped back from the layout the
 folder was written in (hf_format/gpt2.py, llama.py, custom.py) and put in the layout the settings build
-(model/qkv_layout.py).
+(model/qkv_layout.py). The folder holds one set of weights; its record says which (`weights`), and a record
+written before it did is `raw` where its run kept no average, else `unknown` (inference/weights.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from common.errors import UserError
 from hf_format import RECORD
 from inference.checkpoint import Checkpoint
+from inference.weights import run_average
 from model.qkv_layout import match_layout
 
 
@@ -49,5 +51,7 @@ def read_folder(path: str | Path) -> Checkpoint:
     except Exception as e:  # noqa: BLE001 - a damaged file can fail in the parser in any way
         raise UserError(f"{weights} cannot be read ({type(e).__name__}); export the run again") from None
     state = match_layout(LAYOUTS[rec["layout"]].from_hf(tensors, config), config.attention)
-    return Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
-                      rec.get("config") or {}, path=folder / RECORD)
+    ckpt = Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
+                      rec.get("config") or {}, path=folder / RECORD, held_updates=rec.get("average_updates"))
+    ckpt.held = rec.get("weights") or ("raw" if run_average(ckpt) in (None, "none") else "unknown")
+    return ckpt

@@ -9,6 +9,7 @@ import torch
 
 from common.errors import UserError
 from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
+from inference.weights import WeightsUsed, choose_weights
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -18,6 +19,7 @@ class LoadedRun:
     model: AttentionLanguageModel  # on its device, in eval mode
     tokenizer: Tokenizer
     checkpoint: Checkpoint
+    weights: WeightsUsed  # which of its weights the model holds (inference/weights.py)
 
     @property
     def path(self) -> Path:
@@ -26,8 +28,8 @@ class LoadedRun:
 
 
 def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> AttentionLanguageModel:
-    """The exact model the checkpoint was saved from, on the CPU, with its averaged weights where the run kept them
-    (`weights="raw"`: the raw ones); a mismatch is one UserError."""
+    """The exact model the checkpoint was saved from, on the CPU, with its averaged weights where it holds them
+    (`weights="raw"`: the raw ones; choose_weights decides which a reader asked for); a mismatch is one UserError."""
     try:
         model = AttentionLanguageModel(ckpt.model_config)
         model.load_state_dict(ckpt.weights(weights))
@@ -49,13 +51,18 @@ def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool
 
 
 def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs",
-             weights: str = "averaged") -> LoadedRun:
+             weights: str | None = None) -> LoadedRun:
     """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
-    `None` means the newest run under `runs_root`. `weights`: averaged (where the run kept an average) or raw."""
+    `None` means the newest run under `runs_root`. `weights`: None (the average where the run kept one, else the
+    raw weights), averaged or raw (refused in one line where the checkpoint does not hold that set)."""
     checkpoint = load_any(ckpt, runs_root)
+    used = choose_weights(checkpoint, weights)
     refuse_non_finite(checkpoint)
-    tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
-    model = model_from_checkpoint(checkpoint, weights)
+    try:
+        tokenizer = tokenizer_from_dict(checkpoint.tokenizer)
+    except UserError as e:
+        raise UserError(f"checkpoint {checkpoint.path}: {e}") from None
+    model = model_from_checkpoint(checkpoint, used.kind)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
-    return LoadedRun(model.to(device).eval(), tokenizer, checkpoint)
+    return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used)

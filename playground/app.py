@@ -59,7 +59,7 @@ class Playground:
 
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
-        self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt)
+        self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
         self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device),
                               cfg.weights)
         self.stats = Stats()

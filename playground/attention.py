@@ -43,6 +43,7 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
     rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
     return {
         "run": cached.name,
+        "model_weights": run.weights.kind,  # which set of the run's weights (`weights` is the attention's)
         "position": position,
         "start": start,
         "tokens": [run.tokenizer.decode([i]) for i in ids[start: position + 1]],

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 
 from common import config_checks as checks
 from common.errors import ConfigError
+from inference.config import WEIGHTS
 
 SCHEMA_NAME = "serve_schema"
 
@@ -30,7 +31,7 @@ class ServeConfig:
     max_prompt_chars: int = 4000
     cache_size: int = 4  # loaded runs kept in memory; the least recently used is dropped first
     device: str = "auto"
-    weights: str = "averaged"  # averaged (where a run kept an average: train.average) | raw
+    weights: str | None = None  # null (each run's average where it kept one, else raw) | averaged | raw
     allowed_hosts: list[str] = field(default_factory=list)  # Host names answered besides the loopback ones
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before they are read
     header_timeout_s: float = 10.0  # a connection must send a whole request head within this
@@ -53,7 +54,7 @@ class ServeConfig:
         checks.positive_int("max_prompt_chars", self.max_prompt_chars)
         checks.positive_int("cache_size", self.cache_size)
         checks.device_name("device", self.device)
-        checks.one_of("weights", self.weights, ("averaged", "raw"))
+        checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
             checks.positive_int(key, getattr(self, key))
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):

@@ -26,6 +26,7 @@ from common.errors import UserError
 from inference.checkpoint import CKPT_NAME, resolve_checkpoint
 from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
+from inference.weights import choose_weights
 
 OUTSIDE_NAME = "@ckpt"
 ROOT_NAME = "."
@@ -102,6 +103,8 @@ class RunInfo:
     context_length: int | None
     default: bool = False
     error: str | None = None  # why the checkpoint could not be read; the run is still listed
+    weights: str | None = None  # which of its weights the playground samples: averaged | raw | unknown
+    average_updates: int | None = None  # the updates of that average (None: raw weights, or not recorded)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,10 +116,12 @@ def file_stamp(path: Path) -> tuple[int, int]:
     return st.st_mtime_ns, st.st_size
 
 
-def summarize(name: str, path: Path) -> RunInfo:
-    """Step, recipe, validation bits per character and tokenizer of the checkpoint at `path`."""
+def summarize(name: str, path: Path, weights: str | None = None) -> RunInfo:
+    """Step, recipe, validation bits per character, tokenizer and the weights the playground samples (as `weights=`
+    asks: inference/weights.py) of the checkpoint at `path`."""
     try:
         ckpt = load_any(path, mmap=True)  # mapped: a checkpoint of any size costs little memory
+        used = choose_weights(ckpt, weights)
     except UserError as e:
         return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
@@ -127,14 +132,17 @@ def summarize(name: str, path: Path) -> RunInfo:
     if ckpt.training is not None and math.isfinite(ckpt.training.val_loss):
         val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4)
     kind = ckpt.tokenizer.get("kind", "char") if isinstance(ckpt.tokenizer, dict) else None
-    return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length)
+    return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length,
+                   weights=used.kind, average_updates=used.updates)
 
 
 class RunRegistry:
     """Maps run names to checkpoint paths under one folder, and back."""
 
-    def __init__(self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL):
+    def __init__(self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL,
+                 weights: str | None = None):
         self.runs_dir = Path(runs_dir).expanduser()
+        self.weights = weights  # serve.py's weights=: which set each run's summary names
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
         if ckpt not in (None, ""):
             self.fixed = (exported_folder(ckpt) / RECORD if is_exported(ckpt)  # export.py's folder
@@ -203,7 +211,7 @@ class RunRegistry:
             known = self._summaries.get(path)
         if known is not None and known[0] == stamp:
             return RunInfo(**{**asdict(known[1]), "name": name})
-        info = summarize(name, path)
+        info = summarize(name, path, self.weights)
         with self._lock:
             self._summaries[path] = (stamp, info)
         return info

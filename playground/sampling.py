@@ -156,7 +156,8 @@ class Continuation:
 
     def summary(self) -> dict:
         completion = "".join(self.pieces)
-        return {"run": self.cached.name, "text": self.params.prompt + completion, "completion": completion,
+        return {"run": self.cached.name, "weights": self.cached.run.weights.kind,
+                "text": self.params.prompt + completion, "completion": completion,
                 "context": self.context, "prompt_tokens": self.prompt_tokens, "new_tokens": self.generated,
                 "seed": self.params.seed, "unknown_chars": self.unknown}
 

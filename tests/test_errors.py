@@ -139,7 +139,8 @@ def test_prompt_with_unseen_characters_works_with_one_warning(case, results):
     r = results[case]
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
-    lines = stderr_lines(r.stderr)
+    weights, *lines = stderr_lines(r.stderr)  # generate.py's first line names the weights it samples
+    assert weights.startswith("weights: raw (the run kept no average: train.average=none) from "), weights
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("warning: ") and "'☃'" in lines[0] and "'ꙮ'" in lines[0], lines[0]
     assert "UserWarning" not in lines[0] and ".py:" not in lines[0]

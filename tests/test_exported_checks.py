@@ -77,6 +77,22 @@ RECORDS = {  # name: (how kochar.json is damaged, what the one line says)
     "version_newer": (lambda r: r.update(version=99), "format version 99"),
     "version_text": (lambda r: r.update(version="1"), "no valid format version"),
     "trained_as_bad": (lambda r: r.update(trained_as={"num_blocks": 0}), "in trained_as"),
+    # the tokenizer's own fields (issue 48): each named, never an error inside the tokenizer
+    "chars_numbers": (lambda r: r["tokenizer"].update(chars=[5, 6]),
+                      "kochar.json: tokenizer.chars[0] must be a single character, found int '5'; export the run "
+                      "again"),
+    "chars_nested": (lambda r: r["tokenizer"]["chars"].append(["x"]), "must be a single character, found list"),
+    "chars_a_word": (lambda r: r["tokenizer"].update(chars=["봄이"]),
+                     "tokenizer.chars[0] must be a single character, found '봄이'"),
+    "chars_text": (lambda r: r["tokenizer"].update(chars="봄이"),
+                   "tokenizer.chars must be a JSON list of text, found str"),
+    "added_numbers": (lambda r: r["tokenizer"].update(added=[1.5]),
+                      "tokenizer.added[0] must be a single character, found float '1.5'"),
+    "format_number": (lambda r: r["tokenizer"].update(format=3), "(tokenizer.format is '3', not "
+                                                                 "kochar-gpt/char-tokenizer)"),
+    "kind_number": (lambda r: r["tokenizer"].update(kind=3), "tokenizer.kind must be text"),
+    "weights_number": (lambda r: r.update(weights=5), "weights must be one of averaged, raw, unknown, found '5'"),
+    "updates_text": (lambda r: r.update(average_updates="7"), "average_updates must be a whole number >= 0 or null"),
 }
 
 
@@ -92,6 +108,30 @@ def _refused(call, needle: str) -> None:
     with pytest.raises(UserError) as e:
         call()
     assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_the_cli_names_the_file_and_the_field_of_a_tokenizer_of_the_wrong_type(tmp_path):
+    folder = exported(tmp_path)
+    _edit_record(folder, lambda r: r["tokenizer"].update(chars=[5, 6]))
+    r = cli("generate.py", f"ckpt={folder}", "device=cpu", "max_new_tokens=3")
+    assert assert_one_line_error(r) == (f"error: {folder / 'kochar.json'}: tokenizer.chars[0] must be a single "
+                                        "character, found int '5'; export the run again")
+
+
+@pytest.mark.parametrize("vocabulary,line", [
+    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [5]}, "tokenizer.tokens[0] must be text"),
+    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["가", ["x"]]}, "tokens[1] must be text"),
+    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["<L nope>"]},
+     "tokenizer.tokens[0] must be a character or a jamo part"),
+    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [], "added": {"a": 1}},
+     "tokenizer.added must be a JSON list of text, found dict"),
+    ({"format": "kochar-gpt/hangul-tokenizer", "kind": "hangul", "chars": ["a"], "syllables_seen": 3},
+     "tokenizer.syllables_seen must be text, found int"),
+])
+def test_every_tokenizer_kind_names_the_field_of_the_wrong_type(vocabulary, line):
+    from tokenizer import tokenizer_from_dict
+
+    _refused(lambda: tokenizer_from_dict(vocabulary), line)
 
 
 def test_the_cli_says_a_missing_field_in_one_line(tmp_path):

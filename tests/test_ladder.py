@@ -114,6 +114,8 @@ def test_ladder_runs_rungs_and_the_peer_then_resumes(tmp_path):
     variant = load_checkpoint(next((tmp_path / "out" / "tiny").glob("modern+avg-seed1337*")) / "ckpt.pt")
     assert variant.averaged is not None and variant.model_config.attention_gate  # the variant's overrides applied
     assert all("error" not in x and x["heldout_bpc"] > 0 and x["steps"] == 3 for x in records)
+    assert all(x["heldout"] == 0.05 and x["corpus_sha256"] and x["budget"] == "3 steps" for x in records)
+    assert [x.get("weights") for x in records] == [None, "raw", "raw", "averaged"]  # what evaluate.py scored
     assert records[1]["tokens"] == 3 * 8 * 32 and records[2]["tokens"] == 3 * 16 * 32 and records[1]["params"] > 0
     assert "| modern |" in (tmp_path / "out" / "ladder.md").read_text()
     assert "| modern+avg |" in (tmp_path / "out" / "ladder.md").read_text()

@@ -77,6 +77,34 @@ class Tokenizer(Protocol):
         ...
 
 
+def vocabulary_format(d: object, expected: str, described: str) -> dict:
+    """`d` itself when it is a vocabulary of the format `expected`; else one UserError saying what it is."""
+    if not isinstance(d, dict):
+        raise UserError(f"not a kochar-gpt {described} tokenizer vocabulary (a JSON {type(d).__name__}, not an object)")
+    if d.get("format") != expected:
+        found = d.get("format")
+        raise UserError(f"not a kochar-gpt {described} tokenizer vocabulary (tokenizer.format is "
+                        f"{str(found)[:60]!r}, not {expected})")
+    return d
+
+
+def text_entries(d: dict, key: str, required: bool = True, single: bool = False) -> list[str]:
+    """`d[key]` as a list of strings (of one character each, with `single`); any other shape is one UserError that
+    names the field and the entry, before the vocabulary is built from it."""
+    if key not in d and not required:
+        return []
+    value = d.get(key)
+    if not isinstance(value, list):
+        found = "missing" if key not in d else type(value).__name__
+        raise UserError(f"tokenizer.{key} must be a JSON list of text, found {found}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, str) or single and len(entry) != 1:
+            what = f"{type(entry).__name__} {str(entry)[:40]!r}" if not isinstance(entry, str) else repr(entry[:40])
+            need = "a single character" if single else "text"
+            raise UserError(f"tokenizer.{key}[{i}] must be {need}, found {what}")
+    return value
+
+
 class JsonVocabulary:
     """Subclasses define `to_dict()` and `from_dict()`; saving, loading and fingerprints come from here."""
 
@@ -96,7 +124,10 @@ class JsonVocabulary:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise UserError(f"cannot read tokenizer vocabulary {path}: {e}") from None
-        return cls.from_dict(d)
+        try:
+            return cls.from_dict(d)
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None
 
     def fingerprint(self) -> str:
         """A short hash of the vocabulary, used to key token caches."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from common.errors import UserError
-from tokenizer.base import JsonVocabulary
+from tokenizer.base import JsonVocabulary, text_entries, vocabulary_format
 from tokenizer.nfc import nfc_unsafe_code_points
 
 UNK_TOKEN = "<unk>"
@@ -139,10 +139,8 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     @classmethod
     def from_dict(cls, d: dict) -> KoreanCharTokenizer:
-        if not isinstance(d, dict) or d.get("format") != cls.format or not isinstance(d.get("chars"), list) \
-                or not isinstance(d.get("added", []), list):
-            raise UserError(f"not a kochar-gpt {cls.described} tokenizer vocabulary")
-        return cls(d["chars"], d.get("added", ()))
+        d = vocabulary_format(d, cls.format, cls.described)
+        return cls(text_entries(d, "chars", single=True), text_entries(d, "added", required=False, single=True))
 
     def extended(self, chunks: Iterable[str]) -> KoreanCharTokenizer:
         """This vocabulary plus every character of `chunks` it lacks, which take the next ids (in code point

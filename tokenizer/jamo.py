@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from common.errors import UserError
-from tokenizer.base import JsonVocabulary
+from tokenizer.base import JsonVocabulary, text_entries, vocabulary_format
 from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
 
 FORMAT = "kochar-gpt/jamo-tokenizer"
@@ -215,10 +215,14 @@ class KoreanJamoTokenizer(JsonVocabulary):
 
     @classmethod
     def from_dict(cls, d: dict) -> KoreanJamoTokenizer:
-        if not isinstance(d, dict) or d.get("format") != FORMAT or not isinstance(d.get("tokens"), list) \
-                or not isinstance(d.get("added", []), list):
-            raise UserError("not a kochar-gpt jamo tokenizer vocabulary")
-        return cls(d["tokens"], d.get("added", ()))
+        d = vocabulary_format(d, FORMAT, "jamo")
+        tokens, added = text_entries(d, "tokens"), text_entries(d, "added", required=False)
+        for key, names in (("tokens", tokens), ("added", added)):
+            for i, name in enumerate(names):
+                if len(name) != 1 and name not in _PART_BY_NAME:
+                    raise UserError(f"tokenizer.{key}[{i}] must be a character or a jamo part such as '<L ᄀ>', "
+                                    f"found {name[:40]!r}")
+        return cls(tokens, added)
 
     def extended(self, chunks: Iterable[str]) -> KoreanJamoTokenizer:
         """This vocabulary plus every token of `chunks` it lacks (characters, or syllable parts never seen),

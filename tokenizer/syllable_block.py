@@ -68,7 +68,7 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
         tok = super().from_dict(d)
         seen = d.get(SEEN_KEY)
         if seen is not None and not isinstance(seen, str):
-            raise UserError(f"not a kochar-gpt {cls.described} tokenizer vocabulary ({SEEN_KEY} is not a string)")
+            raise UserError(f"tokenizer.{SEEN_KEY} must be text, found {type(seen).__name__}")
         # Older vocabularies did not record the training syllables: unknown, not "none".
         tok.seen_syllables = None if seen is None else frozenset(seen) & _SYLLABLE_SET
         return tok

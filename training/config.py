@@ -6,7 +6,8 @@ Design choices:
   Hydra composes the config: before any folder is made or any data read.
 - Ranges are checked in each dataclass's `__post_init__`, which runs when the composed config becomes an
   object (`OmegaConf.to_object`), again before any work. Every key is checked whether or not another key
-  makes it unused.
+  makes it unused, and a key given a value of its own that another key makes unused is refused
+  (training/idle_settings.py).
 - The YAML files stay the place users read the defaults; the dataclass defaults match them.
 """
 
@@ -20,7 +21,9 @@ from common import config_checks as checks
 from common.device import DTYPES
 from common.errors import ConfigError
 from data.config import DataConfig
+from inference.config import WEIGHTS
 from model.config import ModelConfig
+from training.idle_settings import refuse_idle_settings
 from training.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "muon")
@@ -72,6 +75,7 @@ class TrainConfig:
     compile: bool = False
     resume: str | None = None
     init_from: str | None = None  # a run or checkpoint whose weights start a new run (fine-tuning)
+    init_weights: str | None = None  # init_from's weights: null (its average where kept, else raw) | averaged | raw
     overwrite: bool = False
     sample_chars: int = 200  # characters of the sample printed at the end (0 = none)
     sample_prompts: list[str] = field(default_factory=lambda: ["옛날에", "나는"])
@@ -118,6 +122,7 @@ class TrainConfig:
             checks.number_in(f"train.mtp_weights[{i}]", w, 0, inf)
         checks.number_in("train.mtp_fade", self.mtp_fade, 0, 1, low_open=True)
         checks.one_of("train.muon_weight_decay_schedule", self.muon_weight_decay_schedule, WD_SCHEDULES)
+        checks.one_of("train.init_weights", self.init_weights, WEIGHTS, optional=True)
 
 
 @dataclass
@@ -142,6 +147,8 @@ class TrainJob:
         if self.train.mtp_weights and self.model.head != "softmax":
             raise ConfigError("train.mtp_weights scores later targets through the softmax head's logits; the staged "
                               "head (model.head=jamo) does not build them: set train.mtp_weights=[]")
+        if not self.train.resume:  # a resumed run's settings are checked once its checkpoint's are applied (setup)
+            refuse_idle_settings(self, context=not self.train.init_from)
 
 
 def register_configs() -> None:

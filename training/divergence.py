@@ -30,9 +30,11 @@ class LossWatch:
     def __init__(self, checked_step: int = 0):
         self.checked_step = checked_step
         self.total: Tensor | None = None
+        self.last: Tensor | None = None  # the last step's loss (read when the run ends)
 
     def add(self, loss: Tensor) -> None:
         self.total = loss.float() if self.total is None else self.total + loss
+        self.last = loss
 
     def check(self, step: int, *read_along: Tensor) -> list[float]:
         """Stop the run if a loss since the last check was not finite; `read_along` values come back as floats

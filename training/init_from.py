@@ -12,8 +12,11 @@ Design choices:
   generic character) and the output layer new rows copied from `<unk>`'s, which the source learned to
   predict almost never. Every known character's logit is unchanged, and each new character starts as
   likely as `<unk>` was, so the predictions on known text barely move before the first step.
+- The source's weights are chosen as every reader chooses them (inference/weights.py): `train.init_weights=null`
+  takes its average where it kept one, else its raw weights; `averaged` or `raw` asks for that set, and a source
+  without it is refused in one line. The start-up line says which set starts the run.
 - The run records where it started: `train.init_from` in its config, and `init_from` (source checkpoint,
-  its step, the characters added) in its checkpoints and TensorBoard's HParams.
+  its step, the characters added, which weights) in its checkpoints and TensorBoard's HParams.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from common.errors import UserError
 from data.corpus import Corpus, load_corpus
 from data.corpus_files import corpus_files
 from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
+from inference.weights import WeightsUsed, choose_weights
 from tokenizer import tokenizer_from_dict
 from training.config import TrainJob
 from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
@@ -39,15 +43,21 @@ GROWN = {"token_embedding.weight": 0, "lm_head.weight": 0, "lm_head.stage1.weigh
 class InitSource:
     checkpoint: Checkpoint
     added: list[str]  # tokens of the new text the source never saw
+    used: WeightsUsed  # which of the source's weights start the run (train.init_weights, as the readers choose)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return self.checkpoint.weights(self.used.kind)
 
     def record(self) -> dict:
-        return {"from": str(self.checkpoint.path), "step": self.checkpoint.step, "added_tokens": len(self.added)}
+        return {"from": str(self.checkpoint.path), "step": self.checkpoint.step, "added_tokens": len(self.added),
+                **self.used.fields()}
 
     def line(self) -> str:
         shown = "".join(self.added[:20]).replace("\n", "\\n") + ("..." if len(self.added) > 20 else "")
         added = f"; {len(self.added)} character(s) it never saw were added to the vocabulary ({shown})" \
             if self.added else "; the new text holds no character it had not seen"
-        return f"init_from {self.checkpoint.path} (step {self.checkpoint.step}): a new run from its weights{added}"
+        return (f"init_from {self.checkpoint.path} (step {self.checkpoint.step}): a new run from its weights: "
+                f"{self.used.words()}{added}")
 
 
 def load_source(job: TrainJob) -> Checkpoint | None:
@@ -57,6 +67,7 @@ def load_source(job: TrainJob) -> Checkpoint | None:
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
     source = load_checkpoint(resolve_checkpoint(job.train.init_from))
+    choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused before any work
     refuse_non_finite(source)
     adopt_architecture(job, source)
     return source
@@ -86,6 +97,7 @@ def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
 
 def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSource]:
     """The new corpus under the source's tokenizer, extended by whatever the new text holds that it lacks."""
+    used = choose_weights(source, job.train.init_weights, "train.init_weights")
     tokenizer = tokenizer_from_dict(source.tokenizer)
     corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir)
     added: list[str] = []
@@ -93,7 +105,7 @@ def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSourc
         bigger = tokenizer.extended(corpus_files(corpus.path).chunks())
         added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])):]
         corpus = load_corpus(job.data.path, bigger, job.data.cache_dir)
-    return corpus, InitSource(source, added)
+    return corpus, InitSource(source, added, used)
 
 
 def grown_state(weights: dict[str, torch.Tensor], vocab_size: int, tied: bool) -> dict[str, torch.Tensor]:

@@ -39,9 +39,10 @@ from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.auto_settings import AutoDropout, apply_auto_dropout
-from training.averaging import WeightAverage, weight_average
+from training.averaging import WeightAverage, refuse_empty_average, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.divergence import LossWatch
+from training.idle_settings import refuse_idle_at_start
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.optimizer_layout import match_optimizer_layout
@@ -88,7 +89,6 @@ class LoopState:
     step: int = 0
     best_val_loss: float = math.inf
     val_loss: float = math.nan  # nan until the first evaluation
-    last_loss: torch.Tensor | None = None  # the last step's, on the device (read when the run ends)
     watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (training/divergence.py)
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
@@ -164,7 +164,7 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
     if resumed is not None:
         model.load_state_dict(resumed.model)
     elif init is not None:
-        model.load_state_dict(grown_state(init.checkpoint.model, vocab_size, config.tie_weights))
+        model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
     return model
 
 
@@ -259,6 +259,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
+    refuse_idle_at_start(job, resumed)  # training/idle_settings.py, once the settings are final
+    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
@@ -269,7 +271,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
-    average = weight_average(job, raw_model, resumed)
+    average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
                            t.input_noise)

@@ -63,6 +63,7 @@ class TrainResult:
     seconds: float
     stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
     sample: str = ""
+    average: str = ""  # train.average: the closing line saying how many updates the average had
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
@@ -90,7 +91,6 @@ def loop(s: Session, state: LoopState, bar: tqdm) -> None:
         while s.max_steps is None or state.step < s.max_steps:
             result = train_step(s, state)
             state.watch.add(result.loss)
-            state.last_loss = result.loss
             bar.update(1)
             log_step(s, state, result, bar)
             out_of_time = bool(job.train.max_seconds) and state.elapsed() >= job.train.max_seconds
@@ -107,6 +107,8 @@ def loop(s: Session, state: LoopState, bar: tqdm) -> None:
                                f"train.resume={shell_path(s.run_dir)}")
                 break
             last = state.step == s.max_steps or halt
+            if last and s.average is not None:
+                s.average.finish(s.raw_model)  # never an empty average: the final weights if no update was due
             if state.step % job.train.eval_interval == 0 or last:
                 validate(s, state, last)
             if halt:
@@ -225,6 +227,6 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                      metrics, state.step)
     s.logger.close()
     distributed.cleanup(s.dist)
-    train_loss = math.nan if state.last_loss is None else float(state.last_loss)
+    train_loss = math.nan if state.watch.last is None else float(state.watch.last)
     return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
-                       state.tokens_per_sec, seconds, state.stopped, sample)
+                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "")

@@ -29,7 +29,9 @@ function visible(text) {  // whitespace a reader can see in the tooltip and the 
 function runLabel(run) {
   const bpc = run.val_bpc == null ? "–" : run.val_bpc.toFixed(3);
   const step = run.step == null ? "?" : run.step;
-  return run.error ? `${run.name} (읽을 수 없음 · unreadable)` : `${run.name} · ${step} steps · ${run.recipe} · ${bpc} bpc`;
+  const updates = run.weights === "averaged" ? ` (${run.average_updates ?? "?"} updates)` : "";
+  return run.error ? `${run.name} (읽을 수 없음 · unreadable)` :
+    `${run.name} · ${step} steps · ${run.recipe} · ${bpc} bpc · ${run.weights} weights${updates}`;
 }
 
 async function loadRuns() {

@@ -1,0 +1,110 @@
+"""Settings that cannot act in the run as configured, refused in one line that names the key.
+
+Design choices:
+- A lever that silently does nothing is worse than an error for someone comparing runs: the run looks like it
+  tested the lever, and its number is the plain run's. So a setting given a value of its own (not its default)
+  while another setting makes it idle is refused before any work, naming both keys and the two ways on.
+- The value is compared with the schema's default, not with what was typed, so a recipe that sets a key another
+  key then idles (recipe=modern's Muon rates under train.optimizer=adamw) is refused too: it would not act either.
+  Keys a recipe sets only for a case it may not reach (the `auto_*` decays, used when model.dropout is auto) are
+  not levers of this kind and are not listed; nor are the model's shape switches (`model.jamo_initials` without
+  the staged head), which a campaign's `--set` gives every variant it compares, the staged or not.
+- A new run is checked when its config is composed (TrainJob.__post_init__), so the ladder's check of every
+  variant before its first run (benchmarks/ladder_checks.py) finds these too; the context length is checked
+  again once train.init_from has fixed the architecture. A resumed run takes every setting it does not type
+  from its checkpoint, so only the keys typed on its command line are checked, once they are applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from common.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Idle:
+    key: str  # the setting that would do nothing
+    acts: Callable[[Any], bool]  # whether the job as configured lets it act
+    other: str  # the key that decides whether it acts
+    needs: str  # what that key must be for it to act
+
+
+def _muon(key: str) -> Idle:
+    return Idle(key, lambda j: j.train.optimizer == "muon", "train.optimizer", "train.optimizer=muon")
+
+
+def _scheduled(key: str) -> Idle:
+    return Idle(key, lambda j: j.train.lr_schedule != "constant", "train.lr_schedule", "train.lr_schedule=cosine")
+
+
+RULES = (
+    *(_muon(f"train.{k}") for k in ("muon_lr", "muon_momentum", "muon_weight_decay", "muon_weight_decay_schedule",
+                                    "auto_muon_weight_decay")),
+    Idle("train.ema_half_life", lambda j: j.train.average == "ema", "train.average", "train.average=ema"),
+    Idle("train.swa_start", lambda j: j.train.average == "swa", "train.average", "train.average=swa"),
+    Idle("train.average_every", lambda j: j.train.average != "none", "train.average", "train.average=ema or swa"),
+    Idle("train.mtp_fade", lambda j: bool(j.train.mtp_weights), "train.mtp_weights", "train.mtp_weights=[...]"),
+    _scheduled("train.min_lr"),
+    _scheduled("train.lr_decay_steps"),
+    Idle("train.init_weights", lambda j: bool(j.train.init_from), "train.init_from", "train.init_from=<run>"),
+    Idle("train.max_epochs", lambda j: j.train.max_steps is None, "train.max_steps", "train.max_steps=null"),
+    Idle("data.val_fraction", lambda j: j.data.val_files is None, "data.val_files", "data.val_files=null"),
+)
+
+
+def _get(job: Any, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(job, section), name)
+
+
+def _default(job: Any, key: str) -> Any:
+    section, _, name = key.partition(".")
+    field = next(f for f in fields(getattr(job, section)) if f.name == name)
+    return field.default_factory() if field.default is MISSING else field.default
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: bool = True) -> None:
+    """One ConfigError for the first setting of `job` (among `only`, when given) that cannot act; `context`: also
+    check the MTP targets against model.context_length (False while train.init_from may still change it)."""
+    keys = None if only is None else set(only)
+    for rule in RULES:
+        if keys is not None and rule.key not in keys and rule.key.split(".")[0] not in keys:
+            continue
+        value = _get(job, rule.key)
+        if value != _default(job, rule.key) and not rule.acts(job):
+            raise ConfigError(f"{rule.key}={_shown(value)} cannot act in this run: it acts only with {rule.needs}, "
+                              f"and this run has {rule.other}={_shown(_get(job, rule.other))}; drop {rule.key}, "
+                              f"or set {rule.needs}")
+    if keys is None or "train.mtp_weights" in keys or "train" in keys:
+        refuse_idle_targets(job.train.mtp_weights, job.model.context_length if context else None)
+
+
+def refuse_idle_targets(weights: list[float], context_length: int | None) -> None:
+    """train.mtp_weights must end in a weight that scores something, within the context: entry i (from 0) scores
+    the token i + 2 ahead, which a window of context_length tokens holds only for i + 2 <= context_length."""
+    if weights and weights[-1] == 0:
+        raise ConfigError(f"train.mtp_weights={list(weights)} ends in a 0 weight, which scores nothing (a 0 only "
+                          "skips a target before a weighted one); drop the trailing zeros")
+    if context_length is not None and len(weights) >= context_length:
+        raise ConfigError(f"train.mtp_weights has {len(weights)} entries, the last scoring the token "
+                          f"{len(weights) + 1} ahead, but a window of model.context_length={context_length} holds "
+                          f"targets at most {context_length} ahead, so its last {len(weights) - context_length + 1} "
+                          f"would score nothing; give at most {context_length - 1} entries (or a longer context)")
+
+
+def refuse_idle_at_start(job: Any, resumed: Any) -> None:
+    """At setup, once every setting is final and before the corpus is read: a resumed run's typed keys (its others
+    are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed."""
+    if resumed is not None:
+        from training.resume_settings import typed_command_line
+
+        refuse_idle_settings(job, only=typed_command_line() or ())
+    elif job.train.init_from:
+        refuse_idle_targets(job.train.mtp_weights, job.model.context_length)
