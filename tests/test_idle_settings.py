@@ -13,7 +13,7 @@ IDLE = {  # overrides: the one line
         "train.muon_weight_decay_schedule=dip cannot act in this run: it acts only with train.optimizer=muon, and "
         "this run has train.optimizer=adamw; drop train.muon_weight_decay_schedule, or set train.optimizer=muon",
     ("train.muon_lr=0.05",): "train.muon_lr=0.05 cannot act in this run: it acts only with train.optimizer=muon",
-    ("recipe=modern", "train.optimizer=adamw"): "train.muon_lr=0.04 cannot act in this run",
+    ("recipe=modern", "train.optimizer=adamw", "train.muon_lr=0.05"): "train.muon_lr=0.05 cannot act in this run",
     ("train.ema_half_life=50",):
         "train.ema_half_life=50.0 cannot act in this run: it acts only with train.average=ema, and this run has "
         "train.average=none",
@@ -51,6 +51,7 @@ def test_a_setting_that_cannot_act_is_refused_naming_its_key(overrides):
 
 @pytest.mark.parametrize("overrides", [
     ("recipe=modern",), ("recipe=modern", "model.dropout=0.0"), ("train.average=swa", "train.swa_start=0.5"),
+    ("recipe=modern", "train.optimizer=adamw"),  # the recipe's own Muon rates are not the user's levers
     ("train.optimizer=muon", "train.muon_weight_decay_schedule=dip"), ("model.context_length=4",
                                                                       "train.mtp_weights=[0.5,0,0.25]"),
     ("data.val_files=1",), ("train.max_seconds=60", "train.max_epochs=2"), ("train.lr_schedule=constant",)])

@@ -4,11 +4,13 @@ Design choices:
 - A lever that silently does nothing is worse than an error for someone comparing runs: the run looks like it
   tested the lever, and its number is the plain run's. So a setting given a value of its own (not its default)
   while another setting makes it idle is refused before any work, naming both keys and the two ways on.
-- The value is compared with the schema's default, not with what was typed, so a recipe that sets a key another
-  key then idles (recipe=modern's Muon rates under train.optimizer=adamw) is refused too: it would not act either.
-  Keys a recipe sets only for a case it may not reach (the `auto_*` decays, used when model.dropout is auto) are
-  not levers of this kind and are not listed; nor are the model's shape switches (`model.jamo_initials` without
-  the staged head), which a campaign's `--set` gives every variant it compares, the staged or not.
+- The value is compared with the schema's default and with the recipe's own value for the key: what the user
+  chose, however they typed it, not what a recipe brings along. `recipe=modern train.optimizer=adamw` (the modern
+  architecture under AdamW, a comparison people make) runs, its recipe's Muon rates unused as they would be in any
+  AdamW run; a Muon rate of one's own under AdamW is refused. Keys a recipe sets only for a case it may not reach
+  (the `auto_*` decays, used when model.dropout is auto) are not levers of this kind and are not listed; nor are the
+  model's shape switches (`model.jamo_initials` without the staged head), which a campaign's `--set` gives every
+  variant it compares, the staged or not.
 - A new run is checked when its config is composed (TrainJob.__post_init__), so the ladder's check of every
   variant before its first run (benchmarks/ladder_checks.py) finds these too; the context length is checked
   again once train.init_from has fixed the architecture. A resumed run takes every setting it does not type
@@ -17,11 +19,13 @@ Design choices:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from common.errors import ConfigError
+from training.resume_settings import CONFIGS
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,23 @@ def _default(job: Any, key: str) -> Any:
     return field.default_factory() if field.default is MISSING else field.default
 
 
+@functools.cache
+def _recipe_values(recipe: str) -> dict[str, Any]:
+    """{dotted key: value} of the train and data keys configs/recipe/<recipe>.yaml sets itself."""
+    from omegaconf import OmegaConf
+
+    path = CONFIGS / "recipe" / f"{recipe}.yaml"
+    spec = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
+    return {f"{group}.{k}": v for group in ("train", "data") for k, v in (spec.get(group) or {}).items()}
+
+
+def _chosen(job: Any, key: str) -> bool:
+    """Whether `key` holds a value of the user's own: neither the schema's default nor the recipe's."""
+    value = _get(job, key)
+    recipe = _recipe_values(str(getattr(job, "recipe", "") or ""))
+    return value != _default(job, key) and (key not in recipe or value != recipe[key])
+
+
 def _shown(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -78,7 +99,7 @@ def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: b
         if keys is not None and rule.key not in keys and rule.key.split(".")[0] not in keys:
             continue
         value = _get(job, rule.key)
-        if value != _default(job, rule.key) and not rule.acts(job):
+        if _chosen(job, rule.key) and not rule.acts(job):
             raise ConfigError(f"{rule.key}={_shown(value)} cannot act in this run: it acts only with {rule.needs}, "
                               f"and this run has {rule.other}={_shown(_get(job, rule.other))}; drop {rule.key}, "
                               f"or set {rule.needs}")
