@@ -1,11 +1,13 @@
 """Helpers shared by the tests: the one CLI runner, the one tiny-model factory, and what they check.
 
-Entry scripts run exactly as a user runs them (a subprocess, the real command line); models for unit tests
-come from `tiny_model`, small enough to run in milliseconds.
+Entry scripts run as a user runs them (their own process, the real command line; by default forked from a
+warm interpreter that imported torch once, tests/warm_python.py); models for unit tests come from `tiny_model`,
+small enough to run in milliseconds.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import subprocess
@@ -17,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from model.streaming import stream
+from tests.warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
@@ -49,11 +52,34 @@ def _command(args: tuple[str, ...]) -> list[str]:
     return [sys.executable, str(ROOT / script) if script.endswith(".py") else script, *rest]
 
 
+# Commands of ours may run through the warm interpreter (tests/warm_python.py): the same process a user starts,
+# with torch already imported. Others (pip, torchrun, tensorboard) always start a fresh interpreter.
+WARM_MODULES = ("benchmarks.", "data.")
+_warm: dict[int, WarmPython] = {}
+_warm_lock = threading.Lock()
+
+
+def _warm_python(args: tuple[str, ...], env: dict) -> WarmPython | None:
+    ours = args[0].endswith(".py") or (args[0] == "-m" and args[1].startswith(WARM_MODULES))
+    if not ours or os.environ.get("KOCHAR_TEST_WARM") == "0":
+        return None
+    with _warm_lock:
+        if os.getpid() not in _warm:
+            warm = _warm[os.getpid()] = WarmPython(_env(None))
+            atexit.register(warm.close)
+    # anything read at interpreter start must be what this command would read: only the server's own environment
+    return _warm[os.getpid()] if env == _warm[os.getpid()].env else None
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
     """The one way tests run an entry script: `python <script> args...` (a `.py` path relative to the
     repository root, or `-m module`), from the repository root or `cwd`, as a user would; waits for it."""
-    return subprocess.run(_command(args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=_env(env))
+    command, environment = _command(args), _env(env)
+    warm = _warm_python(args, environment)
+    if warm is not None:
+        return warm.run(command, cwd or ROOT, timeout)
+    return subprocess.run(command, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=environment)
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
