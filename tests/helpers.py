@@ -55,7 +55,7 @@ def _command(args: tuple[str, ...]) -> list[str]:
 # Commands of ours may run through the warm interpreter (tests/warm_python.py): the same process a user starts,
 # with torch already imported. Others (pip, torchrun, tensorboard) always start a fresh interpreter.
 WARM_MODULES = ("benchmarks.", "data.")
-_warm: dict[int, WarmPython] = {}
+_warm: dict[int, WarmPython | None] = {}
 _warm_lock = threading.Lock()
 
 
@@ -65,10 +65,15 @@ def _warm_python(args: tuple[str, ...], env: dict) -> WarmPython | None:
         return None
     with _warm_lock:
         if os.getpid() not in _warm:
-            warm = _warm[os.getpid()] = WarmPython(_env(None))
-            atexit.register(warm.close)
+            try:
+                warm = _warm[os.getpid()] = WarmPython(_env(None))
+                atexit.register(warm.close)
+            except RuntimeError as e:  # every command then starts a fresh interpreter, as with KOCHAR_TEST_WARM=0
+                _warm[os.getpid()] = None
+                print(f"tests/helpers.py: {e}; commands start fresh interpreters", file=sys.stderr)
+    warm = _warm[os.getpid()]
     # anything read at interpreter start must be what this command would read: only the server's own environment
-    return _warm[os.getpid()] if env == _warm[os.getpid()].env else None
+    return warm if warm is not None and warm.serves(env) else None
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
@@ -77,7 +82,7 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: f
     command, environment = _command(args), _env(env)
     warm = _warm_python(args, environment)
     if warm is not None:
-        return warm.run(command, cwd or ROOT, timeout)
+        return warm.run(command, cwd or ROOT, timeout, environment)
     return subprocess.run(command, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
                           env=environment)
 

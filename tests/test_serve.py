@@ -82,7 +82,7 @@ def test_runs_are_listed_with_their_summary(client):
 
 def test_page_is_served_and_needs_nothing_from_outside(client):
     page = client.get("/")
-    assert page.status_code == 200 and "놀이터" in page.text
+    assert page.status_code == 200 and "플레이그라운드" in page.text
     for name in ("app.js", "style.css"):
         body = client.get(f"/static/{name}")
         assert body.status_code == 200 and "http://" not in body.text and "https://" not in body.text

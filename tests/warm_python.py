@@ -12,14 +12,19 @@ Design choices:
   server stays one thread (forking a threaded process is unsafe) and never waits on anything but `accept`.
 - The server imports only third-party libraries and runs no torch operation before forking: no thread pool
   exists yet to be lost in the child.
-- The caller (tests/helpers.py) uses it only when the command's environment is exactly the one the server
-  started with, so anything read at interpreter start (encodings, PYTHON* variables) is what the command
-  would have read itself; otherwise it starts a real process. `KOCHAR_TEST_WARM=0` turns it off entirely.
+- The caller (tests/helpers.py) uses it only when the command's environment is the one the server started
+  with (but for NOT_AT_START, such as PYTEST_CURRENT_TEST, which the command gets as they are now), so
+  anything read at interpreter start (encodings, PYTHON* and thread variables) is what the command would have
+  read itself; otherwise it starts a real process. `KOCHAR_TEST_WARM=0` turns it off entirely.
 - The server ends when its standard input closes, which happens when the pytest process that started it ends.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
+import io
 import json
 import locale
 import os
@@ -33,11 +38,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 HEADER = struct.Struct("!I")  # length of the JSON request that follows the three descriptors
-PRELOADED = ("torch", "numpy", "tqdm", "omegaconf", "hydra", "hydra.main", "hydra.core.config_store",
+# torch._dynamo too: building a model on the meta device (the checkpoint checks do) imports it
+PRELOADED = ("torch", "torch._dynamo", "numpy", "tqdm", "omegaconf", "hydra", "hydra.core.config_store",
              "torch.utils.tensorboard")
 
 
@@ -99,14 +106,47 @@ def run(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     target, *args = request["argv"]
-    if request["module"]:
-        sys.argv = ["-m", *args]
-        sys.path[0] = os.getcwd()
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = [target, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(target))
-        runpy.run_path(target, run_name="__main__")
+    interrupted = False
+    try:
+        if request["module"]:
+            sys.argv = ["-m", *args]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else _say(e.code)
+    except BaseException as e:  # as an uncaught exception ends a fresh interpreter: its traceback, exit code 1
+        sys.excepthook(type(e), e, e.__traceback__)
+        code, interrupted = 1, isinstance(e, KeyboardInterrupt)
+    _exit(code, interrupted)
+
+
+WRITERS = {io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom, io.BufferedRWPair}
+
+
+def _say(message: object) -> int:
+    print(message, file=sys.stderr)
+    return 1
+
+
+def _exit(code: int, interrupted: bool) -> None:
+    """What a fresh interpreter does at exit that anyone can see: wait for its threads, run the atexit functions,
+    flush every file still open, and (after a Ctrl-C) die of SIGINT. Tearing its modules down is skipped: with
+    torch loaded that alone takes about as long as importing it."""
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():
+        if type(obj) in WRITERS:  # not isinstance: hundreds of thousands of objects, the ABC check is slow
+            with contextlib.suppress(Exception):
+                obj.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
 
 
 class WarmPython:
@@ -117,14 +157,24 @@ class WarmPython:
         self.path = str(Path(tempfile.mkdtemp(prefix="kochar-warm-")) / "socket")
         self.server = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, env=env)
-        if self.server.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"the warm interpreter did not start (exit code {self.server.wait()})")
+        said = self.server.stdout.readline().strip()
+        if said != b"ready":
+            raise RuntimeError(f"the warm interpreter did not start ({said.decode() or 'no word'}, exit code "
+                               f"{self.server.wait()})")
 
-    def run(self, command: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-        """Like subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)."""
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether a command with `env` reads at start what the server read: every variable but NOT_AT_START."""
+        return _startup(env) == _startup(self.env)
+
+    def run(self, command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+        """Like subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)."""
+        env = self.env if env is None else env
+        if not self.serves(env):
+            raise ValueError("this environment differs from the warm interpreter's in what is read at start")
         _, target, *args = command
         module = target == "-m"
-        request = {"argv": args if module else [target, *args], "module": module, "cwd": str(cwd), "env": self.env}
+        request = {"argv": args if module else [target, *args], "module": module, "cwd": str(cwd), "env": env}
         body = json.dumps(request).encode()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -147,6 +197,15 @@ class WarmPython:
         self.server.stdin.close()
         self.server.wait(10)
         shutil.rmtree(Path(self.path).parent, ignore_errors=True)
+
+
+# Variables that change in the pytest process without changing what a command reads at start: pytest's own (set
+# at every test), and the inductor cache folder torch writes into os.environ as its default when a test compiles.
+NOT_AT_START = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _startup(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in NOT_AT_START}
 
 
 def _exactly(conn: socket.socket, size: int) -> bytes:
@@ -191,6 +250,10 @@ def main() -> None:
 
     for name in PRELOADED:
         importlib.import_module(name)
+    threads = Path("/proc/self/task")
+    if threads.is_dir() and len(list(threads.iterdir())) > 1:  # an import started a thread: forking is unsafe
+        print("threads", flush=True)
+        sys.exit(1)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sys.argv[1])
     listener.listen(16)
