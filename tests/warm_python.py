@@ -50,16 +50,11 @@ PRELOADED = ("torch", "torch._dynamo", "numpy", "tqdm", "omegaconf", "hydra", "h
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     head, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
-    while len(head) < HEADER.size:
-        head += conn.recv(HEADER.size - len(head))
-    (size,) = HEADER.unpack(head)
-    body = b""
-    while len(body) < size:
-        body += conn.recv(size - len(body))
-    return json.loads(body), fds
+    (size,) = HEADER.unpack(head + _exactly(conn, HEADER.size - len(head)))
+    return json.loads(_exactly(conn, size)), fds
 
 
-def _monitor(conn: socket.socket, request: dict, fds: list[int]) -> dict | None:
+def _monitor(conn: socket.socket, request: dict, fds: list[int]) -> dict:
     """In the monitor: fork the command, tell the caller its pid, wait, send its exit code. Returns the request
     in the command's child (which then runs it) and exits in the monitor."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
