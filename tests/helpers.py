@@ -201,6 +201,9 @@ def train_compiled(tmp_path: Path, *overrides: str):
     r = cli("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
             f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    said = [line for line in r.stdout.splitlines() if line.startswith("compile: ")]
+    assert said[0].startswith("compile: inductor") and "(train.compile=true" in said[0], r.stdout
+    assert any(line.startswith("compile: warm-up took ") for line in said), r.stdout
     payload = load_checkpoint(run / "ckpt.pt")
     assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload.model)
     return run, payload

@@ -49,7 +49,8 @@ def inductor_cache() -> str:
 class StepRunner:
     """Calls `train_step`, or its compiled or graphed form, for each step of the loop."""
 
-    def __init__(self, s: Session, graph_backend=None):
+    def __init__(self, s: Session, graph_backend=None, way: Way | None = None):
+        """`way`: a way chosen by the caller (the benchmarks), instead of train.compile's."""
         t = s.job.train
         self.s = s
         self.blocker = graph_blocker(s.device, s.dist.enabled, bool(t.mtp_weights))
@@ -59,7 +60,7 @@ class StepRunner:
         self.timing: tuple[int, float] | None = None  # (step, time) where auto's timed steps began
         self.warming: float | None = None  # when the chosen way started to warm up
         setting = compile_setting(t.compile)
-        fixed = fixed_way(setting, s.device, s.dtype, self.blocker)
+        fixed = fixed_way(setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by the caller")
         if fixed is not None:
             self._adopt(*fixed, said=setting == "false")  # a typed false needs no line
 
