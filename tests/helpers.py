@@ -47,8 +47,15 @@ def _env(extra: dict | None) -> dict:
     return {**env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
+# train.compile=auto would time a test's first steps and might compile a long-limited one (a run only a signal
+# stops): tests train eagerly unless they name train.compile (tests/test_graph_step.py, test_compile_plan.py).
+TRAINING_SCRIPTS = ("train.py", "tests/fault_nan.py", "tests/fault_save.py")
+
+
 def _command(args: tuple[str, ...]) -> list[str]:
     script, *rest = args
+    if script in TRAINING_SCRIPTS and not any(a.startswith(("train.compile=", "-")) for a in rest):
+        rest.append("train.compile=false")
     return [sys.executable, str(ROOT / script) if script.endswith(".py") else script, *rest]
 
 
@@ -194,6 +201,9 @@ def train_compiled(tmp_path: Path, *overrides: str):
     r = cli("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
             f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    said = [line for line in r.stdout.splitlines() if line.startswith("compile: ")]
+    assert said[0].startswith("compile: inductor") and "(train.compile=true" in said[0], r.stdout
+    assert any(line.startswith("compile: warm-up took ") for line in said), r.stdout
     payload = load_checkpoint(run / "ckpt.pt")
     assert not any(k.startswith(("_orig_mod.", "module.")) for k in payload.model)
     return run, payload
@@ -238,8 +248,9 @@ def config_object(name: str = "train", *overrides: str):
 
 def train_job(tmp_path: Path, *overrides: str):
     """A TrainJob for a tiny, quickly evaluated CPU run whose token cache stays under tmp_path."""
+    pinned = () if any(o.startswith("train.compile=") for o in overrides) else ("train.compile=false",)
     return config_object("train", "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0",
-                         "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", *overrides)
+                         "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", *pinned, *overrides)
 
 
 # A tiny training that only a signal or a fault stops (crash-safety and fault tests).

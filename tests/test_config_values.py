@@ -21,11 +21,12 @@ OUT_OF_RANGE = [
     "train.lr_schedule=linear", "train.dtype=float64", "device=tpu", "device=cuda:x", "data.val_fraction=0",
     "data.val_fraction=1", "data.val_fraction=nan", "data.tokenizer=bpe", "model.dropout=1.0",
     "model.dropout=-0.1", "model.num_heads=0", "model.head_size=30", "model.context_length=0",
-    "model.attention=flash", "train.input_noise=1.0", "train.input_noise=-0.1",
+    "model.attention=flash", "train.input_noise=1.0", "train.input_noise=-0.1", "train.compile=maybe",
+    "train.compile=2",
 ]
 WRONG_TYPE = [
     "train.lr=abc", "train.lr_decay_steps=abc", "train.sample_chars=abc", "train.max_epochs=abc",
-    "train.batch_size=many", "model.num_heads=2.5", "seed=1e23", "seed=1.5", "train.compile=maybe",
+    "train.batch_size=many", "model.num_heads=2.5", "seed=1e23", "seed=1.5",
     "model.tie_weights=nope", "train.max_steps=ten", "train.no_such_key=1", "model.colour=red",
 ]
 
@@ -55,7 +56,14 @@ def test_values_of_the_wrong_type_are_refused_while_composing(override):
                                          ("on", True), ("off", False), ("True", True), ("NO", False)])
 def test_booleans_take_every_yaml_spelling_with_its_meaning(word, meaning):
     job = config_object("train", f"model.tie_weights={word}", f"train.compile={word}", f"train.overwrite={word}")
-    assert job.model.tie_weights is meaning and job.train.compile is meaning and job.train.overwrite is meaning
+    assert job.model.tie_weights is meaning and job.train.overwrite is meaning
+    assert job.train.compile == str(meaning).lower()  # train.compile also takes auto (training/compile_plan.py)
+
+
+@pytest.mark.parametrize("word,meaning", [("auto", "auto"), ("AUTO", "auto"), ("on", "true"), ("false", "false")])
+def test_compile_takes_auto_beside_the_booleans(word, meaning):
+    assert config_object("train", f"train.compile={word}").train.compile == meaning
+    assert config_object("train").train.compile == "auto"
 
 
 def test_the_defaults_are_valid_for_every_entry_script():
@@ -77,7 +85,7 @@ def test_boolean_keys_refuse_numbers_that_omegaconf_would_read_as_booleans(value
     from common.config_checks import boolean_overrides
     from training.config import TrainJob
 
-    for key in ("train.overwrite", "train.compile", "model.tie_weights"):
+    for key in ("train.overwrite", "model.tie_weights"):
         with pytest.raises(ConfigError, match=key):
             boolean_overrides(TrainJob, ["model=tiny", f"{key}={value}"])
     boolean_overrides(TrainJob, ["train.overwrite=yes", "model.tie_weights=Off", "train.lr=2"])

@@ -62,3 +62,88 @@ def test_the_hangul_model_trains_with_held_rows_and_samples_on_cuda(tmp_path, co
     assert r.returncode == 0, r.stderr[-3000:]
     g = cli("generate.py", f"ckpt={run}", "prompt=똠양꿍", "max_new_tokens=20", "device=cuda", "top_p=0.9")
     assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
+
+
+# The compiled loop: the whole step as one CUDA graph (training/graph_step.py), inductor under it, and the fallbacks.
+def graph_run(tmp_path, monkeypatch, name, way, *overrides, steps=16):
+    """An in-process run on the GPU whose steps run `way` (None: train.compile as given)."""
+    from inference.checkpoint import load_checkpoint
+    from tests.helpers import ROOT, train_job
+    from training import step_runner, trainer
+
+    if way is not None:
+        monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (way, "test"))
+    job = train_job(tmp_path, "device=cuda", f"data.path={ROOT / 'data' / 'corpus' / 'ko_default.txt'}",
+                    f"train.max_steps={steps}", "train.eval_interval=5", "train.log_interval=2", "model.dropout=0",
+                    *overrides)
+    result = trainer.train(job, tmp_path / name)
+    monkeypatch.undo()
+    return result, load_checkpoint(tmp_path / name / "ckpt.pt")
+
+
+def close_weights(a, b, rtol):
+    return all(torch.allclose(v.float(), b.model[k].float(), rtol=rtol, atol=rtol) for k, v in a.model.items())
+
+
+@pytest.mark.parametrize("overrides,rtol", [
+    (("train.dtype=float32",), 1e-4),
+    (("train.dtype=bfloat16", "train.grad_accum_steps=2"), 3e-2),
+    (("train.dtype=float16",), 3e-2),  # the loss scaler's step runs after each replay
+    (("train.dtype=float32", "train.optimizer=muon"), 1e-4),  # Muon runs after each replay
+], ids=["fp32", "bf16-accumulation", "fp16-scaler", "muon"])
+def test_the_graph_trains_as_the_eager_step_with_evaluations_and_checkpoints_between_replays(
+        tmp_path, monkeypatch, overrides, rtol):
+    from training.compile_plan import EAGER, Way
+
+    eager, eager_ckpt = graph_run(tmp_path, monkeypatch, "eager", EAGER, *overrides)
+    graph, graph_ckpt = graph_run(tmp_path, monkeypatch, "graph", Way(graph=True), *overrides)
+    assert graph.step == eager.step == 16
+    assert graph.val_loss == pytest.approx(eager.val_loss, rel=rtol)
+    assert close_weights(eager_ckpt, graph_ckpt, rtol)
+    assert not any(isinstance(g["lr"], torch.Tensor) for g in graph_ckpt.training.optimizer["param_groups"])
+
+
+def test_a_graphed_run_resumes_and_dropout_stays_random(tmp_path, monkeypatch):
+    from training.compile_plan import Way
+
+    whole, whole_ckpt = graph_run(tmp_path, monkeypatch, "whole", Way(graph=True), "train.dtype=float32", steps=16)
+    graph_run(tmp_path, monkeypatch, "part", Way(graph=True), "train.dtype=float32", steps=8)
+    resumed, resumed_ckpt = graph_run(tmp_path, monkeypatch, "part", Way(graph=True), "train.dtype=float32",
+                                      f"train.resume={tmp_path / 'part'}", steps=16)
+    assert resumed.step == 16 and resumed.val_loss == pytest.approx(whole.val_loss, rel=1e-3)
+    a, _ = graph_run(tmp_path, monkeypatch, "drop_a", Way(graph=True), "model.dropout=0.2", "seed=3")
+    b, _ = graph_run(tmp_path, monkeypatch, "drop_b", None, "model.dropout=0.2", "seed=3", "train.compile=false")
+    assert a.val_loss == pytest.approx(b.val_loss, rel=5e-2) and a.val_loss != b.val_loss  # random, and learning
+
+
+def test_inductor_under_the_graph_trains_as_eager(tmp_path, monkeypatch, capsys):
+    eager, _ = graph_run(tmp_path, monkeypatch, "eager", None, "train.compile=false", "train.dtype=bfloat16")
+    compiled, _ = graph_run(tmp_path, monkeypatch, "compiled", None, "train.compile=true", "train.dtype=bfloat16")
+    assert compiled.val_loss == pytest.approx(eager.val_loss, rel=3e-2)
+    out = capsys.readouterr().out
+    assert "compile: inductor and a CUDA graph of the whole step (train.compile=true)" in out
+    assert "graph captured in" in out
+
+
+def test_a_capture_that_fails_on_the_card_leaves_the_run_going(tmp_path, monkeypatch, capsys):
+    from training.compile_plan import Way
+    from training.graph_step import CudaGraph
+
+    def refuse(self, fn):
+        raise RuntimeError("capture refused by the test")
+
+    monkeypatch.setattr(CudaGraph, "capture", refuse)
+    result, _ = graph_run(tmp_path, monkeypatch, "fallback", Way(graph=True), "train.dtype=bfloat16")
+    assert result.step == 16 and "could not be built (RuntimeError: capture refused by the test)" in \
+        capsys.readouterr().out
+
+
+def test_auto_graphs_a_time_budgeted_run(tmp_path):
+    from tests.helpers import cli
+
+    run = tmp_path / "run"
+    r = cli("train.py", "device=cuda", "train.max_seconds=8", "train.compile=auto", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    said = [line for line in r.stdout.splitlines() if line.startswith("compile: ")]
+    assert said[0].startswith("compile: a CUDA graph of the whole step (train.compile=auto; about "), said
+    assert any("graph captured in" in line for line in said), said

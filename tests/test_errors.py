@@ -215,7 +215,7 @@ NOT_NUMBERS = [
     ("seed=abc", "seed=abc is invalid: it must be an integer"),
     ("train.batch_size=many", "train.batch_size=many is invalid: it must be an integer"),
     ("model.num_heads=2.5", "model.num_heads=2.5 is invalid: it must be an integer"),
-    ("train.compile=maybe", "train.compile=maybe is invalid: it must be true or false"),
+    ("train.compile=maybe", "train.compile=maybe is invalid: it must be true, false or auto"),
     ("train.no_such_key=1", "unknown config key train.no_such_key"),
 ]
 

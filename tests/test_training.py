@@ -13,7 +13,7 @@ import torch
 
 from inference.checkpoint import load_checkpoint
 from model import AttentionLanguageModel
-from tests.helpers import ROOT, tiny_model, train_job
+from tests.helpers import ROOT, scalar_tags, tiny_model, train_job
 from training.optim import param_groups
 from training.schedule import lr_at
 from training.trainer import train
@@ -148,15 +148,25 @@ def test_a_wrong_resume_path_creates_no_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_training_saves_plain_checkpoints(tmp_path):
-    """torch.compile works on the CPU too (inductor); its `_orig_mod.` prefix never reaches a checkpoint."""
-    from tests.helpers import train_compiled
+def test_compiled_training_trains_as_eager_and_saves_plain_checkpoints(tmp_path):
+    """torch.compile works on the CPU too (inductor): the compiled steps' losses are the eager steps' (to float32
+    rounding: inductor fuses and reorders), the run says what it chose and how long the warm-up took, and the
+    `_orig_mod.` prefix never reaches a checkpoint. The suite's one compile: a tiny model, float32, four steps."""
+    from tests.helpers import cli, train_compiled
 
-    _, payload = train_compiled(tmp_path, "device=cpu", "train.max_steps=4", "train.eval_interval=4",
-                                "train.eval_steps=1", "train.sample_chars=5")
+    same = ("device=cpu", "train.dtype=float32", "train.max_steps=4", "train.eval_interval=4", "train.eval_steps=1",
+            "train.sample_chars=5", "train.log_interval=1")
+    run, payload = train_compiled(tmp_path, *same)
     assert payload.step == 4
     m = AttentionLanguageModel(payload.model_config)
     m.load_state_dict(payload.model)  # loads into a plain, uncompiled model
+    eager = tmp_path / "eager"
+    r = cli("train.py", "model=tiny", *same, f"hydra.run.dir={eager}", f"data.cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    compiled_losses, eager_losses = scalar_tags(run)["train/loss"], scalar_tags(eager)["train/loss"]
+    assert [s for s, _ in compiled_losses] == [1, 2, 3, 4]
+    assert [v for _, v in compiled_losses] == pytest.approx([v for _, v in eager_losses], rel=1e-4)
+    assert payload.training.val_loss == pytest.approx(load_checkpoint(eager / "ckpt.pt").training.val_loss, rel=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["char", "jamo"])

@@ -23,6 +23,7 @@ from common.errors import ConfigError
 from data.config import DataConfig
 from inference.config import WEIGHTS
 from model.config import ModelConfig
+from training.compile_plan import compile_setting
 from training.idle_settings import refuse_idle_settings
 from training.schedule import SCHEDULES
 
@@ -72,7 +73,7 @@ class TrainConfig:
     snapshot_interval: int = 1000  # steps between TensorBoard samples and attention maps (0 = never)
     log_interval: int = 10
     dtype: str = "auto"
-    compile: bool = False
+    compile: str = "auto"  # false | true | auto (compile where the run pays back the warm-up: compile_plan.py)
     resume: str | None = None
     init_from: str | None = None  # a run or checkpoint whose weights start a new run (fine-tuning)
     init_weights: str | None = None  # init_from's weights: null (its average where kept, else raw) | averaged | raw
@@ -104,6 +105,7 @@ class TrainConfig:
         checks.number_in("train.beta2", self.beta2, 0, 1, high_open=True)
         checks.one_of("train.lr_schedule", self.lr_schedule, SCHEDULES)
         checks.one_of("train.dtype", self.dtype, ("auto", *DTYPES))
+        self.compile = compile_setting(self.compile)
         checks.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
         checks.one_of("train.syllable_rows", self.syllable_rows, SYLLABLE_ROWS)
         checks.number_in("train.muon_lr", self.muon_lr, 0, inf, low_open=True)

@@ -99,6 +99,11 @@ def set_muon_weight_decay(optimizer: torch.optim.Optimizer, scale: float) -> Non
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the schedule's learning rate; groups with an `lr_scale` take that multiple of it."""
+    """Set the schedule's learning rate; groups with an `lr_scale` take that multiple of it. A rate held in a device
+    tensor (an optimizer step replayed in a CUDA graph reads it there: training/graph_step.py) is filled in place."""
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        value = lr * group.get("lr_scale", 1.0)
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)
+        else:
+            group["lr"] = value

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError
+from training.compile_plan import compile_setting
 
 # Settings a checkpoint cannot honour a change of: every model.* key but these two (they leave the parameters
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
@@ -104,7 +105,7 @@ def _stored(ckpt, key: str) -> Any:
         if key in BEFORE_THE_KEY:
             return BEFORE_THE_KEY[key]
         raise KeyError(key)
-    return node[name]
+    return compile_setting(node[name]) if key == "train.compile" else node[name]  # a boolean before auto existed
 
 
 def _current(job, key: str) -> Any:

@@ -63,7 +63,7 @@ class Session:
     val_tokens: np.ndarray
     tokens_per_char: float
     raw_model: AttentionLanguageModel
-    model: nn.Module  # raw_model, compiled and/or wrapped in DDP
+    model: nn.Module  # raw_model, wrapped in DDP; compiled by the loop's StepRunner where train.compile chose it
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     sampler: BatchSampler
@@ -81,7 +81,7 @@ class Session:
 
     @property
     def eval_model(self) -> nn.Module:
-        return self.model.module if self.dist.enabled else self.model
+        return self.raw_model  # eager: never the compiled training graph, never DDP's wrapper
 
 
 @dataclass
@@ -250,7 +250,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     t = job.train
     dist = distributed.init_distributed(job.device)
     device = pick_device(job.device, dist.local_rank)
-    dtype, line = run_precision(t.dtype, t.compile, device)
+    dtype, line = run_precision(t.dtype, t.compile == "true", device)
     if dist.is_main and line:
         print(line, flush=True)
     enable_fast_matmul(device)
@@ -281,7 +281,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
         print_first_batch(sampler, dist)
-    model = torch.compile(raw_model) if t.compile else raw_model
+    model = raw_model  # compiled, if at all, once the loop has chosen (training/step_runner.py)
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
     commit_run_dir(job, run_dir, resumed, changed, dist)

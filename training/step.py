@@ -89,15 +89,37 @@ def learning_rate(s: Session, state: LoopState) -> float:
     return lr_at(progress, t.lr, t.min_lr, t.warmup_steps, s.decay_steps, t.lr_schedule)
 
 
-def train_step(s: Session, state: LoopState) -> StepResult:
-    """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
-    is found at the trainer's next check (training/divergence.py), before anything is saved."""
+def begin_step(s: Session, state: LoopState) -> tuple[float, float, list[float]]:
+    """Set this step's learning rate and Muon's weight decay: (lr, the run's progress, the mtp weights)."""
     t = s.job.train
     lr, progress = learning_rate(s, state), run_progress(s, state)
     set_lr(s.optimizer, lr)
     set_muon_weight_decay(s.optimizer, muon_decay_scale(t.muon_weight_decay_schedule, progress))
-    mtp = mtp_weights_at(t, progress)
-    accum = t.grad_accum_steps
+    return lr, progress, mtp_weights_at(t, progress)
+
+
+def apply_gradients(s: Session) -> Tensor:
+    """Unscale (float16), clip and apply the gradients: the gradient norm, still on the device."""
+    s.scaler.unscale_(s.optimizer)
+    clip = s.job.train.grad_clip or float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip)
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    return grad_norm
+
+
+def end_step(s: Session, state: LoopState, progress: float) -> None:
+    """Count the step, and update the weights' average when one is due."""
+    state.step += 1
+    if s.average is not None and s.average.due(state.step, progress):
+        s.average.update(s.raw_model)
+
+
+def train_step(s: Session, state: LoopState) -> StepResult:
+    """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
+    is found at the trainer's next check (training/divergence.py), before anything is saved."""
+    lr, progress, mtp = begin_step(s, state)
+    accum = s.job.train.grad_accum_steps
     loss_sum = torch.zeros((), device=s.device)
     for micro in range(accum):
         x, y = s.sampler.next_batch()
@@ -108,13 +130,7 @@ def train_step(s: Session, state: LoopState) -> StepResult:
                 total, loss = multi_token_loss(s.model, x, y, mtp) if mtp else (compute_loss(s.model, x, y),) * 2
             s.scaler.scale(total / accum).backward()
         loss_sum += loss.detach()
-    s.scaler.unscale_(s.optimizer)
-    clip = s.job.train.grad_clip or float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip)
-    s.scaler.step(s.optimizer)
-    s.scaler.update()
+    grad_norm = apply_gradients(s)
     s.optimizer.zero_grad(set_to_none=True)
-    state.step += 1
-    if s.average is not None and s.average.due(state.step, progress):
-        s.average.update(s.raw_model)
+    end_step(s, state, progress)
     return StepResult(loss_sum / accum, lr, grad_norm)

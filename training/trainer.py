@@ -45,7 +45,8 @@ from training.rng_state import capture_rng
 from training.sample import sample_chars
 from training.setup import LoopState, Session, setup
 from training.signals import StopSignals
-from training.step import StepResult, train_step
+from training.step import StepResult
+from training.step_runner import StepRunner
 
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
                "max_seconds": "the time budget train.max_seconds used"}
@@ -75,7 +76,7 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        loop(s, state, bar)
+        loop(s, state, bar, StepRunner(s))
     except TrainingDiverged:
         bar.close()  # so the error starts its own line
         raise
@@ -83,13 +84,13 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     return finish(s, state, time.perf_counter() - started)
 
 
-def loop(s: Session, state: LoopState, bar: tqdm) -> None:
+def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
     """Steps, logging, evaluations and checkpoints until a limit or a signal; nothing here waits for the device
     but the checks at log steps, evaluations and checkpoints (training/divergence.py)."""
     job = s.job
     with StopSignals() as signals:
         while s.max_steps is None or state.step < s.max_steps:
-            result = train_step(s, state)
+            result = runner.step(state)
             state.watch.add(result.loss)
             bar.update(1)
             log_step(s, state, result, bar)

@@ -1,0 +1,130 @@
+"""Every GPU number of the speed work in one command, on one card, printed as one JSON object.
+
+    python -m benchmarks.gpu_check --nanogpt PATH/TO/nanoGPT      # a checkout of karpathy/nanoGPT, never copied in
+    python -m benchmarks.gpu_check --skip real_loop               # leave a part out
+
+Parts (each a key of the output):
+  shakespeare      training tokens/s at nanoGPT's shakespeare-char size (6x384, context 256, batch 64), bf16:
+                   nanoGPT's model.py eager and compiled beside ours eager, as one CUDA graph, and compiled under
+                   the graph; the ratios, MFU against the card's dense bf16 peak, kernels and GPU time per eager step
+  default_size     the same at the default size (4x128, context 128), batch 8, bf16 (the launch-bound case)
+  real_loop        `python train.py device=cuda train.max_seconds=SECONDS` with train.compile=false, then auto:
+                   steps made, and validation loss at the last evaluation both reached
+  sampling         batch-1 sampling tokens/s through generate's path at the default size, graph on and off
+
+Without --nanogpt, nanoGPT's columns are left out. Without a CUDA GPU it refuses in one line. Plan on about four
+minutes on an H100 or H200 (two 40-s runs and three compiles are most of it).
+"""
+
+from __future__ import annotations
+
+from cli.entry import run_cli
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.options import ROOT, OneLineArgumentParser
+from common.errors import UserError
+
+PARTS = ("shakespeare", "default_size", "real_loop", "sampling")
+CORPUS = ROOT / "data" / "corpus" / "ko_default.txt"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = OneLineArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT (its model.py)")
+    ap.add_argument("--seconds", type=float, default=40.0, help="the real loop's train.max_seconds (default 40)")
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds, the sides taking turns (default 5)")
+    ap.add_argument("--skip", action="append", default=[], choices=PARTS, help="leave a part out (repeatable)")
+    args = ap.parse_args(argv)
+    if args.nanogpt is not None and not (args.nanogpt.expanduser() / "model.py").is_file():
+        raise UserError(f"--nanogpt {args.nanogpt}: no model.py there; give a checkout of karpathy/nanoGPT")
+    if args.seconds <= 0 or args.rounds < 1:
+        raise UserError("--seconds must be positive and --rounds at least 1")
+    return args
+
+
+def real_loop(seconds: float) -> dict:
+    """train.py's default run on the built-in corpus for `seconds`, eager and with auto, one after the other."""
+    from benchmarks.tb_read import read_scalars
+    from inference.checkpoint import load_checkpoint
+    from training.config import TrainConfig
+
+    extra = ["train.early_stop=null"] if "early_stop" in TrainConfig.__dataclass_fields__ else []
+    out: dict = {"command": f"python train.py device=cuda train.max_seconds={seconds:g} train.compile=...",
+                 "extra": extra}
+    with tempfile.TemporaryDirectory() as tmp:
+        for setting in ("false", "auto"):
+            run = Path(tmp) / setting
+            started = time.perf_counter()
+            r = subprocess.run([sys.executable, "train.py", "device=cuda", f"train.max_seconds={seconds:g}",
+                                f"train.compile={setting}", f"hydra.run.dir={run}", *extra], cwd=ROOT,
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                out[setting] = {"failed": r.stderr.strip().splitlines()[-1:] if r.stderr else r.returncode}
+                continue
+            ckpt = load_checkpoint(run / "ckpt.pt")
+            out[setting] = {"steps": ckpt.step, "wall_s": round(time.perf_counter() - started, 1),
+                            "val_loss": dict(read_scalars(run).get("val/loss", [])),
+                            "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")]}
+    eager, auto = out.get("false", {}), out.get("auto", {})
+    if "steps" in eager and "steps" in auto:
+        out["steps_ratio"] = round(auto["steps"] / eager["steps"], 2)
+        common = sorted(set(eager["val_loss"]) & set(auto["val_loss"]))
+        if common:
+            at = common[-1]
+            out["val_loss_at_equal_steps"] = {"step": at, "false": round(eager["val_loss"][at], 4),
+                                              "auto": round(auto["val_loss"][at], 4)}
+        for side in (eager, auto):
+            side["val_loss"] = {k: round(v, 4) for k, v in list(side["val_loss"].items())[-3:]}
+    return out
+
+
+def sampling() -> dict:
+    """Batch-1 sampling tokens/s through generate's path, default size, with the CUDA graph and without."""
+    from benchmarks.generation_speed import gpu_sampling_speed
+
+    return gpu_sampling_speed()
+
+
+def main(argv: list[str]) -> None:
+    args = parse(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError("benchmarks.gpu_check measures a CUDA GPU and this machine has none; run it where "
+                        "`python -c 'import torch; print(torch.cuda.is_available())'` prints True")
+    from benchmarks.gpu_steps import DEFAULT, SHAKESPEARE, compare_ways
+    from common.device import enable_fast_matmul
+
+    enable_fast_matmul(torch.device("cuda"))
+    result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "nanogpt": str(args.nanogpt) if args.nanogpt else None}
+    parts = {"shakespeare": lambda: compare_ways(SHAKESPEARE, "bfloat16", args.nanogpt, CORPUS, args.rounds),
+             "default_size": lambda: compare_ways(DEFAULT, "bfloat16", args.nanogpt, CORPUS, args.rounds),
+             "real_loop": lambda: real_loop(args.seconds), "sampling": sampling}
+    for name, part in parts.items():
+        if name in args.skip:
+            continue
+        started = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                result[name] = part()
+        except Exception as e:  # noqa: BLE001 - one part failing leaves the others' numbers
+            result[name] = {"failed": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+        result.setdefault("part_seconds", {})[name] = round(time.perf_counter() - started, 1)
+        print(f"gpu_check: {name} done in {result['part_seconds'][name]} s", file=sys.stderr, flush=True)
+    print(json.dumps(result, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    run_cli(lambda: main(sys.argv[1:]))

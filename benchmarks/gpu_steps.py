@@ -1,0 +1,170 @@
+"""Training steps on a GPU, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
+
+Design choices:
+- nanoGPT's side is its own `model.py` (a checkout given on the command line, never copied in), stepped as its
+  train.py steps it: bf16 autocast, fused AdamW, eager or `torch.compile` (default mode), on one fixed batch.
+- Our side is train.py's own step, through `StepRunner` (training/step_runner.py) on a session of train.py's own
+  set-up (benchmarks/lever_speed.py): batches drawn by the sampler, the learning-rate schedule, clipping. So the
+  numbers are what a run gets, not a bare model's; each way (eager, a CUDA graph, inductor and the graph) is one
+  timer.
+- Timers take turns, round after round, and report medians (benchmarks/timing.py); every timer has warmed up
+  (compiled, captured) before the first round.
+- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: what a graph replays is the
+  same kernels, launched at once.
+- MFU: the model's training FLOPs per token (model/counts.py) times tokens/s, over the card's dense bf16 peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks.timing import median_alternating, sync
+from model.counts import flops_per_token
+
+SHAKESPEARE = dict(num_blocks=6, embedding_size=384, num_heads=6, context_length=256, batch=64)
+DEFAULT = dict(num_blocks=4, embedding_size=128, num_heads=4, context_length=128, batch=8)
+STEPS_PER_ROUND = 20
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense, per card
+
+
+def nanogpt_module(checkout: Path):
+    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(checkout).expanduser() / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nanogpt_step(module, size: dict, vocab: int, dtype: torch.dtype | None, compiled: bool) -> Callable[[], None]:
+    """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
+    torch.manual_seed(0)
+    config = module.GPTConfig(block_size=size["context_length"], vocab_size=vocab, n_layer=size["num_blocks"],
+                              n_head=size["num_heads"], n_embd=size["embedding_size"], dropout=0.0, bias=False)
+    model = module.GPT(config).cuda()
+    run = torch.compile(model) if compiled else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device="cuda")
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            _, loss = run(x, x)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path) -> list[str]:
+    return ["device=cuda", f"train.dtype={dtype}", "model.dropout=0", f"data.path={corpus}",
+            f"data.cache_dir={folder / 'cache'}", f"model.num_blocks={size['num_blocks']}",
+            f"model.embedding_size={size['embedding_size']}", f"model.head_size={size['embedding_size']}",
+            f"model.num_heads={size['num_heads']}", f"model.context_length={size['context_length']}",
+            f"train.batch_size={size['batch']}", "train.max_steps=1000000", "train.compile=false"]
+
+
+def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], None], torch.nn.Module]:
+    """One step of train.py's loop on a session of its own set-up, run `way` (training/compile_plan.py)."""
+    from benchmarks.lever_speed import session
+    from training.step_runner import StepRunner
+
+    with contextlib.redirect_stdout(sys.stderr):  # the set-up's and the runner's lines: stdout is the JSON
+        s, state = session(overrides, folder)
+        runner = StepRunner(s, way=way)
+    return (lambda: _quiet(runner.step, state)), s.raw_model
+
+
+def _quiet(fn, *args):
+    with contextlib.redirect_stdout(sys.stderr):
+        return fn(*args)
+
+
+def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int) -> dict[str, float]:
+    """Median tokens/s of each step function, taking turns; each warms up (compiles, captures) first."""
+    device = torch.device("cuda")
+    for step in steps.values():
+        for _ in range(5):
+            step()
+    sync(device)
+
+    def timer(step: Callable[[], None]) -> Callable[[], float]:
+        def run() -> float:
+            import time
+
+            sync(device)
+            started = time.perf_counter()
+            for _ in range(STEPS_PER_ROUND):
+                step()
+            sync(device)
+            return STEPS_PER_ROUND * tokens_per_step / (time.perf_counter() - started)
+        return run
+
+    return median_alternating({name: timer(step) for name, step in steps.items()}, rounds)
+
+
+def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
+    """CUDA kernels, GPU busy time and wall time per step, over `n` profiled steps."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    sync(torch.device("cuda"))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        started = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync(torch.device("cuda"))
+        wall = time.perf_counter() - started
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0)) for e in events)
+    return {"kernels": round(len(events) / n, 1), "gpu_ms": round(busy_us / n / 1e3, 3),
+            "wall_ms_profiled": round(wall / n * 1e3, 3)}
+
+
+def peak_flops() -> float | None:
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+
+
+def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
+    peak = peak_flops()
+    return None if peak is None else round(flops_per_token(model) * tokens_per_sec / peak, 4)
+
+
+def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, rounds: int) -> dict:
+    """Training tokens/s at `size` in `dtype`: ours eager, as one CUDA graph, and compiled under the graph, beside
+    nanoGPT's model.py eager and compiled; the ratios, MFU, and kernels per eager step."""
+    from training.compile_plan import EAGER, Way
+
+    amp = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        overrides = ours_overrides(size, dtype, corpus, folder)
+        steps, models = {}, {}
+        for name, way in (("ours_eager", EAGER), ("ours_graph", Way(graph=True)),
+                          ("ours_compiled_graph", Way(inductor=True, graph=True))):
+            steps[name], models[name] = ours_step(overrides, way, folder / name)
+        vocab = models["ours_eager"].config.vocab_size
+        if checkout is not None:
+            module = nanogpt_module(checkout)
+            steps["nanogpt_eager"] = nanogpt_step(module, size, vocab, amp, compiled=False)
+            steps["nanogpt_compiled"] = nanogpt_step(module, size, vocab, amp, compiled=True)
+        kernels = {k: kernels_per_step(steps[k]) for k in ("ours_eager", "nanogpt_eager") if k in steps}
+        speed = tokens_per_second(steps, size["batch"] * size["context_length"], rounds)
+        out = {"size": {**size, "vocab_size": vocab, "dtype": dtype},
+               "tokens_per_sec": {k: round(v) for k, v in speed.items()},
+               "steps_per_sec": {k: round(v / (size["batch"] * size["context_length"]), 1) for k, v in speed.items()},
+               "mfu": {k: mfu(models["ours_eager"], v) for k, v in speed.items()}, "kernels_per_step": kernels}
+        if checkout is not None:
+            best = max(speed["ours_graph"], speed["ours_compiled_graph"])
+            out["ratios"] = {"eager_vs_nanogpt_eager": round(speed["ours_eager"] / speed["nanogpt_eager"], 3),
+                             "best_vs_nanogpt_compiled": round(best / speed["nanogpt_compiled"], 3)}
+        return out

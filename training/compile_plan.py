@@ -1,0 +1,126 @@
+"""`train.compile`: false, true or auto, and what auto decides for this device, precision and run.
+
+Design choices:
+- A step can run four ways: eager; `inductor` (torch.compile's default mode: fewer, fused kernels); `graph` (CUDA:
+  the whole step captured once as a CUDA graph and replayed, training/graph_step.py: a small model on a GPU is
+  bound by launching its ~200 kernels one by one, and a replay launches them all at once); and both.
+- `true` asks for the fastest way the device has: on CUDA inductor and the graph, elsewhere inductor.
+- `auto` (the default) compiles only where the run is long enough to pay back the warm-up. It times a few eager
+  steps (real steps of the run), estimates what is left of the run in eager seconds (its step limit at that speed,
+  or its clock), and takes a way when what it saves, `left x (1 - 1/speedup)`, is at least `PAYBACK` times its
+  warm-up. The speedups and warm-ups are measured ones (docs/en/training.md gives them and the commands):
+  - a CUDA graph costs a capture (well under a second) and removes the launch overhead: taken for any run
+    longer than a few seconds;
+  - inductor on CUDA adds fused kernels under the graph for a run long enough to pay its compile;
+  - inductor on a CPU pays only with bfloat16 on a CPU that has bf16 instructions (about 1.6x a step, against
+    about 1.07x in float32, where it never pays back a warm-up of tens of seconds); MPS stays eager (unmeasured).
+- The choice is one line (`compile: ...`), printed where a choice was made: every run on a GPU, a CPU run that
+  autocasts, and every run that compiles; a float32 CPU run says nothing, as its precision line does.
+- Under torchrun every rank takes the same choice (any rank's yes is every rank's), and no CUDA graph is used: the
+  gradients' all-reduce runs between kernels that a graph would hide from DDP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from common.device import has_native_bf16
+from common.errors import ConfigError
+
+COMPILE_VALUES = ("false", "true", "auto")
+SPELLINGS = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false",
+             "auto": "auto"}
+PROBE_STEPS = 4  # eager steps timed before auto decides (the first, which allocates, is not timed)
+PAYBACK = 2.0  # what compiling must save, in multiples of its warm-up
+GRAPH_SPEEDUP, GRAPH_WARMUP = 3.0, 0.5  # a CUDA graph of a launch-bound step; its capture, seconds
+CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP = 1.3, 30.0  # inductor's kernels under the graph; its compile
+CUDA_INDUCTOR_ALONE = 1.15  # inductor without a graph (the launches stay)
+CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP = 1.6, 25.0  # bf16 on a CPU with bf16 instructions
+
+
+def compile_setting(value: object) -> str:
+    """train.compile as one of COMPILE_VALUES: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
+    written when the key was a boolean, and the words for them."""
+    word = str(value).strip().lower()
+    if word not in SPELLINGS:
+        raise ConfigError(f"train.compile={value} is invalid: it must be true, false or auto")
+    return SPELLINGS[word]
+
+
+@dataclass(frozen=True)
+class Way:
+    """How the steps run: `inductor` compiles the model, `graph` captures the whole step (CUDA only)."""
+
+    inductor: bool = False
+    graph: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [n for n, on in (("inductor", self.inductor), ("a CUDA graph of the whole step", self.graph)) if on]
+        return " and ".join(parts) or "eager"
+
+
+EAGER = Way()
+
+
+def graph_blocker(device: torch.device, distributed: bool, mtp: bool) -> str | None:
+    """Why this run's step cannot be one CUDA graph, or None when it can."""
+    if device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
+    if distributed:
+        return "under torchrun DDP's all-reduce runs between the step's kernels"
+    if mtp:
+        return "train.mtp_weights fade at every step"
+    return None
+
+
+def fixed_way(setting: str, device: torch.device, dtype: torch.dtype, blocker: str | None) -> tuple[Way, str] | None:
+    """The way and its reason when it needs no measurement; None when auto must time the run first."""
+    if setting == "false":
+        return EAGER, "train.compile=false"
+    if setting == "true":
+        if device.type == "cuda" and blocker is None:
+            return Way(inductor=True, graph=True), "train.compile=true"
+        why = "train.compile=true" + (f"; no CUDA graph: {blocker}" if device.type == "cuda" else "")
+        return Way(inductor=True), why
+    if device.type == "mps":
+        return EAGER, "train.compile=auto; compile is not measured on MPS"
+    if device.type == "cpu" and not (dtype == torch.bfloat16 and has_native_bf16(device)):
+        kind = "float32" if dtype == torch.float32 else "emulated bfloat16"
+        return EAGER, (f"train.compile=auto; inductor gains little over {kind} on this CPU, never its "
+                       f"{CPU_INDUCTOR_WARMUP:.0f}-s warm-up")
+    return None
+
+
+def pays(left_seconds: float, speedup: float, warmup: float) -> bool:
+    """Whether `left_seconds` of eager steps, run `speedup` times faster, save PAYBACK x `warmup`."""
+    return left_seconds * (1.0 - 1.0 / speedup) >= PAYBACK * warmup
+
+
+def measured_way(device: torch.device, left_seconds: float, blocker: str | None,
+                 inductor_ok: bool = True) -> tuple[Way, str]:
+    """auto's choice for a run with `left_seconds` of eager steps left (measured), and the reason. `inductor_ok`:
+    False where inductor cannot build the run's kernels (bfloat16 on a card that only emulates it)."""
+    left = f"about {left_seconds:,.0f} s of eager steps left"
+    if device.type == "cpu":
+        if pays(left_seconds, CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP):
+            return Way(inductor=True), (f"train.compile=auto; {left}, bfloat16 steps about "
+                                        f"{CPU_BF16_INDUCTOR_SPEEDUP:g}x faster compiled on this CPU")
+        return EAGER, f"train.compile=auto; {left}, too few to pay back inductor's warm-up"
+    if blocker is not None:  # CUDA without a graph: inductor alone, where it pays
+        if inductor_ok and pays(left_seconds, CUDA_INDUCTOR_ALONE, CUDA_INDUCTOR_WARMUP):
+            return Way(inductor=True), f"train.compile=auto; {left}; no CUDA graph: {blocker}"
+        return EAGER, f"train.compile=auto; {left}, too few to pay back inductor's warm-up; no CUDA graph: {blocker}"
+    if not pays(left_seconds, GRAPH_SPEEDUP, GRAPH_WARMUP):
+        return EAGER, f"train.compile=auto; {left}, too few to pay back a CUDA graph's capture"
+    inductor = inductor_ok and pays(left_seconds / GRAPH_SPEEDUP, CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP)
+    more = "" if inductor else "; inductor only for a run long enough to pay its compile"
+    return Way(inductor=inductor, graph=True), f"train.compile=auto; {left}{more}"
+
+
+def worth_a_line(device: torch.device, dtype: torch.dtype, way: Way) -> bool:
+    """Where the choice is said: as the precision line (every GPU run, a CPU run that autocasts), and whenever
+    something compiles."""
+    return device.type != "cpu" or dtype != torch.float32 or way != EAGER

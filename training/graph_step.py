@@ -1,0 +1,190 @@
+"""The whole training step as one CUDA graph: captured once, then replayed at every step.
+
+Design choices:
+- A small model on a GPU spends most of a step launching its kernels one by one; a replay launches the whole
+  recorded step at once (PyTorch's whole-network capture, `torch.cuda.graph`).
+- The graph holds every micro-batch's forward and backward (under autocast without its weight cache, which a
+  replay could not refill) and, where the optimizer can be replayed, the clipping and the update: AdamW with no
+  loss scaler, fused and `capturable`, its learning rate a device tensor that the loop fills before each replay
+  (training/optim.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
+  overflowed), run eagerly after each replay on the gradients the graph wrote.
+- Inputs are static buffers: each step copies its batches into them, then replays. Outputs (the loss, the gradient
+  norm) are written into static tensors and the step returns copies of them, so nothing reads a graph's output
+  after the next replay has overwritten it (the loss watch keeps losses across steps).
+- The gradients live in the graph's memory: after the capture they are never set to None (that would detach them
+  from the memory the graph writes); the first micro-batch's backward writes them, the others add to them.
+- The warm-up steps before the capture are real steps of the run, run eagerly on the capture's side stream so
+  that the optimizer's state, cuBLAS's workspace and inductor's kernels exist before it. The capture runs nothing:
+  the step it records is replayed at once.
+- Dropout stays random: PyTorch's CUDA generator moves its offset on at every replay.
+- The capture is injectable (`Backend`): tests on a CPU use `EagerReplay`, whose replay calls the recorded function,
+  which writes the same static tensors a replay does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from training import step as step_module
+from training.setup import LoopState, Session
+from training.step import StepResult, apply_gradients, begin_step, end_step
+
+WARMUP_STEPS = 2  # eager steps on the side stream before the capture
+
+
+class GraphUnavailable(RuntimeError):
+    """The step could not be captured; the run goes on without a graph."""
+
+
+class CudaGraph:
+    """`torch.cuda.graph` on a side stream of its own."""
+
+    def __init__(self, device: torch.device):
+        self.stream = torch.cuda.Stream(device)
+        self.graph = torch.cuda.CUDAGraph()
+
+    @contextlib.contextmanager
+    def side(self) -> Iterator[None]:
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            yield
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def capture(self, fn: Callable[[], None]) -> None:
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            fn()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class EagerReplay:
+    """A stand-in for `CudaGraph` on any device: `replay` runs the recorded function, with the gradients released
+    first as a replay overwrites them."""
+
+    def __init__(self, params: list[Tensor]):
+        self.params, self.fn = params, None
+
+    def side(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def capture(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def replay(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.fn()
+
+
+def optimizer_in_graph(s: Session) -> bool:
+    """Whether the optimizer's step can be replayed: PyTorch's fused AdamW, with no loss scaler."""
+    return type(s.optimizer) is torch.optim.AdamW and not s.scaler.is_enabled()
+
+
+class GraphStep:
+    """Steps of a `Session` run as one captured graph (see the module docstring). Call it as `train_step`."""
+
+    def __init__(self, s: Session, backend) -> None:
+        t = s.job.train
+        self.s, self.backend = s, backend
+        shape = (t.grad_accum_steps, t.batch_size, s.raw_model.context_length)
+        self.x = torch.zeros(shape, dtype=torch.long, device=s.device)
+        self.y = torch.zeros(shape, dtype=torch.long, device=s.device)
+        self.loss = torch.zeros((), device=s.device)
+        self.grad_norm = torch.zeros((), device=s.device)
+        self.optimizer_inside = optimizer_in_graph(s)
+        self.warmed, self.captured = 0, False
+        self.capture_seconds = 0.0
+
+    def __call__(self, state: LoopState) -> StepResult:
+        if not self.captured:
+            if self.warmed < WARMUP_STEPS:
+                self.warmed += 1
+                with self.backend.side():
+                    return step_module.train_step(self.s, state)
+            self._capture()
+        s = self.s
+        lr, progress, _ = begin_step(s, state)
+        for micro in range(self.x.shape[0]):
+            x, y = s.sampler.next_batch()
+            self.x[micro].copy_(x)
+            self.y[micro].copy_(y)
+        self.backend.replay()
+        grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
+        end_step(s, state, progress)
+        return StepResult(self.loss.clone(), lr, grad_norm.clone())
+
+    def _capture(self) -> None:
+        s = self.s
+        started = time.perf_counter()
+        if self.optimizer_inside:
+            hold_rates_on_device(s.optimizer, s.device)
+        s.optimizer.zero_grad(set_to_none=True)
+        try:
+            self.backend.capture(self._body)
+        except Exception as e:  # noqa: BLE001 - any failure of a capture means: go on without one
+            release(s)
+            raise GraphUnavailable(f"{type(e).__name__}: {' '.join(str(e).split())[:160]}") from e
+        self.captured = True
+        self.capture_seconds = time.perf_counter() - started
+
+    def _body(self) -> None:
+        """What the graph records: every micro-batch's forward and backward, the loss, and (where it can be
+        replayed) clipping and the optimizer's step."""
+        s, accum = self.s, self.x.shape[0]
+        total = torch.zeros((), device=s.device)
+        for micro in range(accum):
+            with self._autocast():
+                loss = step_module.compute_loss(s.model, self.x[micro], self.y[micro])
+            s.scaler.scale(loss / accum).backward()
+            total += loss.detach()
+        self.loss.copy_(total / accum)
+        if self.optimizer_inside:
+            clip = s.job.train.grad_clip or float("inf")
+            self.grad_norm.copy_(torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip))
+            s.optimizer.step()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        s = self.s
+        if s.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(s.device.type, dtype=s.dtype, cache_enabled=False)
+
+
+def hold_rates_on_device(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Make AdamW replayable: `capturable`, and each group's learning rate a device tensor (a float would be
+    recorded into the graph as it was at the capture)."""
+    if device.type != "cuda":
+        return
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+        group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+    if not getattr(optimizer, "_saves_plain_rates", False):
+        optimizer.register_state_dict_post_hook(plain_rates)
+        optimizer._saves_plain_rates = True
+
+
+def plain_rates(optimizer: torch.optim.Optimizer, state: dict) -> dict:
+    """A checkpoint records the rates as numbers and the optimizer as not capturable, as an eager run saves it."""
+    for group in state["param_groups"]:
+        if isinstance(group.get("lr"), Tensor):
+            group["lr"] = float(group["lr"])
+        if group.get("capturable"):
+            group["capturable"] = False
+    return state
+
+
+def release(s: Session) -> None:
+    """Undo `hold_rates_on_device` and drop the gradients of a failed capture: the eager step takes over."""
+    for group in s.optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"] = float(group["lr"])
+        if "capturable" in group:
+            group["capturable"] = False
+    s.optimizer.zero_grad(set_to_none=True)
