@@ -36,6 +36,8 @@ Capture = Callable[[Step, "torch.Generator | None"], Step]
 def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
     """`fn` warmed up on a side stream, then captured; returns the graph's replay. `generator`: the one
     generator `fn` draws from (None: only the default CUDA generator, which every graph registers itself)."""
+    if generator is not None and generator.device.type != "cuda":  # a graph of CPU work would replay nothing
+        raise RuntimeError(f"the step runs on {generator.device.type}, not on a CUDA device")
     autocasting = torch.is_autocast_enabled("cuda")
     with _CAPTURING, torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocasting,
                                      cache_enabled=False):
