@@ -1,20 +1,15 @@
 """Generation: the token loop around a model, beside it rather than inside it (`stream`, `generate` calls it).
 
 Design choices:
-- Positions stop at context_length, so a longer sequence is read through a window (`window_start`): the
-  classic "crop to the last context_length tokens" at every step is `shift=1`. With learned positions the
-  window instead jumps `context_length / 4` tokens at a time, so the model always reads at least
-  three quarters of the context while the KV cache is refilled only every quarter (`default_window_shift`);
-  rotary keys stay valid as the
-  window moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use
-  the same windows, hence give the same logits (tests/test_model.py).
+- Positions stop at context_length, so a longer sequence is read through a window (`window_start`): the classic
+  "crop to the last context_length tokens" at every step is `shift=1`. With learned positions the window instead
+  jumps `context_length / 4` tokens at a time, so the model always reads at least three quarters of the context
+  while the KV cache is refilled only every quarter (`default_window_shift`); rotary keys stay valid as the window
+  moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
+  windows, hence give the same logits (tests/test_model.py).
 - With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
-  `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
-- On CUDA each new token is instead one replay of a CUDA graph (`decoder="graph"`, what `auto` picks there): the
-  same step with static shapes, its sampling included (model/static_decode.py), launched as one unit instead of
-  ~60 kernels one by one from Python. The CPU and MPS keep `DecodeStep`: there a step's cost is arithmetic and
-  Python, which a graph would not remove. Every caller (generate.py, the playground, bench.py, training's
-  samples) comes through `stream`, so each gets it.
+  `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py),
+  or on CUDA one replay of a CUDA graph of the same step, its sampling included (model/static_decode.py).
 - A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a
   fork/join to each (and spin against other processes), so they run on one thread; the caller's thread count is
   back before each token is yielded.
@@ -34,11 +29,6 @@ from model.kv_cache import KVCache, TokenWindow
 from model.sampling import TokenGrammar, check_sampling_args, sample_next
 from model.static_decode import acquire, release
 
-# how a cached token is computed: DecodeStep then sample_next; the static step run eagerly; the static step replayed
-# as a CUDA graph (run eagerly, after one line that says why, where it cannot be captured); graph on CUDA, else eager
-DECODERS = ("eager", "static", "graph", "auto")
-
-
 def window_start(model: nn.Module, length: int, shift: int) -> int:
     """First index of the window the model reads when the sequence holds `length` tokens; the window jumps
     forward `shift` tokens at a time, holding between context_length - shift + 1 and context_length tokens."""
@@ -50,6 +40,15 @@ def default_window_shift(model: nn.Module) -> int:
     """The default `shift` of `window_start`: 1 with rotary positions (the cache slides), a quarter of the context
     with learned ones."""
     return 1 if model.position_embedding is None else max(1, model.context_length // 4)
+
+
+# How a cached token is computed: `eager` is DecodeStep then sample_next; `static` the static step (sampling
+# included) run op by op; `graph` the static step replayed as a CUDA graph, launched as one unit instead of ~60
+# kernels one by one from Python (where it cannot be captured, one line says why and it runs as `static`);
+# `auto` is graph on CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a
+# graph would not remove. Every caller (generate.py, the playground, bench.py, training's samples) comes through
+# `stream`, so each gets it.
+DECODERS = ("eager", "static", "graph", "auto")
 
 
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:

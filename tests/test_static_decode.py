@@ -186,3 +186,14 @@ def test_decoders_go_with_their_model_and_a_bad_decoder_is_refused():
     assert alive() is None and len(static_decode._POOLS) == kept - 1  # the pool holds no model alive
     with pytest.raises(ValueError, match="decoder must be one of eager, static, graph, auto, got 'fast'"):
         next(stream(small(), torch.zeros(1, 1, dtype=torch.long), 2, decoder="fast"))
+
+
+def test_the_gpu_sampling_benchmark_reports_graph_eager_and_same_text(monkeypatch):
+    from benchmarks.graph_sampling import SIDES, bench_gpu_sampling
+    from benchmarks.presets import PRESETS
+
+    monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked([]))  # the CPU stands in for the card
+    tiny = PRESETS["tiny"]
+    out = bench_gpu_sampling(tiny, V, torch.device("cpu"), rounds=1, new_tokens=2 * tiny["context_length"])
+    assert set(out) == {"config", *SIDES, "graph_over_eager", "same_text", "new_tokens"}
+    assert out["same_text"] is True and all(out[k] > 0 for k in SIDES)
