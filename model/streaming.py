@@ -8,8 +8,7 @@ Design choices:
   moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
   windows, hence give the same logits (tests/test_model.py).
 - With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
-  `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py),
-  or on CUDA one replay of a CUDA graph of the same step, its sampling included (model/static_decode.py).
+  `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
 - A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a
   fork/join to each (and spin against other processes), so they run on one thread; the caller's thread count is
   back before each token is yielded.
@@ -28,6 +27,7 @@ from model.decode import DecodeStep
 from model.kv_cache import KVCache, TokenWindow
 from model.sampling import TokenGrammar, check_sampling_args, sample_next
 from model.static_decode import acquire, release
+
 
 def window_start(model: nn.Module, length: int, shift: int) -> int:
     """First index of the window the model reads when the sequence holds `length` tokens; the window jumps
