@@ -52,21 +52,23 @@ class DeviceSampler:
         self.state: Tensor | None = None  # the grammar's tensors (TokenGrammar.state, .allowed), copied in
         self.allowed: Tensor | None = None
 
-    def set(self, temperature: float, top_k: int | None, top_p: float | None, grammar: TokenGrammar | None) -> None:
-        """Settings for the next draws (fills, no sync; a graph captured before reads them)."""
+    def set(self, temperature: float, top_k: int | None, top_p: float | None, grammar: TokenGrammar | None) -> bool:
+        """Settings for the next draws (fills, no sync; a graph captured before reads them). True when the grammar's
+        tensors had to be made anew (a graph captured with the old ones would not see them)."""
         self.temperature.fill_(temperature if temperature >= torch.finfo(torch.float32).tiny else 1.0)
         self.kth.fill_((top_k or 1) - 1)
         self.top_p.fill_(1.0 if top_p is None else top_p)
         if grammar is None:
-            return
+            return False
         fits = self.state is not None and self.state.shape == grammar.state.shape \
             and self.allowed.shape == grammar.allowed.shape
         if fits:  # in place: graphs read these very tensors
             self.state.copy_(grammar.state)
             self.allowed.copy_(grammar.allowed)
-        else:
-            device = self.temperature.device
-            self.state, self.allowed = grammar.state.to(device).clone(), grammar.allowed.to(device).clone()
+            return False
+        device = self.temperature.device
+        self.state, self.allowed = grammar.state.to(device).clone(), grammar.allowed.to(device).clone()
+        return True
 
     def mask(self, logits: Tensor, previous: Tensor) -> Tensor:
         """`TokenGrammar.mask` after the ids `previous` (B, 1), with the grammar given to `set`."""

@@ -117,7 +117,8 @@ class StaticDecode:
                 old.copy_(new)
         self.cache.reset(0)
         self.mode = SamplingMode.of(temperature, top_k, top_p, self.vocab_size, grammar is not None)
-        self.sampler.set(temperature, top_k, top_p, grammar)
+        if self.sampler.set(temperature, top_k, top_p, grammar):
+            self.graphs = {mode: g for mode, g in self.graphs.items() if not mode.grammar}
         self.source = generator if generator is not None else _default_generator(self.ids.device)
         self.generator.set_state(self.source.get_state())
 

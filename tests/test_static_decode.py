@@ -197,3 +197,15 @@ def test_the_gpu_sampling_benchmark_reports_graph_eager_and_same_text(monkeypatc
     out = bench_gpu_sampling(tiny, V, torch.device("cpu"), rounds=1, new_tokens=2 * tiny["context_length"])
     assert set(out) == {"config", *SIDES, "graph_over_eager", "same_text", "new_tokens"}
     assert out["same_text"] is True and all(out[k] > 0 for k in SIDES)
+
+
+def test_a_grammar_of_another_shape_gets_a_graph_of_its_own(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked(calls))
+    model, prompt, three = small(), torch.tensor([[31]]), spelling_grammar()
+    four = TokenGrammar(three.state, torch.cat([three.allowed, three.allowed[:1]]))  # one state more, never reached
+    for grammar in (three, three, four):
+        eager, _ = generations(model, prompt, 2 * C, "eager", 0.9, grammar=grammar, seed=4)
+        graph, _ = generations(model, prompt, 2 * C, "graph", 0.9, grammar=grammar, seed=4)
+        assert_same(graph, eager)
+    assert len(calls) == 2  # the graph read the old grammar's tensors: captured again for the new ones
