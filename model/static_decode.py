@@ -112,9 +112,13 @@ class StaticDecode:
               grammar: TokenGrammar | None, generator: torch.Generator | None) -> None:
         """Ready for a new generation: the model's current weights, these settings, the caller's random state."""
         fresh = DecodeStep(model, self.cache)
-        for old, new in zip(_tensors(self.step), _tensors(fresh), strict=True):
-            if old.data_ptr() != new.data_ptr():
-                old.copy_(new)
+        olds, news = _tensors(self.step), _tensors(fresh)
+        if [(t.shape, t.dtype) for t in olds] != [(t.shape, t.dtype) for t in news]:
+            self.step, self.graphs = fresh, {}  # a layer of the model was replaced: its graphs are captured anew
+        else:
+            for old, new in zip(olds, news, strict=True):
+                if old.data_ptr() != new.data_ptr():
+                    old.copy_(new)  # into the tensors the graphs read
         self.cache.reset(0)
         self.mode = SamplingMode.of(temperature, top_k, top_p, self.vocab_size, grammar is not None)
         if self.sampler.set(temperature, top_k, top_p, grammar):

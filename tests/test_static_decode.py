@@ -209,3 +209,18 @@ def test_a_grammar_of_another_shape_gets_a_graph_of_its_own(monkeypatch):
         graph, _ = generations(model, prompt, 2 * C, "graph", 0.9, grammar=grammar, seed=4)
         assert_same(graph, eager)
     assert len(calls) == 2  # the graph read the old grammar's tensors: captured again for the new ones
+
+
+def test_a_kept_decoder_follows_a_replaced_layer(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked(calls))
+    model = small()
+    prompt = torch.randint(0, V, (1, 2), generator=torch.Generator().manual_seed(12))
+    generations(model, prompt, C, "graph", 0.8)
+    model.ln_f = torch.nn.LayerNorm(model.config.embedding_size, bias=False)  # one tensor fewer than before
+    with torch.no_grad():
+        model.ln_f.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(13))
+    eager, _ = generations(model, prompt, 2 * C, "eager", 0.8)
+    graph, _ = generations(model, prompt, 2 * C, "graph", 0.8)
+    assert_same(graph, eager)
+    assert len(calls) == 2
