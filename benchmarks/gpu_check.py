@@ -88,10 +88,20 @@ def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
 
 
 def sampling() -> dict:
-    """Batch-1 sampling tokens/s through generate's path, default size, with the CUDA graph and without."""
-    from benchmarks.generation_speed import gpu_sampling_speed
+    """Batch-1 sampling tokens/s through generate's path (float32, as generate.py runs), the default model over the
+    built-in corpus's vocabulary: the CUDA graph, the same static step eager, and the DecodeStep before it."""
+    import torch
 
-    return gpu_sampling_speed()
+    from benchmarks.graph_sampling import sampling_speeds
+    from data.corpus import load_corpus
+    from model import AttentionLanguageModel
+    from model.config import ModelConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = load_corpus(CORPUS, cache_dir=Path(tmp)).tokenizer.vocab_size
+    torch.manual_seed(0)
+    model = AttentionLanguageModel(ModelConfig(vocab_size=vocab)).cuda()
+    return sampling_speeds(model, torch.device("cuda"))
 
 
 def main(argv: list[str]) -> None:
