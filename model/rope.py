@@ -34,6 +34,5 @@ def rope_tables(head_dim: int, context_length: int, base: float = ROPE_BASE, sta
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor) -> Tensor:
     """x: (..., T, D) at absolute `positions` (T,) -> x rotated, same shape and dtype."""
     c, s = cos[positions].to(x.dtype), sin[positions].to(x.dtype)  # (T, D/2)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * c + x2 * s, x2 * c - x1 * s), dim=-1)
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # (x2, x1): the halves trade places
+    return x * torch.cat((c, c), dim=-1) + swapped * torch.cat((s, -s), dim=-1)  # (x1 c + x2 s, x2 c - x1 s)
