@@ -4,8 +4,8 @@ back together: `project_qkv`.
 Why a function of its own: every split PyTorch offers pays in the backward. `unbind`/`split`/`chunk` join the three
 gradients with one stack/cat (a CatArrayBatchedCopy kernel per block on CUDA), and the heads' permuted views make
 the way back to the product's (B*T, 3 * head_size) rows a strided copy (a clone) on top; three `narrow`/`select`
-views would each fill a zero buffer and copy into it instead. Attention's backward (SDPA's, on the CPU and with
-flash on CUDA) hands back the three gradients in separate buffers, so something has to give.
+views would each fill a zero buffer and copy into it instead. Attention's backward (SDPA's on the CPU, for one)
+hands back the three gradients in separate buffers, so something has to give.
 
 What the backward does instead (`QKVProjection.backward`):
 - Each gradient, (B, H, T, D) as attention returns it, is read as (B*T, head_size) rows without a copy: SDPA's
@@ -15,8 +15,8 @@ What the backward does instead (`QKVProjection.backward`):
   rows, in smaller pieces, and no memory pass over the joined rows to make them.
 - When the three gradients already are one (B, T, 3, H, D) buffer's thirds (a kernel that writes them so), that
   buffer is used as it is: two matmuls, as if the rows had been joined for free.
-- Any other layout (a caller's own elementwise ops between this and attention) is copied into rows: correct,
-  and no slower than the joins it replaces.
+- Any other layout (a caller's own elementwise ops between this and attention) is copied into rows: correct, at
+  the cost of the copy the old split always paid.
 
 The forward is the lecture's product unchanged: `x @ qkv.flatten(0, 2).T`, the same numbers as `F.linear`.
 tests/test_step_cost.py holds the backward's operations: no cat, stack or copy, at a held count.
