@@ -9,7 +9,7 @@ Parts (each a key of the output):
                    the graph; the ratios, MFU against the card's dense bf16 peak, kernels and GPU time per eager step
   default_size     the same at the default size (4x128, context 128), batch 8, bf16 (the launch-bound case)
   real_loop        `python train.py device=cuda train.max_seconds=SECONDS` with train.compile=false, then auto:
-                   steps made, and validation loss at the last evaluation both reached
+                   steps made; validation loss of 1,000-step runs, eager and auto (equal steps, equal schedule)
   sampling         batch-1 sampling tokens/s through generate's path at the default size, graph on and off
 
 Without --nanogpt, nanoGPT's columns are left out. Without a CUDA GPU it refuses in one line. Plan on about four
@@ -52,47 +52,56 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def real_loop(seconds: float) -> dict:
-    """train.py's default run on the built-in corpus for `seconds`, eager and with auto, one after the other."""
+def train_run(folder: Path, name: str, *overrides: str) -> dict:
+    """One `python train.py device=cuda ...` on the built-in corpus: steps made, validation losses, compile lines."""
     from benchmarks.tb_read import read_scalars
     from inference.checkpoint import load_checkpoint
     from training.config import TrainConfig
 
-    extra = ["train.early_stop=null"] if "early_stop" in TrainConfig.__dataclass_fields__ else []
-    out: dict = {"command": f"python train.py device=cuda train.max_seconds={seconds:g} train.compile=...",
-                 "extra": extra}
+    extra = ["train.early_stop=null"] if "early_stop" in TrainConfig.__dataclass_fields__ else []  # every step runs
+    run, started = folder / name, time.perf_counter()
+    r = subprocess.run([sys.executable, "train.py", "device=cuda", *overrides, f"hydra.run.dir={run}", *extra],
+                       cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"failed": (r.stderr.strip().splitlines() or [str(r.returncode)])[-1][:300]}
+    return {"steps": load_checkpoint(run / "ckpt.pt").step, "wall_s": round(time.perf_counter() - started, 1),
+            "val_loss": {step: round(v, 4) for step, v in read_scalars(run).get("val/loss", [])},
+            "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")]}
+
+
+def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
+    """train.py's default run for `seconds`, eager then with auto: the steps each made. The learning rate follows
+    the clock under a time budget, so validation is compared on runs of `equal_steps` steps, eager and auto."""
+    out: dict = {"command": f"python train.py device=cuda train.max_seconds={seconds:g} train.compile=false|auto"}
     with tempfile.TemporaryDirectory() as tmp:
         for setting in ("false", "auto"):
-            run = Path(tmp) / setting
-            started = time.perf_counter()
-            r = subprocess.run([sys.executable, "train.py", "device=cuda", f"train.max_seconds={seconds:g}",
-                                f"train.compile={setting}", f"hydra.run.dir={run}", *extra], cwd=ROOT,
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                out[setting] = {"failed": r.stderr.strip().splitlines()[-1:] if r.stderr else r.returncode}
-                continue
-            ckpt = load_checkpoint(run / "ckpt.pt")
-            out[setting] = {"steps": ckpt.step, "wall_s": round(time.perf_counter() - started, 1),
-                            "val_loss": dict(read_scalars(run).get("val/loss", [])),
-                            "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")]}
-    eager, auto = out.get("false", {}), out.get("auto", {})
-    if "steps" in eager and "steps" in auto:
-        out["steps_ratio"] = round(auto["steps"] / eager["steps"], 2)
-        common = sorted(set(eager["val_loss"]) & set(auto["val_loss"]))
-        if common:
-            at = common[-1]
-            out["val_loss_at_equal_steps"] = {"step": at, "false": round(eager["val_loss"][at], 4),
-                                              "auto": round(auto["val_loss"][at], 4)}
-        for side in (eager, auto):
-            side["val_loss"] = {k: round(v, 4) for k, v in list(side["val_loss"].items())[-3:]}
+            out[setting] = train_run(Path(tmp), setting, f"train.max_seconds={seconds:g}", f"train.compile={setting}")
+            out[setting]["val_loss"] = dict(list(out[setting].get("val_loss", {}).items())[-2:])
+        for setting in ("false", "auto"):
+            side = train_run(Path(tmp), f"steps-{setting}", f"train.max_steps={equal_steps}",
+                             f"train.compile={setting}")
+            out.setdefault("equal_steps", {"steps": equal_steps})[setting] = side.get("val_loss", side).get(
+                equal_steps, side)
+    if "steps" in out["false"] and "steps" in out["auto"]:
+        out["steps_ratio"] = round(out["auto"]["steps"] / out["false"]["steps"], 2)
     return out
 
 
 def sampling() -> dict:
-    """Batch-1 sampling tokens/s through generate's path, default size, with the CUDA graph and without."""
-    from benchmarks.generation_speed import gpu_sampling_speed
+    """Batch-1 sampling tokens/s through generate's path (float32, as generate.py runs), the default model over the
+    built-in corpus's vocabulary: the CUDA graph, the same static step eager, and the DecodeStep before it."""
+    import torch
 
-    return gpu_sampling_speed()
+    from benchmarks.graph_sampling import sampling_speeds
+    from data.corpus import load_corpus
+    from model import AttentionLanguageModel
+    from model.config import ModelConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = load_corpus(CORPUS, cache_dir=Path(tmp)).tokenizer.vocab_size
+    torch.manual_seed(0)
+    model = AttentionLanguageModel(ModelConfig(vocab_size=vocab)).cuda()
+    return sampling_speeds(model, torch.device("cuda"))
 
 
 def main(argv: list[str]) -> None:

@@ -3,10 +3,10 @@
 Design choices:
 - The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
   raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
-- The output is one flat dict per measurement family, merged in a fixed order: the machine, the training
-  presets (one nested dict each), generation, hangul (char against hangul with the jamo parts), encoding,
-  memory. Its keys are what docs/en/speed.md and any
-  scripts reading the JSON rely on, so they stay stable across refactorings.
+- The output is one flat dict per measurement family, merged in a fixed order: the machine, on CUDA the
+  `gpu_sampling` section (batch-1 sampling as a CUDA graph against eager), the training presets (one nested
+  dict each), generation, hangul (char against hangul with the jamo parts), encoding, memory. Its keys are
+  what docs/en/speed.md and any scripts reading the JSON rely on, so they stay stable across refactorings.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """
 
@@ -16,6 +16,7 @@ import torch
 
 from benchmarks.encoding_speed import bench_encoding
 from benchmarks.generation_speed import bench_cache_against_crop, bench_generation
+from benchmarks.graph_sampling import bench_gpu_sampling
 from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS, BenchOptions
@@ -84,6 +85,8 @@ def run_benchmarks(opts: BenchOptions) -> dict:
 
     result = {**machine(device), "vocab_size": vocab, "corpus": corpus_name}
     generation_preset = PRESETS["tiny" if opts.smoke else "default"]
+    if device.type == "cuda":  # batch-1 sampling replayed as a CUDA graph, against eager (benchmarks/graph_sampling.py)
+        result["gpu_sampling"] = bench_gpu_sampling(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
     if opts.generation_only:
         result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
         if device.type == "cpu":

@@ -3,15 +3,18 @@
     python -m benchmarks.step_ops                            # this project's model, and train.py's own step
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
-Prints one JSON object. On a GPU every dispatched operation is at least one kernel launch (a view is a launch-free
-one, and still costs the CPU a dispatch), so counting them on the CPU tells how much a step asks of a GPU's
-launcher without a GPU; a host sync (`.item()`, `.tolist()`, `bool()` of a tensor...) makes the CPU wait for the
-device, so it cannot queue the next step meanwhile.
+Prints one JSON object: the operations of each whole step, and the backward pass's operations by ATen name side by
+side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show (a
+concatenation or a copy there is a kernel per block on a GPU). On a GPU every dispatched operation is at least one
+kernel launch (a view is a launch-free one, and still costs the CPU a dispatch), so counting them on the CPU tells
+how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `.tolist()`, `bool()` of a
+tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
 
 Design choices:
 - The model's step is the same for every model measured: forward with targets, backward, `clip_grad_norm_(1.0)`, a
   fused AdamW step and `zero_grad(set_to_none=True)`, at the default size (4 blocks, 128 wide, 4 heads, context
-  128, batch 8, 1,480 ids as in the GPU issue's measurements), float32, dropout 0, after two warm-up steps.
+  128, batch 8, 1,480 ids as in the GPU issue's measurements), float32, dropout 0, after two warm-up steps. The
+  backward is counted alone the same way: `loss.backward()` after a forward with targets, gradients unset.
 - train.py's step is `training.step.train_step` on a session `training/setup.py` built from the default config
   (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
   train.py adds to it (the loss kept on the device, the learning rate set).
@@ -104,6 +107,25 @@ def model_step_ops(model: torch.nn.Module) -> int:
     return count.total
 
 
+def backward_ops(model: torch.nn.Module) -> Counter[str]:
+    """Operations one backward pass dispatches (after a forward with targets, no gradient held yet), by name."""
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
+    model.zero_grad(set_to_none=True)
+    _, loss = model(x, y)
+    with DispatchCount() as count:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return count.ops
+
+
+def side_by_side(counts: dict[str, Counter[str]]) -> dict:
+    """{model: ops} -> {"total": {model: n}, "ops": {name: {model: n}}}, names sorted, zeros shown."""
+    names = sorted(set().union(*counts.values()))
+    return {"total": {m: sum(c.values()) for m, c in counts.items()},
+            "ops": {name: {m: c[name] for m, c in counts.items()} for name in names}}
+
+
 def ours() -> torch.nn.Module:
     from model import AttentionLanguageModel
 
@@ -118,7 +140,8 @@ def nanogpt(checkout: str, bias: bool) -> torch.nn.Module:
     torch.manual_seed(0)
     c = module.GPTConfig(block_size=SIZE["context_length"], vocab_size=VOCAB, n_layer=SIZE["num_blocks"],
                          n_head=SIZE["num_heads"], n_embd=SIZE["embedding_size"], dropout=0.0, bias=bias)
-    return module.GPT(c)
+    with contextlib.redirect_stdout(sys.stderr):  # it prints its parameter count; stdout is the JSON's
+        return module.GPT(c)
 
 
 def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
@@ -143,9 +166,13 @@ def main(argv: list[str]) -> None:
     out = {"size": {**SIZE, "batch": BATCH, "vocab_size": VOCAB}, "ours_model_step": model_step_ops(ours())}
     with tempfile.TemporaryDirectory() as tmp:
         out["ours_train_py_step"] = train_py_step_ops(ROOT / "data" / "corpus" / "ko_default.txt", Path(tmp))
+    backward = {"ours": backward_ops(ours())}
     if args.nanogpt:
         for bias in (False, True):
-            out[f"nanogpt_bias_{str(bias).lower()}_model_step"] = model_step_ops(nanogpt(args.nanogpt, bias))
+            name = f"nanogpt_bias_{str(bias).lower()}"
+            out[f"{name}_model_step"] = model_step_ops(nanogpt(args.nanogpt, bias))
+            backward[name] = backward_ops(nanogpt(args.nanogpt, bias))
+    out["backward"] = side_by_side(backward)
     print(json.dumps(out))
 
 

@@ -4,9 +4,9 @@
 What runs, where it differs from the lecture, and the test that proves the paths equal:
 - `model.attention=heads` runs each `Head` module in turn, exactly as the lecture does. `fused` (the default)
   holds the same matrices as one tensor, `qkv` (3, num_heads, head_dim, E), so a step makes one QKV matmul (no
-  concatenation, and no slices in its backward) and one `attend` call (PyTorch's scaled_dot_product_attention;
-  model/attention_kernels.py says which kernel). The same seed draws the same weights on both paths, and a state
-  dict of either loads into either (model/qkv_layout.py);
+  concatenation; its split into heads, model/qkv_projection.py, joins and copies nothing in the backward) and one
+  `attend` call (PyTorch's scaled_dot_product_attention; model/attention_kernels.py says which kernel). The same
+  seed draws the same weights on both paths, and a state dict of either loads into either (model/qkv_layout.py);
   tests/test_model.py::test_heads_and_fused_give_same_outputs_and_gradients checks they agree. Cached generation
   always takes the fused computation: the KV cache (model/kv_cache.py) is written there.
 - `model.head_size` is all heads together: each head has head_size / num_heads dimensions (the lecture's
@@ -33,6 +33,7 @@ from model.attention_kernels import attend
 from model.dropout import Dropout  # nn.Dropout with cheaper masks on the CPU (tests/test_dropout.py)
 from model.kv_cache import LayerKV
 from model.qkv_layout import convert_in_place, head_by_head
+from model.qkv_projection import project_qkv
 from model.rope import apply_rope, rope_tables
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin) tables, each (context_length, head_dim // 2)
@@ -160,14 +161,10 @@ class MultiHeadAttention(nn.Module):
 
     def _fused(self, x: Tensor, kv: LayerKV | None, start: int, extra: Tensor | None) -> Tensor:
         B, T, _ = x.shape
-        H, D = self.num_heads, self.head_dim
-        qkv = F.linear(x, self.qkv_weight()).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
-        if self.rope is not None or self.qk_norm:  # queries and keys together: half the elementwise calls
+        q, k, v = project_qkv(x, self.qkv_weight(), self.num_heads)  # (B, H, T, D) each; a backward that joins nothing
+        if self.rope is not None or self.qk_norm:
             positions = None if self.rope is None else torch.arange(start, start + T, device=x.device)
-            q, k = shape_heads(qkv[:2], self.rope, positions, self.qk_norm).unbind(0)
-            v = qkv[2]
-        else:
-            q, k, v = qkv.unbind(0)  # (B, H, T, D) each; unbind's backward is one stack, not three slices
+            q, k = shape_qk(q, k, self.rope, positions, self.qk_norm)
         if extra is not None:
             v = v + extra.transpose(1, 2)
         mask, causal = None, True

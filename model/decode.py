@@ -22,7 +22,9 @@ Design choices:
 - Folding and reordering round differently from the modules: logits agree to float32 rounding (tested).
 - Positions come from the cache (`KVCache.position`); position p is written to slot p % context_length and
   the query attends to every filled slot, which makes the same step serve learned positions (refilled
-  before p reaches the context) and the rotary ring (which never refills).
+  before p reaches the context) and the rotary ring (which never refills). Everything the step asks of a
+  position goes through one object (`SlotPosition`), so model/static_decode.py runs this very code with the
+  position held in a device tensor, as a CUDA graph replays it.
 """
 
 from __future__ import annotations
@@ -188,27 +190,31 @@ class DecodeStep:
         cache.advance(1)
         return logits
 
-    def _qk(self, qk: Tensor, p: int) -> Tensor:
-        """Queries and keys (B, 2, H, D) of position p as attention compares them (`shape_qk`'s result)."""
+    def _qk(self, qk: Tensor, at: SlotPosition) -> Tensor:
+        """Queries and keys (B, 2, H, D) of position `at` as attention compares them (`shape_qk`'s result)."""
         if self.qk_norm:
             qk = unit_rms(qk, self.qk_floor)
             if self.rotations is None:
                 return qk * self.qk_scale
-        return qk if self.rotations is None else qk @ self.rotations(p)  # the rotations carry qk_scale
+        return qk if self.rotations is None else qk @ at.rotation(self.rotations)  # the rotations carry qk_scale
 
     def _step(self, ids: Tensor, cache: KVCache) -> Tensor:
+        return self.forward_at(ids, SlotPosition(cache.position, cache.context_length), cache.buffers, cache.dtype)
+
+    def forward_at(self, ids: Tensor, at: SlotPosition, buffers: list[Tensor], dtype: torch.dtype) -> Tensor:
+        """`__call__`'s logits (B, 1, V) for ids (B, 1) at position `at`, written into the cache `buffers` (of
+        `dtype`), which nothing here advances. `at` is a `SlotPosition`, or model/static_decode.py's position held
+        in a device tensor: all this code asks of a position goes through it."""
         B, H, D = ids.shape[0], self.num_heads, self.head_dim
-        p = cache.position
-        slot, n = p % cache.context_length, min(p + 1, cache.context_length)  # write here; attend to slots < n
         x = self.token_embedding.index_select(0, ids.view(B)) if self.embed_ids is None \
             else self.embed_ids(ids.view(B))  # (B, E)
         if self.position_embedding is not None:
-            x = x + self.position_embedding[p]
+            x = x + at.row(self.position_embedding)
         plain = self.rotations is None and not self.qk_norm
         # On the CPU below fp32, attend() picks the kernel as the module path does; fp32 calls SDPA directly.
-        sdpa = attend if x.device.type == "cpu" and cache.dtype != torch.float32 else F.scaled_dot_product_attention
+        sdpa = attend if x.device.type == "cpu" and dtype != torch.float32 else F.scaled_dot_product_attention
         x0, half, skips = x, len(self.blocks) // 2, []
-        for i, (w, kv) in enumerate(zip(self.blocks, cache.buffers, strict=True)):
+        for i, (w, kv) in enumerate(zip(self.blocks, buffers, strict=True)):
             if self.skip_weights is not None and i >= half and skips:
                 x = x + self.skip_weights[i - half] * skips.pop()
             a = w.ln1(x) @ w.in_t  # (B, 3HD [+ H] [+ H])
@@ -216,14 +222,13 @@ class DecodeStep:
             if w.values_t is not None:  # the embedding's projection joins the values (a view of `a`, in place)
                 qkv[:, 2] += (x0 @ w.values_t).view(B, H, D) * 2 * torch.sigmoid(a[:, -H:]).unsqueeze(-1)
             if plain:
-                kv[:, :, :, slot] = qkv[:, 1:]  # keys and values of this position, (B, 2, H, D), one copy
+                at.write(kv, qkv[:, 1:])  # keys and values of this position, (B, 2, H, D), one copy
                 q = qkv[:, 0]
             else:
-                qk = self._qk(qkv[:, :2], p)
-                kv[:, 0, :, slot] = qk[:, 1]
-                kv[:, 1, :, slot] = qkv[:, 2]
+                qk = self._qk(qkv[:, :2], at)
+                at.write(kv, torch.stack((qk[:, 1], qkv[:, 2]), dim=1))
                 q = qk[:, 0]
-            y = sdpa(q.unsqueeze(2), kv[:, 0, :, :n], kv[:, 1, :, :n])  # (B, H, 1, D): no mask, all slots < n
+            y = at.attend(sdpa, q, kv)  # (B, H, 1, D)
             if w.gated:
                 y = y * torch.sigmoid(a[:, 3 * H * D : 3 * H * D + H]).view(B, H, 1, 1)
             x = x + torch.addmm(w.proj_b, y.reshape(B, H * D), w.proj_t)
@@ -236,3 +241,26 @@ class DecodeStep:
             return self.head(self.final_norm(x)).unsqueeze(1)  # (B, 1, V): the staged head's log-probabilities
         logits = self.ln_f(x) @ self.lm_head_t
         return (logits if not self.softcap else self.softcap * torch.tanh(logits / self.softcap)).unsqueeze(1)
+
+
+class SlotPosition:
+    """Position p of the window (`KVCache.position`), as `DecodeStep` reads it: plain integers. It is written to
+    slot p % context_length and the query attends to the slots filled so far, min(p + 1, context_length)."""
+
+    def __init__(self, p: int, context_length: int):
+        self.p, self.slot, self.filled = p, p % context_length, min(p + 1, context_length)
+
+    def row(self, table: Tensor) -> Tensor:
+        """Row p of a learned position table, (E,)."""
+        return table[self.p]
+
+    def rotation(self, rotations: _Rotations) -> Tensor:
+        return rotations(self.p)
+
+    def write(self, kv: Tensor, new: Tensor) -> None:
+        """new (B, 2, H, D), this position's keys and values, into a block's cache buffer (B, 2, H, C, D)."""
+        kv[:, :, :, self.slot] = new
+
+    def attend(self, sdpa, q: Tensor, kv: Tensor) -> Tensor:
+        """q (B, H, D) against every filled slot -> (B, H, 1, D): no mask needed."""
+        return sdpa(q.unsqueeze(2), kv[:, 0, :, : self.filled], kv[:, 1, :, : self.filled])

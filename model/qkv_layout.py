@@ -4,7 +4,8 @@
   `attn.heads.{h}.query.weight`, `attn.heads.{h}.key.weight` and `attn.heads.{h}.value.weight`.
 - `fused` (the default): one parameter `attn.qkv` of shape (3, num_heads, head_dim, E). `qkv[0, h]` is head h's
   query matrix, `qkv[1, h]` its key matrix, `qkv[2, h]` its value matrix; viewed as (3 * head_size, E) it is the
-  matrix the fused path multiplies by, so a training step concatenates nothing and its backward slices nothing.
+  matrix the fused path multiplies by, so a training step concatenates nothing and its backward slices nothing
+  (model/qkv_projection.py splits the product).
 
 Design choices:
 - A state dict of either layout loads into a model of either: `MultiHeadAttention` converts what it is given

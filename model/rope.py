@@ -6,7 +6,9 @@ Design choices:
   absolute position (a KV cache that keeps keys rotated where they were written) rotates with the same
   function the training forward uses.
 - Half-split pairing, as in GPT-NeoX and LLaMA's Hugging Face port: dimension i is paired with i + D/2, so
-  the rotation is two elementwise products and a concatenation, with no interleaving copies.
+  the rotation is x * (cos, cos) + swap(x) * (sin, -sin), the halves swapped by one flip, with no interleaving
+  copies. Its backward is the same two products, a flip and a sum, all in the gradient's own layout: slicing the
+  halves and concatenating them (the same numbers) cost zero-filled buffers and a copy of the QKV gradient there.
 - A query at position m and a key at position n then score q . R(n - m) k: attention depends on the distance
   between the two, never on where the pair sits in the window.
 - The rotated tensor keeps its input's dtype (tables are cast down under autocast), so SDPA sees queries,
@@ -34,6 +36,5 @@ def rope_tables(head_dim: int, context_length: int, base: float = ROPE_BASE, sta
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor) -> Tensor:
     """x: (..., T, D) at absolute `positions` (T,) -> x rotated, same shape and dtype."""
     c, s = cos[positions].to(x.dtype), sin[positions].to(x.dtype)  # (T, D/2)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * c + x2 * s, x2 * c - x1 * s), dim=-1)
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # (x2, x1): the halves trade places
+    return x * torch.cat((c, c), dim=-1) + swapped * torch.cat((s, -s), dim=-1)  # (x1 c + x2 s, x2 c - x1 s)

@@ -39,15 +39,21 @@ def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
-        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
-        # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        logits = nucleus(logits, top_p)
     return torch.softmax(logits, dim=-1)
+
+
+def nucleus(logits: Tensor, top_p: float | Tensor) -> Tensor:
+    """logits (B, V) with -inf for the ids outside the top_p nucleus (top_p a number, or a float32 tensor: the
+    device sampler's, model/device_sampling.py)."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
+    drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+    # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def sample_next(

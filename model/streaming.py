@@ -1,13 +1,12 @@
 """Generation: the token loop around a model, beside it rather than inside it (`stream`, `generate` calls it).
 
 Design choices:
-- Positions stop at context_length, so a longer sequence is read through a window (`window_start`): the
-  classic "crop to the last context_length tokens" at every step is `shift=1`. With learned positions the
-  window instead jumps `context_length / 4` tokens at a time, so the model always reads at least
-  three quarters of the context while the KV cache is refilled only every quarter (`default_window_shift`);
-  rotary keys stay valid as the
-  window moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use
-  the same windows, hence give the same logits (tests/test_model.py).
+- Positions stop at context_length, so a longer sequence is read through a window (`window_start`): the classic
+  "crop to the last context_length tokens" at every step is `shift=1`. With learned positions the window instead
+  jumps `context_length / 4` tokens at a time, so the model always reads at least three quarters of the context
+  while the KV cache is refilled only every quarter (`default_window_shift`); rotary keys stay valid as the window
+  moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
+  windows, hence give the same logits (tests/test_model.py).
 - With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
   `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
 - A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a
@@ -27,6 +26,7 @@ from torch import Tensor, nn
 from model.decode import DecodeStep
 from model.kv_cache import KVCache, TokenWindow
 from model.sampling import TokenGrammar, check_sampling_args, sample_next
+from model.static_decode import acquire, release
 
 
 def window_start(model: nn.Module, length: int, shift: int) -> int:
@@ -42,13 +42,26 @@ def default_window_shift(model: nn.Module) -> int:
     return 1 if model.position_embedding is None else max(1, model.context_length // 4)
 
 
+# How a cached token is computed: `eager` is DecodeStep then sample_next; `static` the static step (sampling
+# included) run op by op; `graph` the static step replayed as a CUDA graph, launched as one unit instead of ~60
+# kernels one by one from Python (where it cannot be captured, one line says why and it runs as `static`);
+# `auto` is graph on CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a
+# graph would not remove. Every caller (generate.py, the playground, bench.py, training's samples) comes through
+# `stream`, so each gets it.
+DECODERS = ("eager", "static", "graph", "auto")
+
+
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
     """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
     attn = model.blocks[0].attn
+    return KVCache(len(model.blocks), batch_size, attn.num_heads, model.context_length, attn.head_dim, device,
+                   cache_dtype(model, device))
+
+
+def cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype:
+    """The dtype the forward produces keys in: the autocast dtype under autocast, else the weights'."""
     autocasting = torch.is_autocast_enabled(device.type)
-    dtype = torch.get_autocast_dtype(device.type) if autocasting else model.token_embedding.weight.dtype
-    cache = KVCache(len(model.blocks), batch_size, attn.num_heads, model.context_length, attn.head_dim, device, dtype)
-    return cache
+    return torch.get_autocast_dtype(device.type) if autocasting else model.token_embedding.weight.dtype
 
 
 @torch.inference_mode()
@@ -63,26 +76,30 @@ def stream(
     generator: torch.Generator | None = None,
     window_shift: int | None = None,
     grammar: TokenGrammar | None = None,
+    decoder: str = "auto",
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (next ids (B, 1), their logits (B, V)) for each new token. idx: (B, T) prompt, T >= 1.
 
     The B rows are sampled independently, in one batch. With a `grammar`, ids it does not allow are masked (the
     logits yielded are the masked ones, those the token was drawn from), and a row left inside a character at
     max_new_tokens gets the few more tokens that finish it (rows finished already draw too: callers with several
-    rows ignore those).
+    rows ignore those). `decoder` (cached generation only): one of DECODERS.
     """
     check_sampling_args(max_new_tokens, temperature, top_k, top_p)
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
     if idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError("idx must be (batch, length) with length >= 1")
     shift = window_shift or default_window_shift(model)
     was_training = model.training
     model.eval()
+    draw = None
     try:
         tokens = TokenWindow(idx, model.context_length)
-        next_logits = _logits_source(model, idx, use_cache, shift)
         threads = 1 if use_cache and idx.device.type == "cpu" else torch.get_num_threads()
         grammar = grammar.to(idx.device) if grammar is not None else None
         states = grammar.after(idx) if grammar is not None else None
+        draw = _token_source(model, idx, use_cache, shift, decoder, (temperature, top_k, top_p), generator, grammar)
         done = None  # past max_new_tokens: the rows that were between characters once (they stop there)
         length, end = idx.shape[1], idx.shape[1] + max_new_tokens
         while length < end or states is not None:
@@ -93,10 +110,7 @@ def stream(
             caller_threads = torch.get_num_threads()
             torch.set_num_threads(threads)
             try:
-                logits = next_logits(tokens, length)[:, -1].float()  # (B, V)
-                if grammar is not None:
-                    logits = grammar.mask(logits, states)
-                nxt = sample_next(logits, temperature, top_k, top_p, generator)
+                nxt, logits = draw(tokens, length, states)
             finally:
                 torch.set_num_threads(caller_threads)
             if grammar is not None:
@@ -105,7 +119,70 @@ def stream(
             length += 1
             yield nxt, logits
     finally:
+        if draw is not None:
+            draw.close()
         model.train(was_training)
+
+
+def _token_source(model: nn.Module, idx: Tensor, use_cache: bool, shift: int, decoder: str, sampling: tuple,
+                  generator: torch.Generator | None, grammar: TokenGrammar | None):
+    """A function (tokens, length, grammar states) -> (next ids (B, 1), their logits (B, V)), with `close()`."""
+    if decoder == "auto":
+        decoder = "graph" if idx.device.type == "cuda" else "eager"
+    if use_cache and decoder != "eager":
+        return _StaticSource(model, idx, shift, sampling, generator, grammar, graph=decoder == "graph")
+    return _EagerSource(_logits_source(model, idx, use_cache, shift), sampling, generator, grammar)
+
+
+class _EagerSource:
+    """The logits of `_logits_source`, masked by the grammar, then `sample_next`."""
+
+    def __init__(self, next_logits: Callable, sampling: tuple, generator: torch.Generator | None,
+                 grammar: TokenGrammar | None):
+        self.next_logits, self.sampling, self.generator, self.grammar = next_logits, sampling, generator, grammar
+
+    def __call__(self, tokens: TokenWindow, length: int, states: Tensor | None) -> tuple[Tensor, Tensor]:
+        logits = self.next_logits(tokens, length)[:, -1].float()  # (B, V)
+        if self.grammar is not None:
+            logits = self.grammar.mask(logits, states)
+        return sample_next(logits, *self.sampling, self.generator), logits
+
+    def close(self) -> None:
+        pass
+
+
+class _StaticSource:
+    """Tokens from a `StaticDecode` of the model's pool: a window (re)filled by one forward pass and sampled
+    eagerly, every other token one `run` of the static step (replayed as a CUDA graph with `graph`)."""
+
+    def __init__(self, model: nn.Module, idx: Tensor, shift: int, sampling: tuple,
+                 generator: torch.Generator | None, grammar: TokenGrammar | None, graph: bool):
+        self.model, self.shift, self.grammar, self.graph = model, shift, grammar, graph
+        self.sliding = shift == 1 and model.position_embedding is None  # as in _logits_source
+        self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
+        try:
+            self.decoder.begin(model, *sampling, grammar, generator)
+        except BaseException:
+            release(self.decoder)
+            raise
+
+    def __call__(self, tokens: TokenWindow, length: int, states: Tensor | None) -> tuple[Tensor, Tensor]:
+        d, cache = self.decoder, self.decoder.cache
+        start = window_start(self.model, length, self.shift)
+        if cache.position == 0 or (not self.sliding and start != cache.window_start):
+            cache.reset(start)
+            out = self.model(tokens.last(length - start), kv_cache=cache, start=0, last_only=True)[0]
+            cache.advance(length - start)
+            logits = out[:, -1].float()
+            if self.grammar is not None:
+                logits = self.grammar.mask(logits, states)
+            return d.sample_refilled(logits), logits
+        (d.replay() if self.graph else d.run)()
+        cache.advance(1)
+        return d.ids.clone(), d.logits.clone()  # the step's buffers are overwritten by the next token
+
+    def close(self) -> None:
+        release(self.decoder)
 
 
 def _logits_source(model: nn.Module, idx: Tensor, use_cache: bool,

@@ -6,8 +6,9 @@ same size; counted with its checkout beside this one by
 
     python -m benchmarks.step_ops --nanogpt PATH/TO/nanoGPT
 
-which printed nanogpt_bias_true_model_step 451 and nanogpt_bias_false_model_step 394 (ours: 419 for the model,
-431 for train.py's step). nanoGPT's code is never part of this repository.
+which printed nanogpt_bias_true_model_step 451 and nanogpt_bias_false_model_step 394 (ours: 431 for the model,
+443 for train.py's step), and for the backward pass alone 295 and 238 operations (ours: 291; 275 when the QKV split
+was unbind's, which paid a stack and a clone per block). nanoGPT's code is never part of this repository.
 """
 
 import math
@@ -15,11 +16,16 @@ import math
 import pytest
 import torch
 
-from benchmarks.step_ops import DispatchCount, HostSyncs, model_step_ops, ours, train_py_step_ops
-from tests.helpers import ROOT, train_job
+from benchmarks.step_ops import DispatchCount, HostSyncs, backward_ops, model_step_ops, ours, train_py_step_ops
+from tests.helpers import ROOT, tiny_model, train_job
 from training import trainer
 
 NANOGPT_BIAS_TRUE_OPS = 451  # nanoGPT model.py, bias=True, default size: see the module docstring
+OUR_BACKWARD_OPS = 291  # the default model's backward pass, held (nanoGPT's: 295 with biases, 238 without)
+# operations that join tensors or copy one into a new layout: on a GPU each is a memory-bound kernel (a
+# CatArrayBatchedCopy, a strided elementwise copy), per block when it sits in attention
+JOINS_AND_COPIES = {"cat", "stack", "clone", "copy_", "_to_copy", "contiguous", "_unsafe_view", "slice_backward",
+                    "select_backward", "index_put_"}
 
 
 def test_a_model_step_dispatches_no_more_than_nanogpts():
@@ -41,6 +47,31 @@ def test_the_fused_path_concatenates_and_slices_nothing():
     assert forward.ops["cat"] == 0 and forward.ops["slice"] == 0, forward.ops
     assert backward.ops["slice"] == 0 and backward.ops["slice_backward"] == 0, backward.ops
     assert forward.ops["mm"] + forward.ops["addmm"] == 4 * len(model.blocks) + 1  # qkv, proj, fc, proj; the head
+
+
+def test_the_default_models_backward_joins_and_copies_nothing_at_a_held_count():
+    """The QKV split's gradients are not stacked back together nor copied out of the heads' layout (the kernels
+    nanoGPT's split pays too), and the backward dispatches no more operations than it did when this was measured."""
+    ops = backward_ops(ours())
+    assert not JOINS_AND_COPIES & {name for name, n in ops.items() if n}, ops
+    assert sum(ops.values()) <= OUR_BACKWARD_OPS, ops
+    blocks = ours().config.num_blocks  # per block: qkv (2 + 4 for its thirds), proj, fc, proj (2 each); the head
+    assert ops["mm"] + ops["addmm_"] == blocks * (6 + 3 * 2) + 2, ops
+
+
+@pytest.mark.parametrize("settings", [dict(position="rope"), dict(qk_norm=True), dict(position="rope", qk_norm=True)],
+                         ids=["rope", "qk_norm", "rope+qk_norm"])
+def test_rope_and_qk_norm_leave_the_backward_without_joins_or_copies(settings):
+    """The switches that act on queries and keys keep their gradients in the layout the QKV split reads without a
+    copy; rope's own backward is two products, a flip of the halves and a sum."""
+    model = tiny_model(**settings)
+    x = torch.randint(0, 50, (2, 16))
+    _, loss = model(x, x)
+    with DispatchCount() as backward:
+        loss.backward()
+    assert not JOINS_AND_COPIES & {name for name, n in backward.ops.items() if n}, backward.ops
+    rotated = 2 * model.config.num_blocks if settings.get("position") == "rope" else 0  # queries and keys
+    assert backward.ops["flip"] == rotated, backward.ops
 
 
 @pytest.mark.parametrize("steps,log_interval,accum", [(40, 10, 1), (12, 5, 2)])

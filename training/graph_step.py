@@ -13,9 +13,10 @@ Design choices:
   after the next replay has overwritten it (the loss watch keeps losses across steps).
 - The gradients live in the graph's memory: after the capture they are never set to None (that would detach them
   from the memory the graph writes); the first micro-batch's backward writes them, the others add to them.
-- The warm-up steps before the capture are real steps of the run, run eagerly on the capture's side stream so
-  that the optimizer's state, cuBLAS's workspace and inductor's kernels exist before it. The capture runs nothing:
-  the step it records is replayed at once.
+- The warm-up steps before the capture are real steps of the run: the recorded function itself, run eagerly on the
+  capture's side stream on the same static inputs, so that the optimizer's state, cuBLAS's workspace and inductor's
+  kernels (compiled for exactly these inputs and this autocast) exist before it and nothing compiles during it. The
+  capture runs nothing: the step it records is replayed at once.
 - Dropout stays random: PyTorch's CUDA generator moves its offset on at every replay.
 - The capture is injectable (`Backend`): tests on a CPU use `EagerReplay`, whose replay calls the recorded function,
   which writes the same static tensors a replay does.
@@ -62,6 +63,16 @@ class CudaGraph:
     def replay(self) -> None:
         self.graph.replay()
 
+    def recover(self) -> None:
+        """After a failed capture: an empty capture that ends cleanly releases the random-number generator, which a
+        capture that ended in an error can leave waiting for its end (torch 2.11: "Offset increment outside graph
+        capture encountered unexpectedly" at the next random draw)."""
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        with contextlib.suppress(Exception):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                pass
+
 
 class EagerReplay:
     """A stand-in for `CudaGraph` on any device: `replay` runs the recorded function, with the gradients released
@@ -80,6 +91,9 @@ class EagerReplay:
         for p in self.params:
             p.grad = None
         self.fn()
+
+    def recover(self) -> None:
+        pass
 
 
 def optimizer_in_graph(s: Session) -> bool:
@@ -103,11 +117,8 @@ class GraphStep:
         self.capture_seconds = 0.0
 
     def __call__(self, state: LoopState) -> StepResult:
-        if not self.captured:
-            if self.warmed < WARMUP_STEPS:
-                self.warmed += 1
-                with self.backend.side():
-                    return step_module.train_step(self.s, state)
+        warming = not self.captured and self.warmed < WARMUP_STEPS
+        if not self.captured and not warming:
             self._capture()
         s = self.s
         lr, progress, _ = begin_step(s, state)
@@ -115,8 +126,15 @@ class GraphStep:
             x, y = s.sampler.next_batch()
             self.x[micro].copy_(x)
             self.y[micro].copy_(y)
-        self.backend.replay()
-        grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
+        if warming:  # the very step the capture will record, run eagerly: inductor compiles for these inputs
+            self.warmed += 1
+            with self.backend.side():
+                self._body()
+                grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
+                s.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.backend.replay()
+            grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
         end_step(s, state, progress)
         return StepResult(self.loss.clone(), lr, grad_norm.clone())
 
@@ -130,6 +148,7 @@ class GraphStep:
             self.backend.capture(self._body)
         except Exception as e:  # noqa: BLE001 - any failure of a capture means: go on without one
             release(s)
+            self.backend.recover()
             raise GraphUnavailable(f"{type(e).__name__}: {' '.join(str(e).split())[:160]}") from e
         self.captured = True
         self.capture_seconds = time.perf_counter() - started

@@ -1,0 +1,61 @@
+"""Batch-1 sampling through generate.py's path: the static step replayed as a CUDA graph, against eager.
+
+    python bench.py --device cuda --quick          # the `gpu_sampling` section (CUDA only)
+    sampling_speeds(model, torch.device("cuda"))   # what benchmarks/gpu_check.py reads, for any model
+
+Design choices:
+- "Through generate.py's path": `stream` at generate.py's default temperature with a seeded generator, one row,
+  an 8-token prompt, and every new id read back to the host as generate.py reads it to write the text.
+- Three sides take turns (`median_alternating`): `graph` (what CUDA runs: decoder="graph"), `static_eager` (the
+  same static step, launched op by op) and `eager` (`DecodeStep`, what CUDA ran before the graph).
+- `same_text`: the graph's ids are the eager static step's, for the same seed (both draw the same numbers).
+- Each side runs once before timing, so the graph is captured (its cost is the stderr line it prints) and the
+  numbers are the replays'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from benchmarks.presets import model_kwargs
+from benchmarks.timing import median_alternating, seconds
+from model import AttentionLanguageModel
+from model.streaming import stream
+
+PROMPT_TOKENS = 8
+TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)
+SIDES = {"graph": "graph", "static_eager": "static", "eager": "eager"}  # report key -> stream's decoder
+
+
+def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str, seed: int = 0) -> list[int]:
+    """The ids one generation samples after `prompt` (1, T), each read back as it comes."""
+    g = torch.Generator(device=prompt.device).manual_seed(seed)
+    return [int(nxt[0, 0]) for nxt, _ in stream(model, prompt, new_tokens, TEMPERATURE, generator=g, decoder=decoder)]
+
+
+def _timer(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str) -> Callable[[], float]:
+    sampled_ids(model, prompt, new_tokens, decoder)  # warm-up: the graph is captured here
+    return lambda: new_tokens / seconds(lambda: sampled_ids(model, prompt, new_tokens, decoder), prompt.device)
+
+
+def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
+    """{"graph", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
+    "new_tokens"} for `model` (on `device`) sampling `new_tokens` after an 8-token prompt."""
+    model = model.eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
+    prompt = ids.to(device)
+    tps = median_alternating({k: _timer(model, prompt, new_tokens, d) for k, d in SIDES.items()}, rounds)
+    same = sampled_ids(model, prompt, new_tokens, "graph") == sampled_ids(model, prompt, new_tokens, "static")
+    return {**{k: round(v, 1) for k, v in tps.items()}, "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
+            "same_text": same, "new_tokens": new_tokens}
+
+
+def bench_gpu_sampling(preset: dict[str, int], vocab: int, device: torch.device, rounds: int,
+                       new_tokens: int) -> dict:
+    """bench.py's `gpu_sampling` section: `sampling_speeds` of the lecture model at `preset`'s size."""
+    torch.manual_seed(0)
+    model = AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset)).to(device)
+    return {"config": model_kwargs(preset), **sampling_speeds(model, device, new_tokens, rounds)}
