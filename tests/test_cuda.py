@@ -211,6 +211,7 @@ def test_the_graph_sampler_in_half_precision(precision, capsys):
 
 FAILING_CAPTURE = """
 import torch
+from model import cuda_graph
 from model.streaming import stream
 from tests.helpers import tiny_model
 

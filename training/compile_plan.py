@@ -35,7 +35,7 @@ SPELLINGS = {"true": "true", "yes": "true", "on": "true", "false": "false", "no"
 PROBE_STEPS = 4  # eager steps timed before auto decides (the first, which allocates, is not timed)
 PAYBACK = 2.0  # what compiling must save, in multiples of its warm-up
 GRAPH_SPEEDUP, GRAPH_WARMUP = 3.0, 0.5  # a CUDA graph of a launch-bound step; its capture, seconds
-CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP = 1.3, 30.0  # inductor's kernels under the graph; its compile
+CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP = 1.3, 20.0  # inductor's kernels under the graph; its compile
 CUDA_INDUCTOR_ALONE = 1.15  # inductor without a graph (the launches stay)
 CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP = 1.6, 25.0  # bf16 on a CPU with bf16 instructions
 

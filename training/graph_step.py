@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -69,7 +70,8 @@ class CudaGraph:
         capture encountered unexpectedly" at the next random draw)."""
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "The CUDA Graph is empty": it is meant to be
             with torch.cuda.graph(torch.cuda.CUDAGraph()):
                 pass
 
