@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from pathlib import Path
 
 import torch
@@ -13,6 +14,9 @@ from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NATIVE_BF16 = (8, 0)  # the compute capability from which NVIDIA GPUs compute bfloat16 natively (Ampere)
+# Overrides the CPU's bf16 detection, as ATEN_CPU_CAPABILITY overrides PyTorch's: 1 takes the bf16 path (autocast
+# under train.dtype=auto, Muon's bf16 Newton-Schulz) on any CPU, 0 the float32 path; `make test` forces each path.
+CPU_BF16_ENV = "KOCHAR_CPU_BF16"
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -32,9 +36,24 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(base)
 
 
-@functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere bf16 is emulated, slower."""
+    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere bf16 is emulated, slower.
+    KOCHAR_CPU_BF16=1 or 0 overrides the detection (`cpu_bf16_forced`)."""
+    forced = cpu_bf16_forced()
+    return _cpu_flags_have_bf16() if forced is None else forced
+
+
+def cpu_bf16_forced() -> bool | None:
+    """KOCHAR_CPU_BF16's answer (1: yes, 0: no), or None where it is unset or empty; any other value is refused."""
+    value = os.environ.get(CPU_BF16_ENV, "")
+    if value not in ("", "0", "1"):
+        raise UserError(f"{CPU_BF16_ENV}={value} is not understood; use {CPU_BF16_ENV}=1 (take the CPU's bfloat16 "
+                        f"path), {CPU_BF16_ENV}=0 (its float32 path) or leave it unset (detect the CPU's instructions)")
+    return None if value == "" else value == "1"
+
+
+@functools.cache
+def _cpu_flags_have_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
