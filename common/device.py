@@ -81,26 +81,36 @@ def choose_precision(name: str, device: torch.device) -> tuple[torch.dtype, str]
         raise UserError("train.dtype=float16 is not supported on the CPU; use bfloat16 or float32")
     if name != "auto":
         emulated = name == "bfloat16" and device.type == "cuda" and not has_native_bf16(device)
-        return DTYPES[name], "train.dtype; this GPU only emulates bfloat16, slowly: auto chooses float16" if emulated \
-            else "train.dtype"
+        return DTYPES[name], f"train.dtype={name}" + ("; this GPU only emulates bfloat16, slowly: train.dtype=auto "
+                                                      "chooses float16" if emulated else "")
     if device.type == "cuda":
         return _cuda_auto(device)
-    if device.type == "cpu" and cpu_has_native_bf16():
-        return torch.bfloat16, "auto: this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
     if device.type == "cpu":
-        return torch.float32, "auto: this CPU has no bfloat16 instructions (it would emulate them, slower)"
-    return torch.float32, f"auto: float32 on {device.type}"
+        return _cpu_auto()
+    return torch.float32, f"train.dtype=auto; float32 on {device.type}"
+
+
+# The reason of each choice starts "train.dtype=...;" and never "auto:", which starts the lines of the automatic
+# settings (training/auto_settings.py): a reader, and the tests, tell the two kinds of line apart by it.
+def _cpu_auto() -> tuple[torch.dtype, str]:
+    forced = cpu_bf16_forced()
+    if forced is not None:
+        return (torch.bfloat16, f"train.dtype=auto; {CPU_BF16_ENV}=1 takes the CPU's bfloat16 path") if forced else \
+            (torch.float32, f"train.dtype=auto; {CPU_BF16_ENV}=0 keeps the CPU in float32")
+    if _cpu_flags_have_bf16():
+        return torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
+    return torch.float32, "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, slower)"
 
 
 def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
     major, minor = torch.cuda.get_device_capability(device)
     card = f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor},"
     if (major, minor) >= NATIVE_BF16:
-        return torch.bfloat16, f"auto: the {card} computes bfloat16 natively"
+        return torch.bfloat16, f"train.dtype=auto; the {card} computes bfloat16 natively"
     if major >= 7:
-        return torch.float16, (f"auto: the {card} has no native bfloat16 (only a slow emulation); float16 runs on its "
-                               "tensor cores, with loss scaling")
-    return torch.float32, f"auto: the {card} has neither native bfloat16 nor float16 tensor cores"
+        return torch.float16, (f"train.dtype=auto; the {card} has no native bfloat16 (only a slow emulation); float16 "
+                               "runs on its tensor cores, with loss scaling")
+    return torch.float32, f"train.dtype=auto; the {card} has neither native bfloat16 nor float16 tensor cores"
 
 
 def has_native_bf16(device: torch.device) -> bool:

@@ -96,6 +96,7 @@ def run(tmp_path, corpus, name, *extra):
     return r, load_checkpoint(tmp_path / name / "ckpt.pt")
 
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
     r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}",
                   "train.auto_weight_decay=0.5")
@@ -111,6 +112,7 @@ def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
     assert all(torch.equal(v, typed.model[k]) for k, v in auto.model.items())  # bit for bit the same run
 
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_typed_zero_is_not_auto(tmp_path, corpus):
     r, ckpt = run(tmp_path, corpus, "zero", "model.dropout=0")
     assert "auto:" not in r.stdout and ckpt.model_config.dropout == 0.0
