@@ -96,7 +96,6 @@ def run(tmp_path, corpus, name, *extra):
     return r, load_checkpoint(tmp_path / name / "ckpt.pt")
 
 
-@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
     r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}",
                   "train.auto_weight_decay=0.5")

@@ -58,6 +58,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "resume_missing": (TRAIN, ("train.resume={d}/no_such_run",), ("checkpoint not found", "no_such_run")),
     "resume_truncated": (TRAIN, ("train.resume={d}/truncated",), ("truncated or corrupt",)),
     "resume_foreign": (TRAIN, ("train.resume={d}/foreign_torch",), ("not a kochar-gpt checkpoint",)),
+    "resume_without_optimizer": (TRAIN, ("train.resume={d}/no_optimizer",),  # refused after the model is built
+                                 ("lacks the training state's optimizer", "cannot be resumed", "generate.py")),
     "resume_vocabulary_mismatch": (TRAIN, ("train.resume={d}/run_for_resume", "data.path={d}/latin.txt"),
                                    ("outside the vocabulary", "data.path")),
     "run_dir_exists": (TRAIN, ("data.path={d}/corpus.txt",), ("already holds a checkpoint", "train.resume=",
@@ -95,6 +97,10 @@ def _make_files(d: Path) -> Path:
         (d / name / "ckpt.pt").write_bytes(data)
     (d / "foreign_torch").mkdir()
     torch.save({"state_dict": {"w": torch.zeros(3)}, "epoch": 3}, d / "foreign_torch" / "ckpt.pt")
+    payload = torch.load(run / "ckpt.pt", weights_only=True)
+    del payload["training"]["optimizer"]
+    (d / "no_optimizer").mkdir()
+    torch.save(payload, d / "no_optimizer" / "ckpt.pt")
     return run
 
 

@@ -165,7 +165,6 @@ def test_an_unusable_training_state_is_refused_in_one_line(tmp_path, small_corpu
 
 
 @pytest.mark.slow
-@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_corpus):
     run = tmp_path / "run"
     r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=100",
