@@ -47,7 +47,8 @@ def cpu_bf16_forced() -> bool | None:
     """KOCHAR_CPU_BF16's answer (1: yes, 0: no), or None where it is unset or empty; any other value is refused."""
     value = os.environ.get(CPU_BF16_ENV, "")
     if value not in ("", "0", "1"):
-        raise UserError(f"{CPU_BF16_ENV}={value} is not understood; use {CPU_BF16_ENV}=1 (take the CPU's bfloat16 "
+        shown = value if value.isprintable() else ascii(value)  # the message stays one line
+        raise UserError(f"{CPU_BF16_ENV}={shown} is not understood; use {CPU_BF16_ENV}=1 (take the CPU's bfloat16 "
                         f"path), {CPU_BF16_ENV}=0 (its float32 path) or leave it unset (detect the CPU's instructions)")
     return None if value == "" else value == "1"
 
@@ -114,7 +115,8 @@ def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
 
 
 def has_native_bf16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware rather than emulating it."""
+    """Whether `device` computes bfloat16 in hardware rather than emulating it (a CPU: as KOCHAR_CPU_BF16 says where
+    it is set)."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device) >= NATIVE_BF16
     return device.type == "cpu" and cpu_has_native_bf16()
