@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from pathlib import Path
 
 import torch
@@ -13,6 +14,9 @@ from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NATIVE_BF16 = (8, 0)  # the compute capability from which NVIDIA GPUs compute bfloat16 natively (Ampere)
+# Overrides the CPU's bf16 detection, as ATEN_CPU_CAPABILITY overrides PyTorch's: 1 takes the bf16 path (autocast
+# under train.dtype=auto, Muon's bf16 Newton-Schulz) on any CPU, 0 the float32 path; `make test` forces each path.
+CPU_BF16_ENV = "KOCHAR_CPU_BF16"
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -32,9 +36,25 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(base)
 
 
-@functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere bf16 is emulated, slower."""
+    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere bf16 is emulated, slower.
+    KOCHAR_CPU_BF16=1 or 0 overrides the detection (`cpu_bf16_forced`)."""
+    forced = cpu_bf16_forced()
+    return _cpu_flags_have_bf16() if forced is None else forced
+
+
+def cpu_bf16_forced() -> bool | None:
+    """KOCHAR_CPU_BF16's answer (1: yes, 0: no), or None where it is unset or empty; any other value is refused."""
+    value = os.environ.get(CPU_BF16_ENV, "")
+    if value not in ("", "0", "1"):
+        shown = value if value.isprintable() else ascii(value)  # the message stays one line
+        raise UserError(f"{CPU_BF16_ENV}={shown} is not understood; use {CPU_BF16_ENV}=1 (take the CPU's bfloat16 "
+                        f"path), {CPU_BF16_ENV}=0 (its float32 path) or leave it unset (detect the CPU's instructions)")
+    return None if value == "" else value == "1"
+
+
+@functools.cache
+def _cpu_flags_have_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -62,30 +82,41 @@ def choose_precision(name: str, device: torch.device) -> tuple[torch.dtype, str]
         raise UserError("train.dtype=float16 is not supported on the CPU; use bfloat16 or float32")
     if name != "auto":
         emulated = name == "bfloat16" and device.type == "cuda" and not has_native_bf16(device)
-        return DTYPES[name], "train.dtype; this GPU only emulates bfloat16, slowly: auto chooses float16" if emulated \
-            else "train.dtype"
+        return DTYPES[name], f"train.dtype={name}" + ("; this GPU only emulates bfloat16, slowly: train.dtype=auto "
+                                                      "chooses float16" if emulated else "")
     if device.type == "cuda":
         return _cuda_auto(device)
-    if device.type == "cpu" and cpu_has_native_bf16():
-        return torch.bfloat16, "auto: this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
     if device.type == "cpu":
-        return torch.float32, "auto: this CPU has no bfloat16 instructions (it would emulate them, slower)"
-    return torch.float32, f"auto: float32 on {device.type}"
+        return _cpu_auto()
+    return torch.float32, f"train.dtype=auto; float32 on {device.type}"
+
+
+# The reason of each choice starts "train.dtype=...;" and never "auto:", which starts the lines of the automatic
+# settings (training/auto_settings.py): a reader, and the tests, tell the two kinds of line apart by it.
+def _cpu_auto() -> tuple[torch.dtype, str]:
+    forced = cpu_bf16_forced()
+    if forced is not None:
+        return (torch.bfloat16, f"train.dtype=auto; {CPU_BF16_ENV}=1 takes the CPU's bfloat16 path") if forced else \
+            (torch.float32, f"train.dtype=auto; {CPU_BF16_ENV}=0 keeps the CPU in float32")
+    if _cpu_flags_have_bf16():
+        return torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
+    return torch.float32, "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, slower)"
 
 
 def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
     major, minor = torch.cuda.get_device_capability(device)
     card = f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor},"
     if (major, minor) >= NATIVE_BF16:
-        return torch.bfloat16, f"auto: the {card} computes bfloat16 natively"
+        return torch.bfloat16, f"train.dtype=auto; the {card} computes bfloat16 natively"
     if major >= 7:
-        return torch.float16, (f"auto: the {card} has no native bfloat16 (only a slow emulation); float16 runs on its "
-                               "tensor cores, with loss scaling")
-    return torch.float32, f"auto: the {card} has neither native bfloat16 nor float16 tensor cores"
+        return torch.float16, (f"train.dtype=auto; the {card} has no native bfloat16 (only a slow emulation); float16 "
+                               "runs on its tensor cores, with loss scaling")
+    return torch.float32, f"train.dtype=auto; the {card} has neither native bfloat16 nor float16 tensor cores"
 
 
 def has_native_bf16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware rather than emulating it."""
+    """Whether `device` computes bfloat16 in hardware rather than emulating it (a CPU: as KOCHAR_CPU_BF16 says where
+    it is set)."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device) >= NATIVE_BF16
     return device.type == "cpu" and cpu_has_native_bf16()

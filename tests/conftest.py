@@ -1,3 +1,4 @@
+import os
 import signal
 import sys
 from pathlib import Path
@@ -9,6 +10,46 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.helpers import SHARED_CORPUS  # noqa: E402
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--cpu-bf16", choices=("0", "1", "other"), default=None,
+                     help="set KOCHAR_CPU_BF16 (common/device.py) for the run: 1 takes the CPU's bfloat16 path, 0 its "
+                          "float32 path, other the path a plain run on this machine does not take (`make test` runs "
+                          "the cpu_precision tests so, proving both paths on any CPU)")
+
+
+def pytest_configure(config) -> None:
+    """--cpu-bf16 sets KOCHAR_CPU_BF16 before any test runs and before xdist starts its workers, which inherit it:
+    in-process code and every command a test runs then take the same path. An invalid KOCHAR_CPU_BF16 already in
+    the environment stops the run in one line, as train.py would."""
+    from common.device import CPU_BF16_ENV, cpu_has_native_bf16
+    from common.errors import UserError
+
+    try:
+        native = cpu_has_native_bf16()
+    except UserError as e:
+        raise pytest.UsageError(str(e)) from None
+    choice = config.getoption("--cpu-bf16")
+    if choice and not hasattr(config, "workerinput"):  # a worker has its controller's environment already
+        os.environ[CPU_BF16_ENV] = ("0" if native else "1") if choice == "other" else choice
+
+
+def _cpu_path() -> str:
+    from common.device import CPU_BF16_ENV, cpu_has_native_bf16
+
+    path = "bfloat16" if cpu_has_native_bf16() else "float32"
+    forced = f"{CPU_BF16_ENV}={os.environ[CPU_BF16_ENV]}" if os.environ.get(CPU_BF16_ENV) else "detected"
+    return f"the CPU's precision path: {path} ({forced})"
+
+
+def pytest_report_header(config) -> str:
+    return _cpu_path()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    if config.getoption("--cpu-bf16"):  # -q prints no header: say which path the forced run took
+        terminalreporter.write_line(f"{_cpu_path()}, forced by --cpu-bf16={config.getoption('--cpu-bf16')}")
 
 
 @pytest.fixture

@@ -111,6 +111,7 @@ def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
     assert all(torch.equal(v, typed.model[k]) for k, v in auto.model.items())  # bit for bit the same run
 
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_typed_zero_is_not_auto(tmp_path, corpus):
     r, ckpt = run(tmp_path, corpus, "zero", "model.dropout=0")
     assert "auto:" not in r.stdout and ckpt.model_config.dropout == 0.0

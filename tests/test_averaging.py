@@ -76,6 +76,7 @@ NEVER = {  # how an average can be asked for and never updated: (settings, the o
 
 
 @pytest.mark.parametrize("case", NEVER)
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_an_average_that_would_never_update_is_refused_at_start_in_one_line(tmp_path, case, corpus):
     settings, line = NEVER[case]
     run = tmp_path / "run"

@@ -84,6 +84,7 @@ def test_a_corpus_that_is_not_a_regular_file_is_one_line_without_waiting(tmp_pat
     assert f"is {kind}" in r.stdout and "not a regular file" in r.stdout, r.stdout + r.stderr[-1000:]
 
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_a_process_substitution_is_one_line(tmp_path):
     command = (f"{sys.executable} train.py {' '.join(TINY)} train.max_steps=1 hydra.run.dir={tmp_path / 'run'} "
                f"data.path=<(printf '봄이 오면 강가에 벚꽃이 핀다.\\n%.0s' $(seq 80))")

@@ -172,6 +172,7 @@ def test_each_script_helps_with_its_own_keys():
 
 # -- failed starts leave nothing in runs/ ---------------------------------------------------------------------
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_a_failed_start_leaves_no_run_folder(tmp_path):
     cases = (("data.path=missing.txt",), ("model.dropout=1.5",), ("train.lr=abc",), ("model.heads=4",))
     for case in cases:  # from a folder of our own, where runs/ must stay absent

@@ -66,3 +66,15 @@ def test_unknown_torch_build_is_one_error():
     proc = make("help", "TORCH=gpu")
     assert proc.returncode != 0
     assert "TORCH=gpu is not a known build" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("target,marks", [("test", "cpu_precision and not serial"),
+                                          ("test-fast", "cpu_precision and not slow and not serial")])
+def test_the_tests_run_again_on_the_cpu_precision_path_this_machine_does_not_take(tmp_path, target, marks):
+    """Both CPU precision paths are proven on any machine (docs/en/training.md#precision-and-compile)."""
+    lines = make("-n", target, f"VENV={tmp_path / 'venv'}").stdout.splitlines()
+    tests = [line for line in lines if "-m pytest" in line]
+    assert len(tests) == 3 and "--cpu-bf16=other" in tests[1] and f'-m "{marks}"' in tests[1]
+    assert "$(grep -l cpu_precision tests/test_*.py)" in tests[1]  # only the files that use the marker
+    assert "--cpu-bf16" not in tests[0] + tests[2]
+    assert "$(grep" not in make("-n", target, f"VENV={tmp_path / 'venv'}", "ARGS=-k x").stdout  # ARGS choose

@@ -1,13 +1,21 @@
 """train.dtype=auto chooses by what the device computes natively, and says why (common/device.py). The CUDA cases
-patch the capability query, so they run on any machine."""
+patch the capability query and the CPU cases the instruction flags, so they run on any machine; KOCHAR_CPU_BF16
+overrides the CPU's detection, which `make test` uses to run the cpu_precision tests on both paths."""
+
+import re
 
 import pytest
 import torch
 
-from common.device import check_compiled_precision, choose_precision, has_native_bf16, precision_line
+import common.device
+from common.device import CPU_BF16_ENV, check_compiled_precision, choose_precision, has_native_bf16, precision_line
 from common.errors import UserError
+from tests.helpers import TINY, assert_one_line_error, cli, cli_all, tiny_model
+from training.config import TrainConfig
+from training.optim import make_optimizer
 
 CUDA = torch.device("cuda:0")
+CPU = torch.device("cpu")
 CARDS = {(6, 1): "Tesla P40", (7, 0): "Tesla V100", (7, 5): "Tesla T4", (8, 0): "NVIDIA A100", (8, 9): "NVIDIA L4",
          (9, 0): "NVIDIA H100"}
 
@@ -37,12 +45,13 @@ def test_auto_on_cuda_takes_bfloat16_only_where_the_card_has_it(card, capability
 def test_the_run_says_its_precision_and_why(card):
     card((7, 5))
     line = precision_line(*choose_precision("auto", CUDA), CUDA)
-    assert line == ("precision: float16 autocast with loss scaling on cuda:0 (auto: the Tesla T4, compute capability "
-                    "7.5, has no native bfloat16 (only a slow emulation); float16 runs on its tensor cores, with loss "
-                    "scaling)")
+    assert line == ("precision: float16 autocast with loss scaling on cuda:0 (train.dtype=auto; the Tesla T4, "
+                    "compute capability 7.5, has no native bfloat16 (only a slow emulation); float16 runs on its "
+                    "tensor cores, with loss scaling)")
     card((9, 0))
     assert precision_line(*choose_precision("auto", CUDA), CUDA).startswith(
-        "precision: bfloat16 autocast on cuda:0 (auto: the NVIDIA H100, compute capability 9.0, computes bfloat16")
+        "precision: bfloat16 autocast on cuda:0 (train.dtype=auto; the NVIDIA H100, compute capability 9.0, "
+        "computes bfloat16")
     assert precision_line(torch.float32, "auto", torch.device("cpu")) is None  # the plain CPU run says nothing
 
 
@@ -68,8 +77,97 @@ def test_compile_with_bfloat16_on_a_card_that_has_it(card):
 
 
 def test_the_cpu_and_unknown_names():
-    assert choose_precision("float32", torch.device("cpu")) == (torch.float32, "train.dtype")
+    assert choose_precision("float32", torch.device("cpu")) == (torch.float32, "train.dtype=float32")
     with pytest.raises(UserError, match="float16 is not supported on the CPU"):
         choose_precision("float16", torch.device("cpu"))
     with pytest.raises(UserError, match="unknown train.dtype=half"):
         choose_precision("half", torch.device("cpu"))
+
+
+@pytest.fixture
+def cpu_flags(monkeypatch):
+    """Pretend the CPU has (or lacks) bf16 instructions, KOCHAR_CPU_BF16 unset unless the test sets it."""
+    monkeypatch.delenv(CPU_BF16_ENV, raising=False)
+
+    def use(bf16: bool) -> None:
+        monkeypatch.setattr(common.device, "_cpu_flags_have_bf16", lambda: bf16)
+    return use
+
+
+@pytest.mark.parametrize("flags", [True, False])
+def test_auto_on_the_cpu_autocasts_only_where_it_has_bf16_instructions(cpu_flags, flags):
+    cpu_flags(flags)
+    dtype, why = choose_precision("auto", CPU)
+    assert dtype == (torch.bfloat16 if flags else torch.float32) and has_native_bf16(CPU) == flags
+    assert precision_line(dtype, why, CPU) == ("precision: bfloat16 autocast on cpu (train.dtype=auto; this CPU has "
+                                               "bfloat16 instructions (AVX512-BF16 or AMX))" if flags else None)
+
+
+@pytest.mark.parametrize("value,flags,dtype,said", [
+    ("1", False, torch.bfloat16, "train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's bfloat16 path"),
+    ("0", True, torch.float32, "train.dtype=auto; KOCHAR_CPU_BF16=0 keeps the CPU in float32"),
+    ("", True, torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"),
+    ("", False, torch.float32, "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, "
+                               "slower)"),
+], ids=["forced_on", "forced_off", "detected", "not_detected"])
+def test_kochar_cpu_bf16_overrides_the_detection_and_says_so(cpu_flags, monkeypatch, value, flags, dtype, said):
+    cpu_flags(flags)
+    monkeypatch.setenv(CPU_BF16_ENV, value)  # empty: as if unset
+    assert choose_precision("auto", CPU) == (dtype, said)
+    assert has_native_bf16(CPU) == (dtype == torch.bfloat16)
+    muon = make_optimizer(tiny_model(), 1e-2, 0.1, (0.9, 0.95), CPU, TrainConfig(optimizer="muon"))
+    assert muon.ns_dtype == dtype  # Muon's Newton-Schulz takes the same path
+    assert choose_precision("float32", CPU) == (torch.float32, "train.dtype=float32")  # a typed dtype stays
+
+
+def test_the_override_leaves_a_gpu_alone(card, cpu_flags, monkeypatch):
+    cpu_flags(False)
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    card((7, 5))
+    assert choose_precision("auto", CUDA)[0] == torch.float16 and not has_native_bf16(CUDA)
+
+
+@pytest.mark.parametrize("value,shown", [("yes", "yes"), ("true", "true"), ("2", "2"), (" 1", " 1"),
+                                         ("1\n", "'1\\n'")])
+def test_an_invalid_override_is_refused_naming_it(cpu_flags, monkeypatch, value, shown):
+    monkeypatch.setenv(CPU_BF16_ENV, value)
+    with pytest.raises(UserError, match=rf"^KOCHAR_CPU_BF16={re.escape(shown)} is not understood; use "
+                                        r"KOCHAR_CPU_BF16=1 \(.*\), KOCHAR_CPU_BF16=0 \(.*\) or leave it unset"):
+        choose_precision("auto", CPU)
+
+
+def test_no_precision_reason_reads_as_an_automatic_setting(card, cpu_flags, monkeypatch):
+    """The automatic settings' lines start "auto:" (training/auto_settings.py); a precision line never says it."""
+    chosen = []
+    for capability in CARDS:
+        card(capability)
+        chosen += [(CUDA, *choose_precision(name, CUDA)) for name in ("auto", "bfloat16", "float16", "float32")]
+    for value in ("", "0", "1"):
+        for flags in (True, False):
+            cpu_flags(flags)
+            monkeypatch.setenv(CPU_BF16_ENV, value)
+            chosen += [(CPU, *choose_precision(name, CPU)) for name in ("auto", "bfloat16", "float32")]
+    chosen.append((torch.device("mps"), *choose_precision("auto", torch.device("mps"))))
+    for device, dtype, why in chosen:
+        assert why.startswith("train.dtype=") and "auto:" not in why, why
+        line = precision_line(dtype, why, device)
+        assert line is None or (line.startswith("precision: ") and "auto:" not in line), line
+
+
+def test_a_start_on_the_bf16_path_prints_nothing_before_its_checks_pass(tmp_path, corpus):
+    """The precision line comes once the settings, corpus and resume have passed their checks: a refused start
+    prints its error line alone; a started one says its precision first, then its automatic settings."""
+    forced = {CPU_BF16_ENV: "1"}
+    common = (*TINY, f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=1", "train.eval_interval=1")
+    refused, ran = cli_all(("train.py", *common, f"data.path={tmp_path / 'nope.txt'}", f"hydra.run.dir={tmp_path}/a"),
+                           ("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path}/b",
+                            "model.dropout=null"), env=forced)
+    assert_one_line_error(refused, "corpus file not found", "nope.txt")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "precision: bfloat16 autocast on cpu (train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's " \
+                       "bfloat16 path)"
+    assert lines[1].startswith("auto: model.dropout=")
+    invalid = cli("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'c'}",
+                  env={CPU_BF16_ENV: "on"})
+    assert_one_line_error(invalid, "KOCHAR_CPU_BF16=on is not understood", "KOCHAR_CPU_BF16=1")

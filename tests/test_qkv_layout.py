@@ -15,10 +15,20 @@ from training.optimizer_layout import match_optimizer_layout
 CPU = torch.device("cpu")
 
 
+def float32_optimizer(model, optimizer: str) -> torch.optim.Optimizer:
+    """The run's optimizer, Muon's Newton-Schulz pinned to float32: on a CPU with bf16 instructions (or with
+    KOCHAR_CPU_BF16=1) it would run in bfloat16, whose rounding of the two layouts' differently ordered products is
+    far above the float32 tolerance the layouts' steps are compared at."""
+    opt = make_optimizer(model, 1e-2, 0.1, (0.9, 0.95), CPU, TrainConfig(optimizer=optimizer))
+    if optimizer == "muon":
+        opt.ns_dtype = torch.float32
+    return opt
+
+
 def trained(attention: str, optimizer: str, steps: int = 3):
     """A tiny model in `attention`'s layout and its optimizer after `steps` steps on fixed batches."""
     model = tiny_model(attention, seed=1, position="rope" if optimizer == "muon" else "learned").train()
-    opt = make_optimizer(model, 1e-2, 0.1, (0.9, 0.95), CPU, TrainConfig(optimizer=optimizer))
+    opt = float32_optimizer(model, optimizer)
     for i in range(steps):
         step(model, opt, i)
     return model, opt
@@ -53,7 +63,7 @@ def test_a_resumed_optimizer_keeps_every_moment_in_the_other_layout(optimizer, s
     model, opt = trained(saved_in, optimizer)
     other = tiny_model(resumed_in, seed=2, position=model.config.position).train()
     other.load_state_dict(model.state_dict())
-    other_opt = make_optimizer(other, 1e-2, 0.1, (0.9, 0.95), CPU, TrainConfig(optimizer=optimizer))
+    other_opt = float32_optimizer(other, optimizer)
     saved = copy.deepcopy(opt.state_dict())  # as read from a file: not the live moments the next step changes
     other_opt.load_state_dict(match_optimizer_layout(saved, other_opt, other))
     assert len(other_opt.state) == len(list(other.parameters()))  # every parameter has its moments

@@ -85,6 +85,7 @@ def test_weights_averaged_on_a_run_without_an_average_is_one_line_in_every_reade
     assert not out.exists()  # nothing written
 
 
+@pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_train_init_weights_follows_the_same_rule_and_names_its_key(runs, tmp_path):
     run = tmp_path / "new"
     r = cli("train.py", f"train.init_from={runs / 'plain'}", "train.init_weights=averaged", "device=cpu",

@@ -126,8 +126,8 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
 def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
                        tokens_per_step: int, dist: distributed.DistInfo, device: torch.device,
                        dtype: torch.dtype) -> AutoDropout | None:
-    """Resolve `model.dropout: null` for this run, set it on the model and in the job (so the checkpoint records
-    it) and print it once; None when the user gave a value."""
+    """Resolve `model.dropout: null` for this run and set it on the model and in the job (so the checkpoint records
+    it); None when the user gave a value. Its `line` is printed once every check of the start has passed."""
     if job.model.dropout is not None:
         return None
     t = job.train
@@ -145,8 +145,6 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
     auto.weight_decays = auto_weight_decays(t, auto.value, typed_command_line())
     for key, value in auto.weight_decays.items():
         setattr(t, key, value)
-    if dist.is_main:
-        print(auto.line(len(train_tokens)), flush=True)
     return auto
 
 

@@ -3,7 +3,7 @@
 Design choices:
 - `setup()` returns a `Session` (what the loop reads and never reassigns) and a `LoopState` (what it
   advances); the loop itself stays one screen.
-- Every check that can fail runs before anything is deleted or written: the old run's TensorBoard events
+- Every check that can fail runs before anything is deleted, written or printed: the old run's TensorBoard events
   are removed (train.overwrite=true) only once the corpus has loaded and the model is built.
 - On resume, training/resume_settings.py decides each setting: what the user typed, if the checkpoint can
   honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
@@ -225,10 +225,12 @@ def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
 
 
 def commit_run_dir(job: TrainJob, run_dir: Path, resumed: Checkpoint | None, changed: list[str],
-                   dist: distributed.DistInfo) -> None:
-    """Every check has passed: only now may files of the run folder be removed or renamed."""
+                   dist: distributed.DistInfo, lines: tuple[str | None, ...] = ()) -> None:
+    """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed."""
     if not dist.is_main:
         return
+    for line in filter(None, lines):  # precision, auto settings: a refused start prints its error line alone
+        print(line, flush=True)
     if job.train.overwrite and resumed is None:  # the old curves go only now
         for old_events in run_dir.glob("events.out.tfevents.*"):
             old_events.unlink()
@@ -250,9 +252,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     t = job.train
     dist = distributed.init_distributed(job.device)
     device = pick_device(job.device, dist.local_rank)
-    dtype, line = run_precision(t.dtype, t.compile == "true", device)
-    if dist.is_main and line:
-        print(line, flush=True)
+    dtype, precision = run_precision(t.dtype, t.compile == "true", device)  # its line: once every check passed
     enable_fast_matmul(device)
     if device.type == "cpu":
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
@@ -284,7 +284,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     model = raw_model  # compiled, if at all, once the loop has chosen (training/step_runner.py)
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
-    commit_run_dir(job, run_dir, resumed, changed, dist)
+    commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto.line(len(train_tokens)) if auto else None))
     if init is not None and dist.is_main:
         print(init.line(), flush=True)
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
