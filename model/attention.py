@@ -4,11 +4,10 @@
 What runs, where it differs from the lecture, and the test that proves the paths equal:
 - `model.attention=heads` runs each `Head` module in turn, exactly as the lecture does. `fused` (the default)
   holds the same matrices as one tensor, `qkv` (3, num_heads, head_dim, E), so a step makes one QKV matmul (no
-  concatenation; its split into heads, model/qkv_projection.py, joins and copies nothing in the backward) and one
-  `attend` call (PyTorch's scaled_dot_product_attention; model/attention_kernels.py says which kernel). The same
-  seed draws the same weights on both paths, and a state dict of either loads into either (model/qkv_layout.py);
-  tests/test_model.py::test_heads_and_fused_give_same_outputs_and_gradients checks they agree. Cached generation
-  always takes the fused computation: the KV cache (model/kv_cache.py) is written there.
+  concatenation; model/qkv_projection.py splits it, joining nothing in the backward) and one `attend` call (SDPA,
+  model/attention_kernels.py). The same seed draws the same weights on both paths, and a state dict of either
+  loads into either (model/qkv_layout.py); tests/test_model.py::test_heads_and_fused_give_same_outputs_and_gradients
+  checks they agree. Cached generation always takes the fused path (it writes the KV cache, model/kv_cache.py).
 - `model.head_size` is all heads together: each head has head_size / num_heads dimensions (the lecture's
   `MultiHeadAttention(num_heads, head_size)` passes one head's size; ours is that times num_heads).
 - Two switches of the modern recipe act on queries and keys only, in `shape_qk`, which both paths call:

@@ -72,10 +72,10 @@ def grad_rows(grad: Tensor | None, B: int, T: int, C: int, like: Tensor) -> Tens
     """A (B, H, T, D) gradient as (B*T, H*D) rows: a view where its memory is laid out (B, T, H, D), else a copy."""
     if grad is None:  # an output nobody used
         return like.new_zeros(B * T, C)
-    sb, sh, st, sd = grad.stride()
-    D = grad.shape[-1]
-    if sd == 1 and sh == D and sb == T * st and st >= C:
-        return grad.as_strided((B * T, C), (st, 1))
+    (sb, sh, st, sd), (H, D) = grad.stride(), grad.shape[1::2]
+    row = st if T > 1 else sb  # a dimension of size 1 may have any stride: only the others must fit
+    if sd == 1 and (H == 1 or sh == D) and (B == 1 or T == 1 or sb == T * st) and row >= C:
+        return grad.as_strided((B * T, C), (row, 1))
     return grad.transpose(1, 2).reshape(B * T, C)
 
 

@@ -57,6 +57,22 @@ def test_attentions_gradients_are_read_in_place_and_the_weights_written_in_third
     torch.testing.assert_close(w.grad, w2.grad)
 
 
+@pytest.mark.parametrize("b,t", [(1, 5), (2, 1), (1, 1)])
+def test_a_batch_or_a_context_of_one_is_read_in_place_too(b, t):
+    torch.manual_seed(0)
+    x, w = torch.randn(b, t, E, requires_grad=True), torch.randn(3 * C, E, requires_grad=True)
+    y = F.scaled_dot_product_attention(*project_qkv(x, w, H), is_causal=True)
+    g = torch.randn_like(y)
+    with DispatchCount() as backward:
+        y.backward(g)
+    assert not {"clone", "copy_", "_unsafe_view"} & set(backward.ops), backward.ops
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    q, k, v = F.linear(x2, w2).view(b, t, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
 def test_gradients_that_are_one_buffers_thirds_take_two_matmuls():
     x, w = inputs()
     q, k, v = project_qkv(x, w, H)
