@@ -73,3 +73,22 @@ def test_the_cpu_and_unknown_names():
         choose_precision("float16", torch.device("cpu"))
     with pytest.raises(UserError, match="unknown train.dtype=half"):
         choose_precision("half", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("key", ["dtype", "--dtype", "train.dtype"])
+def test_a_refusal_names_the_key_as_the_tool_spells_it(key):
+    """evaluate.py's key is `dtype`, the benchmarks' `--dtype`: a refusal never names train.dtype to them."""
+    with pytest.raises(UserError) as e:
+        choose_precision("float16", torch.device("cpu"), key)
+    assert str(e.value) == f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32"
+    with pytest.raises(UserError, match=f"^unknown {key}=half; "):
+        choose_precision("half", torch.device("cpu"), key)
+    assert choose_precision("float32", torch.device("cpu"), key) == (torch.float32, key)
+
+
+def test_evaluate_py_names_its_own_dtype_key(tmp_path):
+    from tests.helpers import assert_one_line_error, cli
+
+    r = cli("evaluate.py", "device=cpu", "dtype=float16", f"data.path={tmp_path / 'text.txt'}")
+    line = assert_one_line_error(r, "dtype=float16 is not supported on the CPU")
+    assert "train." not in line, line
