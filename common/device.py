@@ -49,11 +49,13 @@ def resolve_dtype(name: str, device: torch.device, key: str = "train.dtype") -> 
 
 
 def choose_precision(name: str, device: torch.device, key: str = "train.dtype") -> tuple[torch.dtype, str]:
-    """(dtype, why) for `key=name` on `device` (`key`: the setting as the tool that was run spells it, so a refusal
-    names what the user typed: `dtype=float16` in evaluate.py, `train.dtype=float16` in train.py). `auto`: on CUDA bfloat16 where the card computes it natively
-    (compute capability 8.0 and up), float16 with a GradScaler on the tensor cores of 7.x cards (a T4, a V100:
-    `torch.cuda.is_bf16_supported()` says yes there too, through slow emulation), float32 on older cards; on the
-    CPU bfloat16 where it has bf16 instructions, else float32; float32 on MPS.
+    """(dtype, why) for `key=name` on `device`. `key`: the setting as the tool that was run spells it, so a refusal
+    names what the user typed (`dtype=float16` in evaluate.py, `train.dtype=float16` in train.py).
+
+    `auto`: on CUDA bfloat16 where the card computes it natively (compute capability 8.0 and up), float16 with a
+    GradScaler on the tensor cores of 7.x cards (a T4, a V100: `torch.cuda.is_bf16_supported()` says yes there too,
+    through slow emulation), float32 on older cards; on the CPU bfloat16 where it has bf16 instructions, else
+    float32; float32 on MPS.
 
     bf16 autocast on the CPU became the default only after it matched fp32's validation bpc at equal steps
     (docs/en/speed.md has the numbers).
