@@ -58,7 +58,7 @@ class LossWatch:
     def refuse_unfinite(self, step: int, what: str, value: float | None = None) -> None:
         """Stop the run without saving: `what` (the validation loss, the weights) is not finite at `step`, and was at
         the last checkpoint written; `value`: the loss, to say whether it is NaN or infinite."""
-        bad = "not finite" if value is None else "nan" if math.isnan(value) else "infinite"
+        bad = "non-finite" if value is None else "nan" if math.isnan(value) else "infinite"
         raise TrainingDiverged(f"{what} became {bad} {_steps(self.saved_step + 1, step)}; {self.kept()}")
 
     def check_evaluation(self, step: int, val_loss: float, train_loss: float) -> None:

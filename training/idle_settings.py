@@ -148,12 +148,10 @@ def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
 
         if "train.warmup_steps" not in (typed_command_line() or ()):
             return
-    from training.config import DEFAULT_EPOCHS  # it imports this module
-
-    epochs = f"train.max_epochs={t.max_epochs:g}" if t.max_epochs is not None else \
-        f"the default train.max_epochs={DEFAULT_EPOCHS:g}"
+    epochs = f"train.max_epochs={t.max_epochs:g} passes" if t.max_epochs is not None else \
+        "the default passes (train.max_epochs=null)"
     limit = f"train.max_steps={max_steps}" if t.max_steps is not None else \
-        f"step {max_steps} ({epochs} passes over this training split)"
+        f"step {max_steps} ({epochs} over this training split)"
     raise ConfigError(f"train.warmup_steps={t.warmup_steps} does not end before the run does, at {limit}: the "
                       f"rate would never reach train.lr={t.lr:g}, nor decay to train.min_lr; give train.warmup_steps "
                       f"below {max_steps}, or a longer run")
