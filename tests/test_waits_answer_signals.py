@@ -74,11 +74,25 @@ def test_a_signal_during_a_snapshot_keeps_the_checkpoint_written_before_it(tmp_p
 
 def test_a_signal_during_the_closing_sample_ends_the_run_with_its_code(tmp_path, corpus, monkeypatch, capsys):
     waited: list = []
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(trainer, "sample_chars", endless_wait(signal.SIGTERM, waited))
     result = trainer.train(_job(tmp_path, corpus, "train.max_steps=3", "train.sample_chars=50"), tmp_path / "run")
     assert not waited and result.stopped == "SIGTERM" and result.step == 3 and result.sample == ""
     assert "stopped by SIGTERM at step 3; checkpoint saved" in capsys.readouterr().out
     assert load_checkpoint(tmp_path / "run" / "ckpt.pt").step == 3
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # the caller's again
+
+
+@pytest.mark.parametrize("name,code,line", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_an_interrupted_start_ends_in_the_signals_line_and_code(capsys, name, code, line):
+    from cli.entry import run_cli
+
+    def job():
+        raise Interrupted(name)
+
+    with pytest.raises(SystemExit) as ended:
+        run_cli(job)
+    assert ended.value.code == code and capsys.readouterr().err.strip() == line
 
 
 def test_a_signal_during_the_first_token_cache_build_leaves_nothing_half_written(tmp_path, corpus, monkeypatch):
