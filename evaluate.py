@@ -36,7 +36,7 @@ def _run(cfg: DictConfig) -> None:
     from inference.scoring import evaluate_file, json_ready
 
     device = pick_device(c.device)
-    dtype = resolve_dtype(c.dtype, device)
+    dtype = resolve_dtype(c.dtype, device, key="dtype")
     run = load_run(c.ckpt, device, weights=c.weights)
     result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
                            device, lambda: autocast(device, dtype), c.progress)

@@ -16,6 +16,7 @@ from training.config import TrainJob, register_configs
 from training.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
 from training.resume_settings import record_command_line
 from training.run_lock import RunLock, folder_named
+from training.run_record import RecordedSettings
 
 EXAMPLES = (
     "python train.py data.path=~/novels.txt                    # your own text file",
@@ -69,7 +70,9 @@ if __name__ == "__main__":
     sys.argv[1:] = legacy_experiment_override(prepare_overrides(sys.argv[1:]))
     # A folder named on the command line is locked before Hydra writes its .hydra/ record into it.
     lock = run_cli(lambda: RunLock(folder_named(sys.argv[1:])))
+    record = RecordedSettings(folder_named(sys.argv[1:]))  # the run's .hydra/, put back if this start saves nothing
     try:
         run_hydra(main)
     finally:
+        record.restore_unless_saved()
         lock.release()  # however the run ends, so the next start finds no stale lock file

@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
     if not 0 < args.dropout < 1:
         raise UserError(f"--dropout must be between 0 and 1, got {args.dropout}")
     device = torch.device("cpu")
-    dtype = resolve_dtype(args.dtype, device)
+    dtype = resolve_dtype(args.dtype, device, key="--dtype")
     options = MODERN if args.model == "modern" else {}
 
     def timer(p: float) -> Callable[[], float]:

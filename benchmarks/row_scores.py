@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
     from model.hangul.jamo_embedding import NUM_FINALS
 
     args = parse_args(argv)
-    dtype = resolve_dtype(args.dtype, torch.device("cpu"))
+    dtype = resolve_dtype(args.dtype, torch.device("cpu"), key="--dtype")
     report = {"positions": args.positions, "width": args.width, "dtype": str(dtype).removeprefix("torch."),
               "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * NUM_FINALS, "held": {}}
     for held in (int(x) for x in args.held.split(",")):

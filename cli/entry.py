@@ -243,9 +243,9 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         if debug_enabled():
             raise
         fail(" ".join(str(e).split()), e.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # Ctrl-C; or training/signals.py's Interrupted, SIGTERM's included
+        print(getattr(e, "line", "interrupted"), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 130))
     except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
         if _from_interrupt(e) and not debug_enabled():
             print("interrupted", file=sys.stderr)

@@ -62,28 +62,32 @@ def _cpu_flags_have_bf16() -> bool:
     return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The precision `name` (`auto`, or one of DTYPES) means on `device`: `choose_precision`'s dtype."""
-    return choose_precision(name, device)[0]
+def resolve_dtype(name: str, device: torch.device, key: str = "train.dtype") -> torch.dtype:
+    """The precision `name` (`auto`, or one of DTYPES) means on `device`: `choose_precision`'s dtype. `key`: the
+    setting as the running tool spells it (`dtype` in evaluate.py), named by its messages."""
+    return choose_precision(name, device, key)[0]
 
 
-def choose_precision(name: str, device: torch.device) -> tuple[torch.dtype, str]:
-    """(dtype, why) for `train.dtype=name` on `device`. `auto`: on CUDA bfloat16 where the card computes it natively
-    (compute capability 8.0 and up), float16 with a GradScaler on the tensor cores of 7.x cards (a T4, a V100:
-    `torch.cuda.is_bf16_supported()` says yes there too, through slow emulation), float32 on older cards; on the
-    CPU bfloat16 where it has bf16 instructions, else float32; float32 on MPS.
+def choose_precision(name: str, device: torch.device, key: str = "train.dtype") -> tuple[torch.dtype, str]:
+    """(dtype, why) for `key=name` on `device`. `key`: the setting as the tool that was run spells it, so a refusal
+    names what the user typed (`dtype=float16` in evaluate.py, `train.dtype=float16` in train.py).
+
+    `auto`: on CUDA bfloat16 where the card computes it natively (compute capability 8.0 and up), float16 with a
+    GradScaler on the tensor cores of 7.x cards (a T4, a V100: `torch.cuda.is_bf16_supported()` says yes there too,
+    through slow emulation), float32 on older cards; on the CPU bfloat16 where it has bf16 instructions, else
+    float32; float32 on MPS.
 
     bf16 autocast on the CPU became the default only after it matched fp32's validation bpc at equal steps
     (docs/en/speed.md has the numbers).
     """
     if name not in ("auto", *DTYPES):
-        raise UserError(f"unknown train.dtype={name}; use one of: auto, {', '.join(DTYPES)}")
+        raise UserError(f"unknown {key}={name}; use one of: auto, {', '.join(DTYPES)}")
     if device.type == "cpu" and name == "float16":
-        raise UserError("train.dtype=float16 is not supported on the CPU; use bfloat16 or float32")
+        raise UserError(f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32")
     if name != "auto":
         emulated = name == "bfloat16" and device.type == "cuda" and not has_native_bf16(device)
-        return DTYPES[name], f"train.dtype={name}" + ("; this GPU only emulates bfloat16, slowly: train.dtype=auto "
-                                                      "chooses float16" if emulated else "")
+        return DTYPES[name], f"{key}={name}" + (f"; this GPU only emulates bfloat16, slowly: {key}=auto chooses "
+                                                "float16" if emulated else "")
     if device.type == "cuda":
         return _cuda_auto(device)
     if device.type == "cpu":

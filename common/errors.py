@@ -1,7 +1,7 @@
-"""One error type for user mistakes.
+"""One error type for user mistakes, and one for a signal that stops the work under way.
 
-Entry scripts turn a `UserError` into one line on stderr and a non-zero exit; any other exception is our
-bug and keeps its traceback.
+Entry scripts turn a `UserError` into one line on stderr and a non-zero exit, an `Interrupted` into its one line
+and the signal's exit code; any other exception is our bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +19,17 @@ class UserError(Exception):
 class ConfigError(UserError, ValueError):
     """A configuration value out of range. Also a ValueError, so Python callers that build a model or a
     config with a bad argument get the exception they expect."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM answered at once (training/signals.py, during a wait that may be cut short): a
+    KeyboardInterrupt, so whatever cleans up after Ctrl-C cleans up after it, with the signal's exit code and line."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+        self.line = "terminated" if signal_name == "SIGTERM" else "interrupted"
 
 
 _CAUSES = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is used up",

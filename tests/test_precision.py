@@ -171,3 +171,22 @@ def test_a_start_on_the_bf16_path_prints_nothing_before_its_checks_pass(tmp_path
     invalid = cli("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'c'}",
                   env={CPU_BF16_ENV: "on"})
     assert_one_line_error(invalid, "KOCHAR_CPU_BF16=on is not understood", "KOCHAR_CPU_BF16=1")
+
+
+@pytest.mark.parametrize("key", ["dtype", "--dtype", "train.dtype"])
+def test_a_refusal_names_the_key_as_the_tool_spells_it(key):
+    """evaluate.py's key is `dtype`, the benchmarks' `--dtype`: a refusal never names train.dtype to them."""
+    with pytest.raises(UserError) as e:
+        choose_precision("float16", torch.device("cpu"), key)
+    assert str(e.value) == f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32"
+    with pytest.raises(UserError, match=f"^unknown {key}=half; "):
+        choose_precision("half", torch.device("cpu"), key)
+    assert choose_precision("float32", torch.device("cpu"), key) == (torch.float32, key)
+
+
+def test_evaluate_py_names_its_own_dtype_key(tmp_path):
+    from tests.helpers import assert_one_line_error, cli
+
+    r = cli("evaluate.py", "device=cpu", "dtype=float16", f"data.path={tmp_path / 'text.txt'}")
+    line = assert_one_line_error(r, "dtype=float16 is not supported on the CPU")
+    assert "train." not in line, line

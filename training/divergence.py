@@ -8,6 +8,11 @@ Design choices:
   checks at every `train.log_interval` (the same read brings the logged loss and gradient norm), before every
   evaluation and before every checkpoint is written, so nothing non-finite is ever saved.
 - A run that diverged stops with one line naming the steps between the two checks, the last good checkpoint kept.
+- A loss can stay finite while the weights are not, or are so large that the validation overflows (bf16 autocast
+  keeps float32's range, so finite but enormous weights pass a loss check and score NaN): a checkpoint is written
+  only once its weights and the validation it records are finite (`refuse_unfinite`). The last good check of those
+  is the last checkpoint written (`saved_step`, or the step the run resumed at), so a refusal names the steps since
+  it, in every precision, and nothing is written.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class LossWatch:
 
     def __init__(self, checked_step: int = 0):
         self.checked_step = checked_step
+        self.saved_step = checked_step  # the last step whose weights and validation were found finite (and saved)
         self.total: Tensor | None = None
         self.last: Tensor | None = None  # the last step's loss (read when the run ends)
 
@@ -45,8 +51,32 @@ class LossWatch:
         values = torch.stack([v.detach().float() for v in (*pending, *read_along)]).tolist()  # the one read
         first, self.checked_step, self.total = self.checked_step + 1, step, None
         if pending and not math.isfinite(values[0]):
-            where = f"at step {step}" if first >= step else f"between steps {first} and {step}"
             bad = "nan" if math.isnan(values[0]) else "infinite"
-            raise TrainingDiverged(f"the loss became {bad} {where}; stopped without saving, the last good checkpoint "
-                                   "is kept (try a lower train.lr or train.grad_clip=1.0)")
+            raise TrainingDiverged(f"the loss became {bad} {_steps(first, step)}; {self.kept()}")
         return values[len(pending):]
+
+    def refuse_unfinite(self, step: int, what: str, value: float | None = None) -> None:
+        """Stop the run without saving: `what` (the validation loss, the weights) is not finite at `step`, and was at
+        the last checkpoint written; `value`: the loss, to say whether it is NaN or infinite."""
+        bad = "non-finite" if value is None else "nan" if math.isnan(value) else "infinite"
+        raise TrainingDiverged(f"{what} became {bad} {_steps(self.saved_step + 1, step)}; {self.kept()}")
+
+    def check_evaluation(self, step: int, val_loss: float, train_loss: float) -> None:
+        """Stop the run without saving if the evaluation at `step` scored either split as NaN or infinite."""
+        for what, value in (("the validation loss", val_loss), ("the training split's evaluation loss", train_loss)):
+            if not math.isfinite(value):
+                self.refuse_unfinite(step, what, value)
+
+    def kept(self) -> str:
+        kept = f", the last good checkpoint is kept (step {self.saved_step})" if self.saved_step else \
+            " (no checkpoint had been written yet)"
+        return f"stopped without saving{kept}; try a lower train.lr or train.grad_clip=1.0"
+
+
+def _steps(first: int, last: int) -> str:
+    return f"at step {last}" if first >= last else f"between steps {first} and {last}"
+
+
+def all_finite(model: torch.nn.Module) -> bool:
+    """Whether every parameter of `model` is finite, in one read from the device."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())

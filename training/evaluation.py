@@ -24,10 +24,12 @@ def estimate_loss(model: nn.Module, tokens: np.ndarray, context_length: int, bat
     model.eval()
     sampler = BatchSampler(tokens, context_length, batch_size, device, seed=seed, rank=0)
     total = 0.0
-    for _ in range(steps):
-        x, y = sampler.next_batch()
-        with autocast_ctx():
-            _, loss = model(x, y)
-        total += loss.item()
-    model.train(was_training)
+    try:
+        for _ in range(steps):
+            x, y = sampler.next_batch()
+            with autocast_ctx():
+                _, loss = model(x, y)
+            total += loss.item()
+    finally:  # a signal may cut an evaluation short (training/signals.py): the model trains on as it did
+        model.train(was_training)
     return total / steps

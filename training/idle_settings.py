@@ -40,8 +40,16 @@ def _muon(key: str) -> Idle:
     return Idle(key, lambda j: j.train.optimizer == "muon", "train.optimizer", "train.optimizer=muon")
 
 
-def _scheduled(key: str) -> Idle:
-    return Idle(key, lambda j: j.train.lr_schedule != "constant", "train.lr_schedule", "train.lr_schedule=cosine")
+def _scheduled(key: str, off: Any = MISSING) -> Idle:
+    """`key` acts only under a decaying schedule; `off`: its value that asks for nothing (no warmup), never idle."""
+    return Idle(key, lambda j: j.train.lr_schedule != "constant" or _get(j, key) == off, "train.lr_schedule",
+                "train.lr_schedule=cosine")
+
+
+def _snapshot(key: str, off: Any) -> Idle:
+    """A TensorBoard snapshot's setting: idle with snapshots off, unless it asks for nothing itself (`off`)."""
+    return Idle(key, lambda j: j.train.snapshot_interval > 0 or _get(j, key) == off, "train.snapshot_interval",
+                "train.snapshot_interval above 0")
 
 
 RULES = (
@@ -53,6 +61,11 @@ RULES = (
     Idle("train.mtp_fade", lambda j: bool(j.train.mtp_weights), "train.mtp_weights", "train.mtp_weights=[...]"),
     _scheduled("train.min_lr"),
     _scheduled("train.lr_decay_steps"),
+    _scheduled("train.warmup_steps", off=0),
+    _snapshot("train.sample_prompts", []),
+    _snapshot("train.sample_tokens", 0),
+    _snapshot("train.attention_tokens", 0),
+    Idle("train.auto_dropout_after", lambda j: j.model.dropout is None, "model.dropout", "model.dropout=null (auto)"),
     Idle("train.init_weights", lambda j: bool(j.train.init_from), "train.init_from", "train.init_from=<run>"),
     Idle("train.max_epochs", lambda j: j.train.max_steps is None, "train.max_steps", "train.max_steps=null"),
     Idle("data.val_fraction", lambda j: j.data.val_files is None, "data.val_files", "data.val_files=null"),
@@ -105,6 +118,8 @@ def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: b
                               f"or set {rule.needs}")
     if keys is None or "train.mtp_weights" in keys or "train" in keys:
         refuse_idle_targets(job.train.mtp_weights, job.model.context_length if context else None)
+    if keys is None or "train.warmup_steps" in keys or "train" in keys:
+        refuse_long_warmup(job, None, job.train.max_steps)
 
 
 def refuse_idle_targets(weights: list[float], context_length: int | None) -> None:
@@ -118,6 +133,28 @@ def refuse_idle_targets(weights: list[float], context_length: int | None) -> Non
                           f"{len(weights) + 1} ahead, but a window of model.context_length={context_length} holds "
                           f"targets at most {context_length} ahead, so its last {len(weights) - context_length + 1} "
                           f"would score nothing; give at most {context_length - 1} entries (or a longer context)")
+
+
+def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
+    """A train.warmup_steps of the user's own that does not end before the run does: the rate would never reach
+    train.lr, nor decay. Checked when the config is composed (a typed train.max_steps) and again at setup, once
+    train.max_epochs has become steps; a resumed run checks it only when its command line types it."""
+    t = job.train
+    if max_steps is None or t.lr_schedule == "constant" or t.warmup_steps < max_steps or not \
+            _chosen(job, "train.warmup_steps"):
+        return
+    if resumed is not None:
+        from training.resume_settings import typed_command_line
+
+        if "train.warmup_steps" not in (typed_command_line() or ()):
+            return
+    epochs = f"train.max_epochs={t.max_epochs:g} passes" if t.max_epochs is not None else \
+        "the default passes (train.max_epochs=null)"
+    limit = f"train.max_steps={max_steps}" if t.max_steps is not None else \
+        f"step {max_steps} ({epochs} over this training split)"
+    raise ConfigError(f"train.warmup_steps={t.warmup_steps} does not end before the run does, at {limit}: the "
+                      f"rate would never reach train.lr={t.lr:g}, nor decay to train.min_lr; give train.warmup_steps "
+                      f"below {max_steps}, or a longer run")
 
 
 def refuse_idle_at_start(job: Any, resumed: Any) -> None:

@@ -1,8 +1,7 @@
 """Everything a run needs before its first step: device and precision, resume, data, model, optimizer.
 
 Design choices:
-- `setup()` returns a `Session` (what the loop reads and never reassigns) and a `LoopState` (what it
-  advances); the loop itself stays one screen.
+- `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
 - Every check that can fail runs before anything is deleted, written or printed: the old run's TensorBoard events
   are removed (train.overwrite=true) only once the corpus has loaded and the model is built.
 - On resume, training/resume_settings.py decides each setting: what the user typed, if the checkpoint can
@@ -28,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cli.overrides import shell_path
 from common.atomic_files import atomic_rename
-from common.device import autocast, enable_fast_matmul, pick_device, run_precision
+from common.device import autocast, enable_fast_matmul, pick_device
 from common.errors import UserError
 from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
@@ -42,10 +41,11 @@ from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.averaging import WeightAverage, refuse_empty_average, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.divergence import LossWatch
-from training.idle_settings import refuse_idle_at_start
+from training.idle_settings import refuse_idle_at_start, refuse_long_warmup
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
 from training.optimizer_layout import match_optimizer_layout
+from training.precision import run_dtype
 from training.resume_settings import apply_checkpoint_settings, summary
 from training.rng_state import restore_rng, seed_everything
 from training.tb_logger import RunLogger
@@ -169,9 +169,8 @@ def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
 
 
 def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray) -> None:
-    """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches
-    (model/hangul/held_rows.py). A resumed run keeps its checkpoint's setting (training/resume_settings.py: `all`
-    for one written before the key existed)."""
+    """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches (held_rows.py);
+    a resume keeps its checkpoint's setting (resume_settings.py: `all` for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
 
@@ -252,13 +251,13 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     t = job.train
     dist = distributed.init_distributed(job.device)
     device = pick_device(job.device, dist.local_rank)
-    dtype, precision = run_precision(t.dtype, t.compile == "true", device)  # its line: once every check passed
     enable_fast_matmul(device)
     if device.type == "cpu":
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
     changed = apply_checkpoint_settings(job, resumed) if resumed else []
+    dtype, precision = run_dtype(job, device)  # a resume keeps its checkpoint's; the line: once every check passed
     refuse_idle_at_start(job, resumed)  # training/idle_settings.py, once the settings are final
     refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
@@ -268,6 +267,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     hold_syllable_rows(job, raw_model, train_tokens)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
+    refuse_long_warmup(job, resumed, max_steps)  # training/idle_settings.py, once epochs are steps
     auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)

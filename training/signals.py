@@ -1,6 +1,17 @@
-"""SIGINT / SIGTERM during training: finish the current step, save, and exit with the signal's code.
+"""SIGINT / SIGTERM during training: finish the current step, save, and exit with the signal's code; a wait that
+may be cut short (the setup, an evaluation, a snapshot, the closing sample) is cut short at once.
 
 Design choices:
+- Between steps the handler only records the signal, and the loop stops at the end of the step: a step cut in
+  half would leave the optimizer's state torn. The waits that read the weights and change nothing a checkpoint
+  holds run inside `stop_at_once()`: there the handler raises `Interrupted` (common/errors.py) at the next Python
+  line, so an evaluation of any length answers within one batch's forward pass. The trainer then saves as it
+  does between steps (training/trainer.py), and the setup (the first token-cache build among its waits) ends in
+  one line with the signal's exit code, its half-written files removed by the same clean-up as Ctrl-C's.
+- A checkpoint write is never inside `stop_at_once()`: it always runs to its end (it is written atomically
+  anyway, common/atomic_files.py).
+- Under torchrun a wait is not cut short: the ranks would leave a collective at different points. They stop at
+  the end of the step, together (training/distributed.py).
 - A second Ctrl-C aborts at once, except under torchrun: there a Ctrl-C reaches each worker twice, once from
   the terminal and once forwarded by torchrun's agent, so a second one is not the user insisting (the agent
   kills workers that take longer than its shutdown timeout anyway).
@@ -8,33 +19,81 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
+
+from common.errors import Interrupted
+
+_active: StopSignals | None = None  # the handlers installed now (one training per process)
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
 
 
 class StopSignals:
     """Records the first SIGINT or SIGTERM so the loop stops after its current step (a checkpoint is written
-    then); a second Ctrl-C aborts at once."""
+    then); inside `stop_at_once()` it raises `Interrupted` instead; a second Ctrl-C aborts at once."""
 
     def __init__(self) -> None:
         self.received: str | None = None
+        self.at_once = False
         self._old: dict = {}
 
     def __enter__(self) -> StopSignals:
+        global _active
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread
                 pass
+        if self._old:
+            _active = self
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.received and signum == signal.SIGINT and "TORCHELASTIC_RUN_ID" not in os.environ:
+        if self.received and signum == signal.SIGINT and not under_torchrun():
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
+        if self.at_once:
+            self.at_once = False  # once: the clean-up after it is not cut short in turn
+            raise Interrupted(self.received)
 
     def __exit__(self, *exc) -> None:
-        if self.received and "TORCHELASTIC_RUN_ID" in os.environ:
+        global _active
+        if _active is self:
+            _active = None
+        self.at_once = False
+        if self.received and under_torchrun():
             return  # stopping: torchrun's forwarded copy may still arrive, and must not abort the ending run
         for sig, old in self._old.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[StopSignals]:
+    """The training's `StopSignals`: the one installed already (the loop runs inside train()'s), else a new one."""
+    if _active is not None:
+        yield _active
+        return
+    with StopSignals() as signals:
+        yield signals
+
+
+@contextlib.contextmanager
+def stop_at_once() -> Iterator[None]:
+    """Within: SIGINT or SIGTERM raise `Interrupted` at once (one received before raises on entry). Outside a
+    training's `StopSignals`, and under torchrun, it changes nothing."""
+    signals = _active
+    if signals is None or under_torchrun():
+        yield
+        return
+    if signals.received:
+        raise Interrupted(signals.received)
+    before, signals.at_once = signals.at_once, True
+    try:
+        yield
+    finally:
+        signals.at_once = before

@@ -7,8 +7,10 @@ Design choices:
 - Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
   progress bar and writes checkpoints; every rank agrees on when to stop.
 - A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation). Non-finite weights
-  are never saved.
+  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation). Non-finite weights,
+  and weights whose validation is not finite, are never saved (training/divergence.py).
+- A signal stops the run after its step; during an evaluation, a snapshot or the closing sample it stops that wait at
+  once (training/signals.py), and the run saves as it would after a step.
 - Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
   attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
 """
@@ -24,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from cli.overrides import shell_path
-from common.errors import UserError
+from common.errors import Interrupted, UserError
 from inference.checkpoint import (
     BEST_NAME,
     CKPT_NAME,
@@ -38,16 +40,18 @@ from model.counts import num_parameters
 from model.hangul.held_rows import dense_state_dict
 from training import distributed
 from training.config import TrainJob
-from training.divergence import LossWatch, TrainingDiverged
+from training.divergence import LossWatch, TrainingDiverged, all_finite
 from training.evaluation import bits_per_char, estimate_loss
 from training.progress import progress_bar
 from training.rng_state import capture_rng
+from training.run_start import eval_batches, nothing_left, start_notes
 from training.sample import sample_chars
 from training.setup import LoopState, Session, setup
-from training.signals import StopSignals
+from training.signals import stop_at_once, stop_signals
 from training.step import StepResult
 from training.step_runner import StepRunner
 
+COMPLETED = ("max_steps", "max_epochs", "max_seconds")
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
                "max_seconds": "the time budget train.max_seconds used"}
 
@@ -68,15 +72,23 @@ class TrainResult:
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
-    s, state = setup(job, Path(run_dir))
+    with stop_signals():  # one set of handlers from the setup to the closing sample (training/signals.py)
+        return run_training(job, Path(run_dir))
+
+
+def run_training(job: TrainJob, run_dir: Path) -> TrainResult:
+    with stop_at_once():  # the setup's waits (the first token-cache build) end at a signal, nothing half-written
+        s, state = setup(job, run_dir)
     started = time.perf_counter()
+    start_notes(s, state)  # training/run_start.py: the evaluation batches capped, nothing left to train
     # Counts steps, or seconds when train.max_seconds will stop the run first (training/progress.py).
     bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, disable=not s.dist.is_main)
     s.raw_model.train()
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        loop(s, state, bar, StepRunner(s))
+        if not nothing_left(s, state):
+            loop(s, state, bar, StepRunner(s))
     except TrainingDiverged:
         bar.close()  # so the error starts its own line
         raise
@@ -88,7 +100,7 @@ def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
     """Steps, logging, evaluations and checkpoints until a limit or a signal; nothing here waits for the device
     but the checks at log steps, evaluations and checkpoints (training/divergence.py)."""
     job = s.job
-    with StopSignals() as signals:
+    with stop_signals() as signals:  # train()'s
         while s.max_steps is None or state.step < s.max_steps:
             result = runner.step(state)
             state.watch.add(result.loss)
@@ -100,21 +112,33 @@ def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
             halt = agree and distributed.any_rank(out_of_time or signals.received is not None, s.dist, s.device)
             stop_signal = distributed.agreed_signal(signals.received, s.dist, s.device) if halt else None
             if stop_signal:  # every rank takes this branch together, whichever got the signal first
-                state.stopped = stop_signal
-                save(s, state, CKPT_NAME)
-                bar.close()
-                if s.dist.is_main:  # every rank got the signal; the resume command is printed once
-                    tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
-                               f"train.resume={shell_path(s.run_dir)}")
+                stop(s, state, bar, stop_signal)
                 break
             last = state.step == s.max_steps or halt
             if last and s.average is not None:
                 s.average.finish(s.raw_model)  # never an empty average: the final weights if no update was due
             if state.step % job.train.eval_interval == 0 or last:
-                validate(s, state, last)
+                try:
+                    validate(s, state, last)
+                except Interrupted as e:  # a signal during the evaluation or the snapshot (training/signals.py)
+                    stop(s, state, bar, e.signal_name)
+                    break
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
                 break
+
+
+def stop(s: Session, state: LoopState, bar: tqdm | None, signal_name: str) -> None:
+    """A signal stops the run: save the step reached (unless this step's checkpoint is written already), say how to
+    go on."""
+    state.stopped = signal_name
+    if state.watch.saved_step != state.step or not (s.run_dir / CKPT_NAME).exists():
+        save(s, state, CKPT_NAME)
+    if bar is not None:
+        bar.close()
+    if s.dist.is_main:  # every rank got the signal; the resume command is printed once
+        tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
+                   f"train.resume={shell_path(s.run_dir)}")
 
 
 def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> None:
@@ -141,7 +165,7 @@ def estimate(s: Session, model: torch.nn.Module, split: str) -> float:
     """Mean loss of `model` on the same fixed batches of the `train` or `val` split at every evaluation."""
     t = s.job.train
     tokens, seed = (s.train_tokens, s.job.seed + 1) if split == "train" else (s.val_tokens, s.job.seed + 2)
-    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, t.eval_steps, s.device,
+    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, eval_batches(s), s.device,
                          s.autocast, seed=seed)
 
 
@@ -152,23 +176,29 @@ def evaluate(s: Session) -> tuple[float, float]:
 
 
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
-    """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved)."""
+    """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved); then the snapshot. A
+    signal cuts the evaluation and the snapshot short (training/signals.py: `Interrupted`), never the save."""
     state.watch.check(state.step)
-    train_est, state.val_loss = evaluate(s)
-    bpc = bits_per_char(state.val_loss, s.tokens_per_char)
-    scalars = {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est}
-    if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
-        scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
+    with stop_at_once():
+        train_est, val_loss = evaluate(s)
+        scalars = {"val/loss": val_loss, "val/bpc": bits_per_char(val_loss, s.tokens_per_char),
+                   "train/eval_loss": train_est}
+        if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
+            scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
+    state.watch.check_evaluation(state.step, val_loss, train_est)  # finite losses, weights too large to score
+    state.val_loss, bpc = val_loss, scalars["val/bpc"]
     s.logger.scalars(state.step, scalars)
-    if snapshot_due(s.job.train.snapshot_interval, state.last_snapshot, state.step, last):
-        s.logger.snapshot(state.step)
-        state.last_snapshot = state.step
     s.logger.flush()
     if s.dist.is_main:
         tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
     save(s, state, CKPT_NAME, also=BEST_NAME if improved else None)
+    if snapshot_due(s.job.train.snapshot_interval, state.last_snapshot, state.step, last):
+        with stop_at_once():
+            s.logger.snapshot(state.step)
+        s.logger.flush()
+        state.last_snapshot = state.step
 
 
 def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool) -> bool:
@@ -184,8 +214,8 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     state.watch.check(state.step)
     if not s.dist.is_main:
         return
-    if not bool(torch.stack([torch.isfinite(p).all() for p in s.raw_model.parameters()]).all()):  # one read
-        raise TrainingDiverged("the model weights are not finite; the last good checkpoint was kept")
+    if not all_finite(s.raw_model) or s.average is not None and not all_finite(s.average.model):
+        state.watch.refuse_unfinite(state.step, "the model weights")
     average = s.average
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
@@ -197,25 +227,37 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
         if also:
             copy_checkpoint(s.run_dir / name, s.run_dir / also)
+        state.watch.saved_step = state.step
     except UserError:
         for bar in list(getattr(tqdm, "_instances", ())):  # so the error starts its own line
             bar.close()
         raise
 
 
+def closing_evaluation(s: Session, state: LoopState) -> None:
+    """A run that trained no step (resumed at its end) is evaluated as it stands; where the run has no ckpt.pt
+    (resumed from best.pt, the newer ckpt.pt kept aside) it is written, never leaving the run without the
+    checkpoint generate.py reads, and only if its validation is finite."""
+    train_est, state.val_loss = evaluate(s)
+    if not (s.run_dir / CKPT_NAME).exists():
+        state.watch.check_evaluation(state.step, state.val_loss, train_est)
+        save(s, state, CKPT_NAME)
+
+
 def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     """The final evaluation if none ran, the closing sample, HParams, and the result line's numbers."""
     t = s.job.train
-    completed = state.stopped in ("max_steps", "max_epochs", "max_seconds")
-    if math.isnan(state.val_loss) and completed:  # zero steps run (resumed at the end)
-        _, state.val_loss = evaluate(s)
-        if not (s.run_dir / CKPT_NAME).exists():  # resumed from best.pt, the newer ckpt.pt kept aside: never
-            save(s, state, CKPT_NAME)  # leave the run without the checkpoint generate.py reads
     sample = ""
-    if s.dist.is_main and completed and t.sample_chars > 0:
-        model = reader_model(s, s.raw_model)
-        sample = sample_chars(model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
-        s.logger.text("samples/final", sample, state.step)
+    try:
+        with stop_at_once():  # a signal cuts the final evaluation and the sample short; the checkpoint is written
+            if math.isnan(state.val_loss) and state.stopped in COMPLETED:  # zero steps run (resumed at the end)
+                closing_evaluation(s, state)
+            if s.dist.is_main and state.stopped in COMPLETED and t.sample_chars > 0:
+                model = reader_model(s, s.raw_model)
+                sample = sample_chars(model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
+                s.logger.text("samples/final", sample, state.step)
+    except Interrupted as e:
+        stop(s, state, None, e.signal_name)
     s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
                   f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)
     val_bpc = bits_per_char(state.val_loss, s.tokens_per_char)

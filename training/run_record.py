@@ -1,0 +1,72 @@
+"""The run's recorded settings (Hydra's `.hydra/` files in the run folder) put back when a start saved nothing.
+
+Design choices:
+- Hydra writes `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` into the run folder before any code of ours
+  runs, so a resume that fails (refused, diverged, interrupted before its first checkpoint) or has nothing to train
+  would leave its own overrides as the settings of a run whose checkpoints it never wrote. `train.py` reads the
+  record of the folder its command line names before Hydra starts (`RecordedSettings`), and puts it back, byte for
+  byte, when no checkpoint was written.
+- A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
+  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity, so a rename is
+  not a save. The run lock (training/run_lock.py) makes this process the folder's only writer.
+- A folder without a record before (a new run) keeps Hydra's; `training/hydra_setup.py` removes a folder a failed
+  start left with nothing else in it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from common.atomic_files import atomic_write
+
+RECORD = ".hydra"
+
+
+def _checkpoints(folder: Path) -> set[tuple[int, int, int]]:
+    found = set()
+    for p in folder.glob("*.pt"):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        found.add((st.st_ino, st.st_mtime_ns, st.st_size))
+    return found
+
+
+class RecordedSettings:
+    """The `.hydra/` files of `folder` as they are now, to put back with `restore_unless_saved`."""
+
+    def __init__(self, folder: str | os.PathLike | None):
+        self.folder = Path(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else None
+        self.files: dict[str, bytes] = {}
+        self.checkpoints: set[tuple[int, int, int]] = set()
+        record = self.folder / RECORD if self.folder is not None else None
+        if record is None or not record.is_dir():
+            return
+        for f in record.iterdir():
+            if f.is_file():
+                self.files[f.name] = f.read_bytes()
+        self.checkpoints = _checkpoints(self.folder)
+
+    def saved(self) -> bool:
+        """Whether a checkpoint was written into the folder since the record was read."""
+        return self.folder is not None and not _checkpoints(self.folder) <= self.checkpoints
+
+    def restore_unless_saved(self) -> None:
+        """Put the record back as it was, unless a checkpoint was written since (or there was no record)."""
+        if not self.files or self.saved():
+            return
+        record = self.folder / RECORD
+        try:
+            record.mkdir(parents=True, exist_ok=True)
+            for f in record.iterdir():
+                if f.is_file() and f.name not in self.files:
+                    f.unlink()
+            for name, data in self.files.items():
+                path = record / name
+                if not path.is_file() or path.read_bytes() != data:
+                    atomic_write(path, data)
+        except OSError as e:  # the run's own outcome is what the user must see; this one line says what is left
+            print(f"warning: could not put back {record} as it was ({e.strerror or e})", file=sys.stderr, flush=True)
