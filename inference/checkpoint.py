@@ -116,15 +116,13 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
         if not isinstance(payload["model"], dict):
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
-        weights = match_layout(upgrade_state_names(payload["model"]), model_config.attention)
-        _check_weights(model_config, weights, path)
+        weights = _checked_weights(model_config, payload["model"], path)
         averaged = payload.get("averaged_model")
         if averaged is not None:
             if not isinstance(averaged, dict):
                 raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
                                 "checkpoint")
-            averaged = match_layout(upgrade_state_names(averaged), model_config.attention)
-            _check_weights(model_config, averaged, path)
+            averaged = _checked_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
         return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
@@ -153,23 +151,14 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
-def _check_weights(config: ModelConfig, weights: dict, path: Path) -> None:
-    """Settings and weights must describe the same model; otherwise loading them fails deep inside torch."""
-    from model import AttentionLanguageModel  # imported here: reading a file's header needs no model code
+def _checked_weights(config: ModelConfig, weights: dict, path: Path) -> dict[str, torch.Tensor]:
+    """The weights in the layout `config` builds, once they have passed every check of their structure, dtypes
+    and shapes (inference/weight_checks.py), which runs before any conversion."""
+    from inference.weight_checks import check_state
 
-    try:
-        with torch.device("meta"):  # shapes only: no memory, no initialisation
-            expected = {k: tuple(v.shape) for k, v in AttentionLanguageModel(config).state_dict().items()}
-    except (TypeError, ValueError) as e:
-        raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
-    for key, shape in expected.items():
-        found = weights.get(key)
-        if not isinstance(found, torch.Tensor):
-            raise UserError(f"checkpoint {path} is inconsistent: its weights lack {key}, which its model settings "
-                            "need; it cannot be sampled or resumed (use another checkpoint)")
-        if tuple(found.shape) != shape:
-            raise UserError(f"checkpoint {path} is inconsistent: {key} is {list(found.shape)} but its model "
-                            f"settings need {list(shape)}; it cannot be sampled or resumed (use another checkpoint)")
+    weights = upgrade_state_names(weights)
+    check_state(config, weights, path)
+    return match_layout(weights, config.attention)
 
 
 def refuse_non_finite(ckpt: Checkpoint) -> None:
