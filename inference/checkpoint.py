@@ -171,6 +171,18 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
                             "checkpoint (best.pt) or train again")
 
 
+def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
+    """`ckpt` once its weights (the set `which`, or None: every set it holds) are finite and compute finite logits
+    (inference/weight_checks.py); else one UserError naming them. What train.resume and train.init_from check
+    before any work."""
+    from inference.weight_checks import probe_model, refuse_non_finite_logits
+
+    refuse_non_finite(ckpt)
+    for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
+        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)
+    return ckpt
+
+
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
     """Write atomically; a failed write (full disk, quota, read-only folder) is one UserError that says the
     file already there is kept (atomic_write never touches it before the new one is complete)."""
@@ -221,12 +233,30 @@ def newest_checkpoint(root: str | Path = "runs") -> Path:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
-def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs") -> Path:
-    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/."""
+def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
+    """A folder holding both a run's checkpoint and an exported model (kochar.json) gives no one model to read: one
+    UserError naming both and `key`, the setting that named the folder. A file named itself is never refused."""
+    from hf_format import RECORD
+
+    folder = Path(path).expanduser()
+    record = folder / RECORD
+    ckpts = [folder / n for n in (CKPT_NAME, BEST_NAME) if (folder / n).is_file()]
+    if ckpts and record.is_file() and (folder / "model.safetensors").is_file():
+        which = f"{key}={ckpts[0]}" + ("" if key.startswith("train.") else f" or {key}={record}")
+        raise UserError(f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
+                        f"{record}: name the one you mean ({which}), or move one of them to a folder of its own")
+
+
+def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
+    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/ (a folder that
+    also holds an exported model is refused, naming `key`: refuse_two_models)."""
     if path in (None, ""):
-        return newest_checkpoint(runs_root)
+        newest = newest_checkpoint(runs_root)
+        refuse_two_models(newest.parent, key)
+        return newest
     p = Path(path).expanduser()
     if p.is_dir():
+        refuse_two_models(p, key)
         if (p / CKPT_NAME).is_file():
             return p / CKPT_NAME
         raise UserError(f"no {CKPT_NAME} in run directory {p}")

@@ -153,9 +153,9 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 
 
 @torch.no_grad()
-def refuse_non_finite_logits(model: nn.Module, source: object) -> None:
+def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "") -> None:
     """One forward pass of `model` (on its device, in eval mode for the pass) on a few tokens spread over the
-    vocabulary; logits that are not finite are one UserError naming the weights `source`."""
+    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`)."""
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)
     device = next(model.parameters()).device
@@ -167,6 +167,16 @@ def refuse_non_finite_logits(model: nn.Module, source: object) -> None:
     finally:
         model.train(was_training)
     if not bool(torch.isfinite(logits).all()):
-        raise UserError(f"the weights of {source} compute logits that are not finite numbers (NaN or infinity) on "
-                        "a few tokens: they cannot be sampled, scored, exported, resumed or fine-tuned from; use an "
-                        "earlier checkpoint (best.pt) or train again")
+        raise UserError(f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
+                        "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
+                        "sampled, scored, exported, resumed or fine-tuned from; use an earlier checkpoint (best.pt) "
+                        "or train again")
+
+
+def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
+    """A CPU model holding `weights` (as float32) for one check, built at no cost: on `meta`, then the weights
+    assigned in place of its parameters (no random initialisation, no copy of float32 weights)."""
+    model = meta_model(config)
+    model.load_state_dict({k: v.float() for k, v in weights.items()}, assign=True)
+    return model
+
