@@ -40,6 +40,7 @@ from training import distributed
 from training.config import TrainJob
 from training.divergence import LossWatch, TrainingDiverged
 from training.evaluation import bits_per_char, estimate_loss
+from training.memory_fit import fit_memory
 from training.progress import progress_bar
 from training.rng_state import capture_rng
 from training.sample import sample_chars
@@ -75,7 +76,8 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        loop(s, state, bar)
+        with fit_memory(s.raw_model, s.job.train, s.device, s.dtype, bool(s.optimizer.state)):  # one line, not OOM
+            loop(s, state, bar)
     except TrainingDiverged:
         bar.close()  # so the error starts its own line
         raise
