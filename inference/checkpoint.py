@@ -14,7 +14,7 @@ Design choices:
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
-  loads) are all that sampling and scoring need; a training state missing any entry makes `training` None
+  loads, key by key before any conversion: inference/weight_checks.py) are all that sampling and scoring need; a training state missing any entry makes `training` None
   and `missing_training` names the entries, so only resuming is refused, in one line that says what still
   works.
 """
@@ -35,9 +35,8 @@ import torch
 
 from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
+from inference.weight_checks import checked_weights, probe_model, refuse_non_finite_logits
 from model.config import ModelConfig
-from model.input_output import upgrade_state_names
-from model.qkv_layout import match_layout
 
 FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
@@ -116,13 +115,13 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
         if not isinstance(payload["model"], dict):
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
-        weights = _checked_weights(model_config, payload["model"], path)
+        weights = checked_weights(model_config, payload["model"], path)  # every key, dtype and shape, then converted
         averaged = payload.get("averaged_model")
         if averaged is not None:
             if not isinstance(averaged, dict):
                 raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
                                 "checkpoint")
-            averaged = _checked_weights(model_config, averaged, path)
+            averaged = checked_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
         return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
@@ -151,16 +150,6 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
-def _checked_weights(config: ModelConfig, weights: dict, path: Path) -> dict[str, torch.Tensor]:
-    """The weights in the layout `config` builds, once they have passed every check of their structure, dtypes
-    and shapes (inference/weight_checks.py), which runs before any conversion."""
-    from inference.weight_checks import check_state
-
-    weights = upgrade_state_names(weights)
-    check_state(config, weights, path)
-    return match_layout(weights, config.attention)
-
-
 def refuse_non_finite(ckpt: Checkpoint) -> None:
     """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
     averaged weights, where the run kept them, as well as the raw ones)."""
@@ -172,11 +161,8 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
-    """`ckpt` once its weights (the set `which`, or None: every set it holds) are finite and compute finite logits
-    (inference/weight_checks.py); else one UserError naming them. What train.resume and train.init_from check
-    before any work."""
-    from inference.weight_checks import probe_model, refuse_non_finite_logits
-
+    """`ckpt` once its weights (the set `which`, or None: every set) are finite and compute finite logits
+    (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
     refuse_non_finite(ckpt)
     for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
         refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)

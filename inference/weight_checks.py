@@ -29,7 +29,8 @@ from torch.overrides import TorchFunctionMode
 
 from common.errors import UserError
 from model.config import ModelConfig
-from model.qkv_layout import PARTS, QKV, head_key, qkv_prefix, split_head_key
+from model.input_output import upgrade_state_names
+from model.qkv_layout import PARTS, QKV, head_key, match_layout, qkv_prefix, split_head_key
 
 PROBE_TOKENS = 8  # positions of the forward pass that checks the logits: enough to pass every block's attention
 _FACTORIES = frozenset({torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye,
@@ -142,6 +143,14 @@ def _head_keys(config: ModelConfig, state: dict[str, Any], expected: dict, path:
         if need - keys:
             raise _refusal(path, f"its weights lack {min(need - keys)}, which its model settings need")
     return found
+
+
+def checked_weights(config: ModelConfig, weights: dict, path: object) -> dict[str, Tensor]:
+    """A checkpoint's weights (`path` names it) in the layout `config` builds, once the names of older versions
+    are upgraded and `check_state` has passed: the checks run before any conversion."""
+    weights = upgrade_state_names(weights)
+    check_state(config, weights, path)
+    return match_layout(weights, config.attention)
 
 
 def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: object) -> None:

@@ -54,7 +54,8 @@ def test_the_refusal_names_the_largest_batch_and_the_accumulation_that_keeps_the
                       "train.grad_accum_steps=2 trains on 64 sequences per step (64 asked for)")
     assert "a batch of 1 would not fit either" in str(memory_fit.refusal(t, CPU, 12 << 30, 1 << 30, 0))
     memory = StepMemory(fixed=100, per_sequence=10)
-    assert memory.largest_batch(155) == 5 and memory.largest_batch(99) == 0 and memory.total(5) == 150
+    assert memory.total(5) == 150 and memory.largest_batch(450) == 5  # with 3x room: 3 x 150 bytes
+    assert memory.largest_batch(115) == 1 and memory.largest_batch(109) == 0  # one sequence, if only the estimate
 
 
 def test_the_auto_dropout_speed_measurement_is_guarded_too(tmp_path, corpus, monkeypatch):

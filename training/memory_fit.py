@@ -14,8 +14,9 @@ Design choices:
   that fits is never refused; what it misses is caught as it happens. An allocator that does raise
   (torch.OutOfMemoryError on a GPU, "DefaultCPUAllocator: can't allocate memory" on the CPU) is turned into the
   same one line by `fit_memory`, which wraps the loop.
-- The line names the largest batch the estimate lets fit and `train.grad_accum_steps`, the way to the same
-  effective batch in less memory.
+- The line names a batch that fits with room to spare (`MARGIN` times the estimate: the estimate refuses
+  generously, the suggestion must not send the user into the killer) and `train.grad_accum_steps`, the way to the
+  same effective batch in less memory.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from model.config import ModelConfig
 from training.config import TrainConfig
 
 GiB = 1 << 30
+MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room
 BLOCK_SAVED = 16  # numbers per token and embedding channel each block keeps for its backward (x, qkv, MLP: ~17)
 _OOM_WORDS = ("out of memory", "can't allocate memory", "defaultcpuallocator")
 
@@ -47,8 +49,10 @@ class StepMemory:
         return self.fixed + batch_size * self.per_sequence
 
     def largest_batch(self, available: int) -> int:
-        """The largest batch whose step fits in `available` bytes (0: not even one sequence)."""
-        return max(0, (available - self.fixed) // max(1, self.per_sequence))
+        """The batch to suggest for `available` bytes: the largest whose step fits with `MARGIN` times the estimate,
+        or 1 where only the estimate itself fits a sequence (0: not even that)."""
+        safe = (available - MARGIN * self.fixed) // max(1, MARGIN * self.per_sequence)
+        return max(0, safe, 1 if self.total(1) <= available else 0)
 
 
 def activation_bytes(c: ModelConfig, context: int, compute_bytes: int, attention_weights: bool) -> int:
