@@ -121,7 +121,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.steps < 1:
         raise UserError("--repeat and --steps must be at least 1")
-    if args.run is not None and not Path(args.run).expanduser().exists():
+    if args.run is not None and not (Path(args.run).expanduser().is_dir() or Path(args.run).expanduser().is_file()):
         raise UserError(f"--run {args.run}: no such run folder or checkpoint")
     args.root = _checkout(args.root, "--root")
     args.baseline = None if args.baseline is None else _checkout(args.baseline, "--baseline")

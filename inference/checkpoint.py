@@ -14,9 +14,9 @@ Design choices:
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
-  loads, key by key before any conversion: inference/weight_checks.py) are all that sampling and scoring need; a training state missing any entry makes `training` None
-  and `missing_training` names the entries, so only resuming is refused, in one line that says what still
-  works.
+  loads, key by key before any conversion: inference/weight_checks.py) are all that sampling and scoring need;
+  a training state missing any entry makes `training` None and `missing_training` names the entries, so only
+  resuming is refused, in one line that says what still works.
 """
 
 from __future__ import annotations
