@@ -9,7 +9,8 @@ clock when that byte arrives and when the process ends. `--root` is the checkout
 `--baseline` another checkout (say main, for "before"), timed in turns with it, so a busy machine slows both alike.
 Without `--run`, a small run is trained first (this checkout's train.py, the default model, a few steps) into
 `--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo (a second or
-more of its start on a small machine). Prints one JSON object: the medians and every timing, per checkout.
+more of its start on a small machine). Prints one JSON object: the medians and every timing, per checkout, and
+what each start-up check of a weight file and a batch costs here (`checks_ms`, in this process).
 
 Design choices:
 - Whole processes, not functions: the start a user waits for includes the interpreter, torch's import, Hydra's
@@ -80,13 +81,46 @@ def train_run(out: Path, steps: int) -> Path:
     return run
 
 
+def check_costs(run: Path) -> dict[str, float]:
+    """Milliseconds each start-up check of issue 54 costs on `run`, in this process (this checkout's code): the
+    weights' structure (its meta build included: a fresh process pays it once), the export header's expected
+    tensors, the logits of the reader's model, the probe model of train.resume and train.init_from, and the memory
+    estimate of a training step at train.batch_size=8."""
+    import torch
+
+    from hf_export.writer import choose_layout
+    from inference.checkpoint import load_checkpoint, resolve_checkpoint, usable
+    from inference.exported_checks import expected_tensors
+    from inference.loading import model_from_checkpoint
+    from inference.weight_checks import _expected, check_state, refuse_non_finite_logits
+    from training.config import TrainConfig
+    from training.memory_fit import available_bytes, estimate
+
+    ckpt = load_checkpoint(resolve_checkpoint(run))
+    model = model_from_checkpoint(ckpt)
+    c = ckpt.model_config
+    _expected.cache_clear()
+    checks = {"structure": lambda: check_state(c, ckpt.model, ckpt.path),
+              "export_header": lambda: expected_tensors(c, choose_layout(c)),
+              "logits": lambda: refuse_non_finite_logits(model, ckpt.path),
+              "resume_probe": lambda: usable(ckpt),
+              "memory_estimate": lambda: (available_bytes(torch.device("cpu")),
+                                          estimate(model, TrainConfig(), torch.device("cpu"), torch.float32))}
+    costs = {}
+    for name, check in checks.items():
+        started = time.perf_counter()
+        check()
+        costs[name] = round((time.perf_counter() - started) * 1000, 2)
+    return costs
+
+
 def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
     """Every checkout timed `repeat` times, in turns; then whether each imports torch._dynamo."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in roots}
     for _ in range(repeat):
         for name, root in roots.items():
             times[name].append(first_char_seconds(root, run))
-    result: dict = {"run": str(run), "repeat": repeat, "python": sys.executable}
+    result: dict = {"run": str(run), "repeat": repeat, "python": sys.executable, "checks_ms": check_costs(run)}
     for name, root in roots.items():
         first = [round(t[0], 4) for t in times[name]]
         ended = [round(t[1], 4) for t in times[name]]
