@@ -132,6 +132,12 @@ def test_finite_weights_with_logits_that_are_not_are_refused_by_every_reader(tmp
 
     _refused(lambda: load_source(train_job(tmp_path, f"train.init_from={run}")), "compute logits that are not finite")
     _refused(lambda: open_resume(train_job(tmp_path, f"train.resume={run}"), run, True), "compute logits that are not")
+    pytest.importorskip("safetensors")
+    from hf_export.writer import write_folder
+
+    folder = tmp_path / "exported"
+    write_folder(ckpt, KoreanCharTokenizer.from_text(TEXT), 1, folder, "python export.py", False, verify=False)
+    _refused(lambda: load_run(folder, torch.device("cpu")), f"weights of {folder / 'kochar.json'} compute logits")
 
 
 def test_the_averaged_weights_are_checked_too(tmp_path):
