@@ -7,9 +7,13 @@ Design choices:
   float dtypes only, every shape as the model settings need. `refuse_non_finite_logits` runs the model built from
   the weights on a few tokens: weights that are finite can still overflow to logits that are not.
 - The names and shapes expected come from the model itself, built on the `meta` device (shapes only, no memory),
-  so the model's code stays the one statement of its shapes. Its random initialisation is skipped there: on `meta`
-  torch runs `normal_` through its Python reference, whose first call imports torch._dynamo, more than a second
-  of a reader's start on a small machine, for values that `meta` does not even hold.
+  so the model's code stays the one statement of its shapes. On `meta` torch computes many operations (`normal_`,
+  `tril`, `neg`, `cat`...) through its Python references, whose first call imports torch._dynamo: more than a
+  second of a reader's start on a small machine. `shapes_only` avoids every one the build and the export's
+  mappings make: in-place operations on `meta` tensors are skipped (they would change no shape), and the small
+  tables a module derives (masks, positions, ids) are made on the CPU. The same build, with a checkpoint's
+  weights assigned in place of its parameters, is the model the logits check of train.resume and train.init_from
+  runs (`probe_model`): no random initialisation, no copy.
 - A file may hold each attention module's weights in either layout (a file written before the fused `qkv` holds
   them head by head); a module holding both, or only some of its heads, is refused naming the key, where the
   conversion would otherwise fail inside with a KeyError.
@@ -32,7 +36,7 @@ from model.config import ModelConfig
 from model.input_output import upgrade_state_names
 from model.qkv_layout import PARTS, QKV, head_key, match_layout, qkv_prefix, split_head_key
 
-PROBE_TOKENS = 8  # positions of the forward pass that checks the logits: enough to pass every block's attention
+PROBE_TOKENS = 8  # positions of the forward pass that checks the logits (attention over several, every block, head)
 _FACTORIES = frozenset({torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye,
                         torch.tensor})
 _RESHAPING = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_",
@@ -60,7 +64,7 @@ class _ShapesOnly(TorchFunctionMode):
         if func not in _FACTORIES or "device" in kwargs:
             return func(*args, **kwargs)
         default = torch.get_default_dtype()
-        if kwargs.get("dtype", default) != default:  # a table's dtype, said: made on the CPU at once
+        if (kwargs.get("dtype") or default) != default:  # a table's dtype, said: made on the CPU at once
             return func(*args, **kwargs, device="cpu")
         result = func(*args, **kwargs)  # on `meta`, unless its dtype (inferred) shows it is a table
         return func(*args, **kwargs, device="cpu") if result.dtype != default else result

@@ -219,8 +219,9 @@ def test_the_shapes_only_build_gives_the_model_s_own_names_shapes_and_logits():
 
 
 def test_reading_weights_imports_no_torch_dynamo(tmp_path):
-    """The shape checks of a checkpoint and of an exported folder, and the reader's whole load, in a fresh
-    interpreter: torch._dynamo (a second or more of every reader's start) is never imported."""
+    """The shape checks of a checkpoint and of an exported folder, the reader's whole load, and the meta build of
+    every kind and switch, in a fresh interpreter: torch._dynamo (a second or more of every reader's start) is never
+    imported."""
     pytest.importorskip("safetensors")
     from hf_export.writer import write_folder
 
@@ -229,7 +230,9 @@ def test_reading_weights_imports_no_torch_dynamo(tmp_path):
                  verify=False)
     code = ("import sys, torch; from inference.loading import load_run; "
             f"load_run({str(run)!r}, torch.device('cpu')); load_run({str(tmp_path / 'exported')!r}, "
-            "torch.device('cpu')); print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))")
+            "torch.device('cpu')); from tests.test_weight_checks import _configs; "
+            "from inference.weight_checks import meta_model; [meta_model(c) for c in _configs()]; "
+            "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]", r.stdout
