@@ -84,7 +84,7 @@ def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_com
             raise destination.fault("write the export beside", out, e) from None
         if verify:
             try:
-                check_folder(tmp, model_from_checkpoint(ckpt))
+                check_folder(tmp, model_from_checkpoint(ckpt), ckpt.path)
             except OSError as e:  # transformers copies a folder's code into its own cache (HF_HOME) to load it
                 raise destination.fault("load the export with transformers from", tmp, e) from None
         destination.commit(tmp, out, overwrite)

@@ -30,7 +30,7 @@ def fits(c: ModelConfig) -> bool:
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
     """Negate the second half of every head's rows (the rotation's direction; see the module docstring)."""
     per_head = rows.reshape(num_heads, 2, -1, rows.shape[-1]).clone()  # (H, 2, D/2, E)
-    per_head[:, 1] = -per_head[:, 1]
+    per_head[:, 1].neg_()  # in place: the export's shape check runs this on `meta` (inference/weight_checks.py)
     return per_head.reshape(rows.shape)
 
 

@@ -14,9 +14,9 @@ Design choices:
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
 - A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
-  loads) are all that sampling and scoring need; a training state missing any entry makes `training` None
-  and `missing_training` names the entries, so only resuming is refused, in one line that says what still
-  works.
+  loads, key by key before any conversion: inference/weight_checks.py) are all that sampling and scoring need;
+  a training state missing any entry makes `training` None and `missing_training` names the entries, so only
+  resuming is refused, in one line that says what still works.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ import torch
 
 from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
+from inference.weight_checks import checked_weights, probe_model, refuse_non_finite_logits
 from model.config import ModelConfig
-from model.input_output import upgrade_state_names
-from model.qkv_layout import match_layout
 
 FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
@@ -116,15 +115,13 @@ class Checkpoint:
             raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
         if not isinstance(payload["model"], dict):
             raise UserError(f"checkpoint {path} holds no weights: it cannot be sampled or resumed")
-        weights = match_layout(upgrade_state_names(payload["model"]), model_config.attention)
-        _check_weights(model_config, weights, path)
+        weights = checked_weights(model_config, payload["model"], path)  # every key, dtype and shape, then converted
         averaged = payload.get("averaged_model")
         if averaged is not None:
             if not isinstance(averaged, dict):
                 raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
                                 "checkpoint")
-            averaged = match_layout(upgrade_state_names(averaged), model_config.attention)
-            _check_weights(model_config, averaged, path)
+            averaged = checked_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
         return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
@@ -153,25 +150,6 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
-def _check_weights(config: ModelConfig, weights: dict, path: Path) -> None:
-    """Settings and weights must describe the same model; otherwise loading them fails deep inside torch."""
-    from model import AttentionLanguageModel  # imported here: reading a file's header needs no model code
-
-    try:
-        with torch.device("meta"):  # shapes only: no memory, no initialisation
-            expected = {k: tuple(v.shape) for k, v in AttentionLanguageModel(config).state_dict().items()}
-    except (TypeError, ValueError) as e:
-        raise UserError(f"checkpoint {path} has unusable model settings ({e})") from None
-    for key, shape in expected.items():
-        found = weights.get(key)
-        if not isinstance(found, torch.Tensor):
-            raise UserError(f"checkpoint {path} is inconsistent: its weights lack {key}, which its model settings "
-                            "need; it cannot be sampled or resumed (use another checkpoint)")
-        if tuple(found.shape) != shape:
-            raise UserError(f"checkpoint {path} is inconsistent: {key} is {list(found.shape)} but its model "
-                            f"settings need {list(shape)}; it cannot be sampled or resumed (use another checkpoint)")
-
-
 def refuse_non_finite(ckpt: Checkpoint) -> None:
     """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
     averaged weights, where the run kept them, as well as the raw ones)."""
@@ -180,6 +158,15 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
                             "infinity): it cannot be sampled, scored, exported or fine-tuned from; use an earlier "
                             "checkpoint (best.pt) or train again")
+
+
+def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
+    """`ckpt` once its weights (the set `which`, or None: every set) are finite and compute finite logits
+    (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
+    refuse_non_finite(ckpt)
+    for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
+        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)
+    return ckpt
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
@@ -232,12 +219,30 @@ def newest_checkpoint(root: str | Path = "runs") -> Path:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
-def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs") -> Path:
-    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/."""
+def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
+    """A folder holding both a run's checkpoint and an exported model (kochar.json) gives no one model to read: one
+    UserError naming both and `key`, the setting that named the folder. A file named itself is never refused."""
+    from hf_format import RECORD
+
+    folder = Path(path).expanduser()
+    record = folder / RECORD
+    ckpts = [folder / n for n in (CKPT_NAME, BEST_NAME) if (folder / n).is_file()]
+    if ckpts and record.is_file() and (folder / "model.safetensors").is_file():
+        which = f"{key}={ckpts[0]}" + ("" if key.startswith("train.") else f" or {key}={record}")
+        raise UserError(f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
+                        f"{record}: name the one you mean ({which}), or move one of them to a folder of its own")
+
+
+def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
+    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/ (a folder that
+    also holds an exported model is refused, naming `key`: refuse_two_models)."""
     if path in (None, ""):
-        return newest_checkpoint(runs_root)
+        newest = newest_checkpoint(runs_root)
+        refuse_two_models(newest.parent, key)
+        return newest
     p = Path(path).expanduser()
     if p.is_dir():
+        refuse_two_models(p, key)
         if (p / CKPT_NAME).is_file():
             return p / CKPT_NAME
         raise UserError(f"no {CKPT_NAME} in run directory {p}")

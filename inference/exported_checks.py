@@ -7,7 +7,8 @@ Design choices:
 - The safetensors header (8 bytes of length, then JSON) is read alone and checked before any tensor is read
   or any model built: each entry's dtype, shape and byte range must agree with each other and with the file,
   and the names, shapes and dtypes must be exactly those the record's settings give through the layout's own
-  mapping (a model built on the `meta` device: shapes only, no memory). A record that claims more blocks than
+  mapping (a model built on the `meta` device: shapes only, no memory, and none of the Python references
+  that would import torch._dynamo: inference/weight_checks.py). A record that claims more blocks than
   the header holds is refused before even that, in the time it takes to read the header.
 - The exporter writes every floating tensor as float32: a header that relabels bytes as another dtype is
   refused rather than read as garbage.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -130,13 +132,13 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def expected_tensors(config: ModelConfig, layout: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{name: (dtype, shape)} of the tensors an export of `config` in `layout` holds (built on `meta`)."""
-    from model import AttentionLanguageModel
+    """{name: (dtype, shape)} of the tensors an export of `config` in `layout` holds: the layout's own mapping run
+    on the `meta` tensors of the model `config` builds (inference/weight_checks.py: shapes only, no memory)."""
+    from inference.weight_checks import meta_model, shapes_only
 
-    with torch.device("meta"):
-        state = AttentionLanguageModel(config).state_dict()
-        state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
-        tensors = LAYOUTS[layout].to_hf(state, config)
+    fused = replace(config, attention="fused")  # the same export from either layout, with no stacking on `meta`
+    with shapes_only():
+        tensors = LAYOUTS[layout].to_hf(meta_model(fused).state_dict(), config)
     return {k: (TORCH_DTYPES.get(v.dtype, str(v.dtype)), tuple(v.shape)) for k, v in tensors.items()}
 
 

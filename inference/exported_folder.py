@@ -4,7 +4,9 @@ Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, not
 before they are trusted (inference/exported_checks.py); the weights are then mapped back from the layout the
 folder was written in (hf_format/gpt2.py, llama.py, custom.py) and put in the layout the settings build
 (model/qkv_layout.py). The folder holds one set of weights; its record says which (`weights`), and a record
-written before it did is `raw` where its run kept no average, else `unknown` (inference/weights.py).
+written before it did is `raw` where its run kept no average, else `unknown` (inference/weights.py). A folder that
+also holds a run's checkpoint gives no one model: every reader, and train.resume, refuses it naming both
+(inference/checkpoint.py's `refuse_two_models`), unless the file meant is named.
 """
 
 from __future__ import annotations

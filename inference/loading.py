@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models, resolve_checkpoint
+from inference.weight_checks import refuse_non_finite_logits
 from inference.weights import WeightsUsed, choose_weights
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict
@@ -45,6 +46,7 @@ def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool
     if ckpt not in (None, ""):
         from inference.exported_folder import is_exported, read_folder
 
+        refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model: neither is chosen
         if is_exported(ckpt):
             return read_folder(ckpt)
     return load_checkpoint(resolve_checkpoint(ckpt, runs_root), mmap=mmap)
@@ -65,4 +67,5 @@ def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Pat
     model = model_from_checkpoint(checkpoint, used.kind)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
+    refuse_non_finite_logits(model, checkpoint.path, used.kind)  # finite weights can still overflow
     return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used)

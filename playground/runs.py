@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from common.errors import UserError
-from inference.checkpoint import CKPT_NAME, resolve_checkpoint
+from inference.checkpoint import CKPT_NAME, refuse_two_models, resolve_checkpoint
 from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
 from inference.weights import choose_weights
@@ -145,6 +145,7 @@ class RunRegistry:
         self.weights = weights  # serve.py's weights=: which set each run's summary names
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
         if ckpt not in (None, ""):
+            refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model
             self.fixed = (exported_folder(ckpt) / RECORD if is_exported(ckpt)  # export.py's folder
                           else resolve_checkpoint(ckpt, self.runs_dir)).resolve()
         self.ttl = ttl

@@ -224,7 +224,8 @@ def _check_time_budget(args: list[str]) -> None:
                                      "train.max_steps=1000000", "train.overwrite=true", *overrides])
 
 
-CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start", "benchmarks.hangul_compare")
+CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start", "benchmarks.hangul_compare",
+             "benchmarks.reader_start")
 
 
 def _check_campaign(module: str, args: list[str]) -> None:

@@ -42,6 +42,7 @@ from data.sampler import BatchSampler
 from model.switches import set_dropout
 from training import distributed
 from training.config import TrainConfig, TrainJob
+from training.memory_fit import fit_memory
 from training.optim import make_optimizer
 from training.resume_settings import typed_command_line
 
@@ -136,7 +137,8 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
     def speed() -> float:
         def optimizer_for(m: nn.Module) -> torch.optim.Optimizer:
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
-        return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
+        with fit_memory(model, t, device, dtype):  # a batch that cannot fit: one line before it is allocated
+            return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
 
     auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device,
                            t.auto_dropout_after)

@@ -28,7 +28,7 @@ import torch
 from common.errors import UserError
 from data.corpus import Corpus, load_corpus
 from data.corpus_files import corpus_files
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, resolve_checkpoint
+from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint, usable
 from inference.weights import WeightsUsed, choose_weights
 from tokenizer import tokenizer_from_dict
 from training.config import TrainJob
@@ -66,9 +66,9 @@ def load_source(job: TrainJob) -> Checkpoint | None:
         return None
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
-    source = load_checkpoint(resolve_checkpoint(job.train.init_from))
-    choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused before any work
-    refuse_non_finite(source)
+    source = load_checkpoint(resolve_checkpoint(job.train.init_from, key="train.init_from"))
+    used = choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused at once
+    usable(source, used.kind)  # finite weights that compute finite logits (inference/weight_checks.py)
     adopt_architecture(job, source)
     return source
 

@@ -32,7 +32,7 @@ from common.errors import UserError
 from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
-from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint
+from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint, usable
 from model import AttentionLanguageModel
 from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
@@ -125,7 +125,7 @@ def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple
 def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | None:
     """The checkpoint to continue, or None for a new run (refused if the folder holds one already)."""
     if job.train.resume:
-        return load_checkpoint(resolve_checkpoint(job.train.resume))
+        return usable(load_checkpoint(resolve_checkpoint(job.train.resume, key="train.resume")))
     if is_main and (run_dir / CKPT_NAME).exists() and not job.train.overwrite:
         raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={shell_path(run_dir)} to continue "
                         "it, train.overwrite=true to start over, or another hydra.run.dir")

@@ -42,6 +42,7 @@ from training import distributed
 from training.config import TrainJob
 from training.divergence import LossWatch, TrainingDiverged, all_finite
 from training.evaluation import bits_per_char, estimate_loss
+from training.memory_fit import fit_memory
 from training.progress import progress_bar
 from training.rng_state import capture_rng
 from training.run_start import eval_batches, nothing_left, start_notes
@@ -88,7 +89,8 @@ def run_training(job: TrainJob, run_dir: Path) -> TrainResult:
     state.watch = LossWatch(state.step)
     try:
         if not nothing_left(s, state):
-            loop(s, state, bar, StepRunner(s))
+            with fit_memory(s.raw_model, s.job.train, s.device, s.dtype, bool(s.optimizer.state)):  # a line, not OOM
+                loop(s, state, bar, StepRunner(s))
     except TrainingDiverged:
         bar.close()  # so the error starts its own line
         raise

@@ -1,0 +1,175 @@
+"""How long a reader takes to start: `generate.py`'s time from its launch to its first sampled character.
+
+    python -m benchmarks.reader_start --run runs/my-run
+    python -m benchmarks.reader_start --run runs/my-run --baseline ../main --repeat 9
+
+Each timing launches `python generate.py ckpt=RUN max_new_tokens=20 device=cpu` (the empty prompt: the first byte
+on its standard output is the first sampled character) from a checkout's folder, as a user would, and reads the
+clock when that byte arrives and when the process ends. `--root` is the checkout timed (this one by default);
+`--baseline` another checkout (say main, for "before"), timed in turns with it, so a busy machine slows both alike.
+Without `--run`, a small run is trained first (this checkout's train.py, the default model, a few steps) into
+`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo (a second or
+more of its start on a small machine). Prints one JSON object: the medians and every timing, per checkout, and
+what each start-up check of a weight file and a batch costs here (`checks_ms`, in this process).
+
+Design choices:
+- Whole processes, not functions: the start a user waits for includes the interpreter, torch's import, Hydra's
+  config and the checkpoint's load, and a checkout's own imports differ between versions.
+- The same interpreter for both checkouts (the one running this), so only the code differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+NEW_TOKENS = 20  # enough that a character is printed whatever the tokenizer (the jamo one spells a syllable in 3)
+
+
+def generate_command(run: Path) -> list[str]:
+    return [sys.executable, "generate.py", f"ckpt={run}", f"max_new_tokens={NEW_TOKENS}", "device=cpu", "seed=1"]
+
+
+def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
+    """(seconds from launch to the first byte on stdout, seconds to exit) of generate.py in checkout `root`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(generate_command(run), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            bufsize=0, env=env)
+    first = proc.stdout.read(1)
+    first_at = time.perf_counter() - started
+    _, err = proc.communicate()
+    ended = time.perf_counter() - started
+    if proc.returncode != 0 or not first:
+        from common.errors import UserError
+
+        last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {last[0]}")
+    return first_at, ended
+
+
+def imports_dynamo(root: Path, run: Path) -> bool:
+    """Whether generate.py in `root` imports torch._dynamo (python -X importtime lists every import on stderr)."""
+    r = subprocess.run([sys.executable, "-X", "importtime", *generate_command(run)[1:]], cwd=root,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return any(line.rstrip().endswith("torch._dynamo") for line in r.stderr.splitlines())
+
+
+def train_run(out: Path, steps: int) -> Path:
+    """A small trained run (the default model, `steps` steps on the built-in corpus) in `out`, reused if there."""
+    run = out / "run"
+    if (run / "ckpt.pt").is_file():
+        return run
+    r = subprocess.run([sys.executable, "train.py", "device=cpu", f"train.max_steps={steps}",
+                        f"train.eval_interval={steps}", "train.eval_steps=2", "train.sample_chars=0",
+                        "train.sample_tokens=0", "train.attention_tokens=0", "train.overwrite=true",
+                        f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        from common.errors import UserError
+
+        raise UserError(f"training the run failed: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return run
+
+
+def check_costs(run: Path) -> dict[str, float]:
+    """Milliseconds each start-up check of issue 54 costs on `run`, in this process (this checkout's code): the
+    weights' structure (its meta build included: a fresh process pays it once), the export header's expected
+    tensors, the logits of the reader's model, the probe model of train.resume and train.init_from, and the memory
+    estimate of a training step at train.batch_size=8."""
+    import torch
+
+    from hf_export.writer import choose_layout
+    from inference.checkpoint import load_checkpoint, resolve_checkpoint, usable
+    from inference.exported_checks import expected_tensors
+    from inference.loading import model_from_checkpoint
+    from inference.weight_checks import _expected, check_state, refuse_non_finite_logits
+    from training.config import TrainConfig
+    from training.memory_fit import available_bytes, estimate
+
+    ckpt = load_checkpoint(resolve_checkpoint(run))
+    model = model_from_checkpoint(ckpt)
+    c = ckpt.model_config
+    _expected.cache_clear()
+    checks = {"structure": lambda: check_state(c, ckpt.model, ckpt.path),
+              "export_header": lambda: expected_tensors(c, choose_layout(c)),
+              "logits": lambda: refuse_non_finite_logits(model, ckpt.path),
+              "resume_probe": lambda: usable(ckpt),
+              "memory_estimate": lambda: (available_bytes(torch.device("cpu")),
+                                          estimate(model, TrainConfig(), torch.device("cpu"), torch.float32))}
+    costs = {}
+    for name, check in checks.items():
+        started = time.perf_counter()
+        check()
+        costs[name] = round((time.perf_counter() - started) * 1000, 2)
+    return costs
+
+
+def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
+    """Every checkout timed `repeat` times, in turns; then whether each imports torch._dynamo."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in roots}
+    for _ in range(repeat):
+        for name, root in roots.items():
+            times[name].append(first_char_seconds(root, run))
+    result: dict = {"run": str(run), "repeat": repeat, "python": sys.executable, "checks_ms": check_costs(run)}
+    for name, root in roots.items():
+        first = [round(t[0], 4) for t in times[name]]
+        ended = [round(t[1], 4) for t in times[name]]
+        result[name] = {"root": str(root), "first_char_s": round(statistics.median(first), 4),
+                        "exit_s": round(statistics.median(ended), 4),
+                        "first_char_all_s": first, "imports_torch_dynamo": imports_dynamo(root, run)}
+    if "baseline" in result:
+        result["first_char_saved_s"] = round(result["baseline"]["first_char_s"] - result["root"]["first_char_s"], 4)
+    return result
+
+
+def _checkout(path: str, flag: str) -> Path:
+    from common.errors import UserError
+
+    root = Path(path).expanduser().resolve()
+    if not (root / "generate.py").is_file():
+        raise UserError(f"{flag} {path}: no generate.py there (give a checkout of kochar-gpt)")
+    return root
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from benchmarks.options import script_parser
+    from common.errors import UserError
+
+    ap = script_parser("reader_start.py", __doc__, "\n\nEach timing")
+    ap.add_argument("--run", help="a trained run folder or checkpoint (default: train a small one into --out)")
+    ap.add_argument("--root", default=str(ROOT), help="the checkout whose generate.py is timed (default: this one)")
+    ap.add_argument("--baseline", help="another checkout, timed in turns with --root (e.g. main, for 'before')")
+    ap.add_argument("--repeat", type=int, default=5, help="launches per checkout; medians are reported (default 5)")
+    ap.add_argument("--steps", type=int, default=20, help="training steps of the run made without --run (default 20)")
+    ap.add_argument("--out", default="runs/reader_start", help="where the run made without --run goes")
+    args = ap.parse_args(argv)
+    if args.repeat < 1 or args.steps < 1:
+        raise UserError("--repeat and --steps must be at least 1")
+    if args.run is not None and not (Path(args.run).expanduser().is_dir() or Path(args.run).expanduser().is_file()):
+        raise UserError(f"--run {args.run}: no such run folder or checkpoint")
+    args.root = _checkout(args.root, "--root")
+    args.baseline = None if args.baseline is None else _checkout(args.baseline, "--baseline")
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    run = Path(args.run).expanduser().resolve() if args.run else train_run(Path(args.out).resolve(), args.steps)
+    roots = {"root": args.root, **({"baseline": args.baseline} if args.baseline else {})}
+    print(json.dumps(measure(roots, run, args.repeat), ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    from cli.entry import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))

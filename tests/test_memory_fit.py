@@ -1,0 +1,128 @@
+"""A batch that cannot fit is refused before it is allocated (training/memory_fit.py): one line naming the largest
+batch that fits and train.grad_accum_steps, with the device's available memory patched; an allocator's
+out-of-memory error says the same; what fits today is never refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import training.memory_fit as memory_fit
+from common.errors import UserError
+from model import AttentionLanguageModel
+from model.config import ModelConfig
+from tests.helpers import TINY, cli, stderr_lines, train_job
+from training.config import TrainConfig
+from training.memory_fit import StepMemory, estimate, fit_memory
+
+CPU = torch.device("cpu")
+
+
+def _train(tmp_path, corpus, *overrides: str):
+    from training.trainer import train
+
+    run = tmp_path / "run"
+    return train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", *overrides), run), run
+
+
+def _no_steps(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a step ran")
+
+    monkeypatch.setattr("training.trainer.train_step", refuse)
+    monkeypatch.setattr("training.auto_settings.measured_tokens_per_sec", refuse)
+
+
+def test_a_batch_that_cannot_fit_is_refused_before_any_step(tmp_path, corpus, monkeypatch):
+    _no_steps(monkeypatch)
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 3 << 20)  # 3 MiB left
+    with pytest.raises(UserError) as e:
+        _train(tmp_path, corpus, "train.batch_size=64", "train.grad_accum_steps=2")
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("train.batch_size=64 does not fit in memory: one step needs "
+                                                       "about "), message
+    assert "the CPU has 0.0 GiB available; the largest batch that fits is about " in message
+    assert "train.grad_accum_steps=" in message and "(128 asked for)" in message
+    assert not (tmp_path / "run" / "ckpt.pt").exists()
+
+
+def test_the_refusal_names_the_largest_batch_and_the_accumulation_that_keeps_the_effective_batch():
+    t = TrainConfig(batch_size=64, grad_accum_steps=1)
+    e = memory_fit.refusal(t, CPU, 12 << 30, 8 << 30, 40)
+    assert str(e) == ("train.batch_size=64 does not fit in memory: one step needs about 12.0 GiB and the CPU has 8.0 "
+                      "GiB available; the largest batch that fits is about 40: train.batch_size=32 "
+                      "train.grad_accum_steps=2 trains on 64 sequences per step (64 asked for)")
+    assert "a batch of 1 would not fit either" in str(memory_fit.refusal(t, CPU, 12 << 30, 1 << 30, 0))
+    memory = StepMemory(fixed=100, per_sequence=10)
+    assert memory.total(5) == 150 and memory.largest_batch(450) == 5  # with 3x room: 3 x 150 bytes
+    assert memory.largest_batch(115) == 1 and memory.largest_batch(109) == 0  # one sequence, if only the estimate
+
+
+def test_the_auto_dropout_speed_measurement_is_guarded_too(tmp_path, corpus, monkeypatch):
+    """model.dropout=null under a time budget measures steps of the run's batch during setup: refused before."""
+    _no_steps(monkeypatch)
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 1 << 20)
+    with pytest.raises(UserError, match="train.batch_size=32 does not fit in memory"):
+        _train(tmp_path, corpus, "model.dropout=null", "train.max_seconds=30", "train.batch_size=32")
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+                 "allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)"),
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+])
+def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monkeypatch, error):
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("training.trainer.train_step", fail)
+    with pytest.raises(UserError) as e:
+        _train(tmp_path, corpus, "train.batch_size=8")
+    assert str(e.value) == ("train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "
+                            "half the batch: train.batch_size=4 train.grad_accum_steps=2 trains on 8 sequences per "
+                            "step (8 asked for)")
+
+
+def test_another_runtime_error_is_left_as_it_is():
+    with pytest.raises(RuntimeError, match="shape mismatch"), fit_memory(_model(), TrainConfig(), CPU, torch.float32):
+        raise RuntimeError("shape mismatch")
+
+
+def _model(**settings) -> AttentionLanguageModel:
+    return AttentionLanguageModel(ModelConfig(**{"vocab_size": 2000, "dropout": 0.0, **settings}))
+
+
+@pytest.mark.parametrize("model,batch", [({}, 8), ({"context_length": 256, "embedding_size": 384, "head_size": 384,
+                                                     "num_heads": 6, "num_blocks": 6}, 64)])
+def test_what_fits_today_is_never_refused(model, batch):
+    """The default size (batch 8) and the shakespeare size of the benchmarks (batch 64, in bf16 or fp32) ask for
+    far less than any machine that runs them has; the estimate is a lower bound (see the module docstring)."""
+    m = _model(**model)
+    for dtype in (torch.float32, torch.bfloat16):
+        need = estimate(m, TrainConfig(batch_size=batch), CPU, dtype).total(batch)
+        assert need < (4 << 30), need
+
+
+def test_the_estimate_grows_with_what_a_step_holds():
+    t = TrainConfig(batch_size=8)
+    base = estimate(_model(), t, CPU, torch.float32)
+    assert estimate(_model(vocab_size=8000), t, CPU, torch.float32).per_sequence > base.per_sequence
+    assert estimate(_model(attention="heads"), t, CPU, torch.float32).per_sequence > base.per_sequence
+    assert estimate(_model(), t, CPU, torch.float32, optimizer_loaded=True).fixed < base.fixed
+    assert estimate(_model(), TrainConfig(optimizer="muon"), CPU, torch.float32).fixed < base.fixed
+
+
+def test_the_cli_refuses_a_batch_no_machine_holds_in_one_line(tmp_path, corpus):
+    r = cli("train.py", *TINY, "train.batch_size=100000000", "train.max_steps=1", f"data.path={corpus}",
+            f"hydra.run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    last = stderr_lines(r.stderr)[-1]
+    assert last.startswith("error: train.batch_size=100000000 does not fit in memory: one step needs about "), last
+    assert "train.grad_accum_steps=" in last
+
+
+def test_the_available_memory_is_read():
+    available = memory_fit.available_bytes(CPU)
+    assert available is None or available > 0
+    assert memory_fit.available_bytes(torch.device("meta")) is None

@@ -1,0 +1,183 @@
+"""A batch that cannot fit is refused before it is allocated, in one line that says what would fit.
+
+Design choices:
+- Before the first step (and before auto dropout's speed measurement, training/auto_settings.py, which runs
+  steps of the run's batch), one step's memory is estimated from the model, the batch, the context and the vocabulary:
+  the gradients, the optimizer's state (unless a resume loaded it already), the weights' low-precision copies
+  under autocast, and the activations a backward pass keeps (each block's, the attention weights where a kernel
+  materialises them, the logits and their float32 loss). The weights themselves, and an average kept beside
+  them, are already allocated by then, so they are in what the device reports as used.
+- It is compared with what the device has: MemAvailable (and a cgroup's limit, where one is lower) on the CPU,
+  `torch.cuda.mem_get_info` on a GPU. A CPU that runs out does not raise: the kernel's out-of-memory killer ends
+  the process (and, on a shared machine, others). Hence the check before the step rather than after.
+- The estimate errs low: each term counts only what PyTorch must hold, never its caches or workspaces, so a batch
+  that fits is never refused; what it misses is caught as it happens. An allocator that does raise
+  (torch.OutOfMemoryError on a GPU, "DefaultCPUAllocator: can't allocate memory" on the CPU) is turned into the
+  same one line by `fit_memory`, which wraps the loop.
+- The line names a batch that fits with room to spare (`MARGIN` times the estimate: the estimate refuses
+  generously, the suggestion must not send the user into the killer) and `train.grad_accum_steps`, the way to the
+  same effective batch in less memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from common.errors import UserError
+from model.config import ModelConfig
+from training.config import TrainConfig
+
+GiB = 1 << 30
+MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room
+BLOCK_SAVED = 16  # numbers per token and embedding channel each block keeps for its backward (x, qkv, MLP: ~17)
+_OOM_WORDS = ("out of memory", "can't allocate memory", "defaultcpuallocator")
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    fixed: int  # bytes whatever the batch: gradients, optimizer state, autocast's weight copies
+    per_sequence: int  # bytes of activations per sequence of one micro-batch
+
+    def total(self, batch_size: int) -> int:
+        return self.fixed + batch_size * self.per_sequence
+
+    def largest_batch(self, available: int) -> int:
+        """The batch to suggest for `available` bytes: the largest whose step fits with `MARGIN` times the estimate,
+        or 1 where only the estimate itself fits a sequence (0: not even that)."""
+        safe = (available - MARGIN * self.fixed) // max(1, MARGIN * self.per_sequence)
+        return max(0, safe, 1 if self.total(1) <= available else 0)
+
+
+def activation_bytes(c: ModelConfig, context: int, compute_bytes: int, attention_weights: bool) -> int:
+    """Bytes of activations one sequence of `context` tokens keeps for the backward pass (a lower bound)."""
+    per_token = c.num_blocks * BLOCK_SAVED * c.embedding_size * compute_bytes
+    if attention_weights:  # softmax weights (T x T per head), kept by the lecture's heads and SDPA's math path
+        per_token += c.num_blocks * c.num_heads * context * compute_bytes
+    if c.head == "jamo":  # three small stages, and each syllable's 28 final rows gathered (model/hangul/jamo_head.py)
+        per_token += (28 * c.embedding_size) * compute_bytes + 8 * (19 + 399 + 21 + 28)
+    else:  # the logits, then their float32 copy and log-softmax in the loss
+        per_token += c.vocab_size * (compute_bytes + 8)
+    return context * per_token
+
+
+def estimate(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
+             optimizer_loaded: bool = False) -> StepMemory:
+    """One step's memory still to be allocated once the model is built (see the module docstring);
+    `optimizer_loaded`: a resume has loaded the optimizer's state already."""
+    c = model.config
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    low = dtype != torch.float32
+    compute_bytes = 2 if low else 4
+    states = 0 if optimizer_loaded else (1 if t.optimizer == "muon" else 2)  # Muon: one momentum for matrices
+    fixed = params * 4 * (1 + states) + (params * 2 if low else 0)
+    materialised = c.attention == "heads" or (device.type == "cpu" and (low or bool(c.dropout)))
+    return StepMemory(fixed, activation_bytes(c, c.context_length, compute_bytes, materialised))
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Bytes the device can still give (None where it does not say: MPS, an unreadable /proc)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    found = [n for n in (_meminfo_available(), _cgroup_room()) if n is not None]
+    return min(found) if found else None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """A cgroup v2 limit less what its processes hold (their page cache counts as free: the kernel reclaims it)."""
+    root = Path("/sys/fs/cgroup")
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        stat = dict(line.split() for line in (root / "memory.stat").read_text().splitlines())
+        used = int((root / "memory.current").read_text()) - int(stat.get("file", 0))
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def refusal(t: TrainConfig, device: torch.device, need: int | None, available: int | None, fits: int) -> UserError:
+    """The one line: what did not fit (the estimate, or the allocator's error where `need` is None), the largest
+    batch that fits, and the train.grad_accum_steps that keeps the effective batch."""
+    effective = t.batch_size * t.grad_accum_steps
+    where = "CPU" if device.type == "cpu" else str(device)
+    if need is not None and available is not None:
+        what = (f"train.batch_size={t.batch_size} does not fit in memory: one step needs about {_gib(need)} and the "
+                f"{where} has {_gib(available)} available")
+    else:
+        what = f"train.batch_size={t.batch_size} ran out of memory in a step (the {where}'s allocator refused it)"
+    if fits < 1:
+        return UserError(f"{what}, and a batch of 1 would not fit either: use a smaller model (model.embedding_size, "
+                         "model.num_blocks) or a shorter model.context_length")
+    accum = math.ceil(effective / fits)
+    batch = math.ceil(effective / accum)
+    largest = f"the largest batch that fits is about {fits}" if need is not None else "try half the batch"
+    return UserError(f"{what}; {largest}: train.batch_size={batch} train.grad_accum_steps={accum} trains on "
+                     f"{batch * accum} sequences per step ({effective} asked for)")
+
+
+def refuse_unfit_batch(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
+                       optimizer_loaded: bool = False) -> None:
+    """One UserError when the estimate of one step exceeds what the device has (where it says)."""
+    available = available_bytes(device)
+    if available is None:
+        return
+    memory = estimate(model, t, device, dtype, optimizer_loaded)
+    need = memory.total(t.batch_size)
+    if need > available:
+        raise refusal(t, device, need, available, memory.largest_batch(available))
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """The allocator's failure: torch.OutOfMemoryError, or a RuntimeError that says so (the CPU's allocator)."""
+    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and
+                                                     any(w in str(e).lower() for w in _OOM_WORDS))
+
+
+@contextmanager
+def fit_memory(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
+               optimizer_loaded: bool = False) -> Iterator[None]:
+    """Steps inside: refused before they start when one cannot fit; an allocator's out-of-memory error inside
+    becomes the same one line (half the batch, twice the accumulation: the estimate was too low to trust)."""
+    try:
+        refuse_unfit_batch(model, t, device, dtype, optimizer_loaded)
+        yield
+    except UserError:
+        _close_bars()
+        raise
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(e):
+            raise
+        _close_bars()
+        raise refusal(t, device, None, None, t.batch_size // 2) from None
+
+
+def _close_bars() -> None:
+    """The progress bars closed, so the error starts its own line."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
