@@ -18,11 +18,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import training.step  # noqa: E402
-import training.trainer  # noqa: E402
+import training.step_runner  # noqa: E402
 
 at, _, kind = sys.argv.pop(1).partition(":")
 nan_at, kind = int(at), kind or "nan"
-real_step, real_loss = training.trainer.train_step, training.step.compute_loss
+real_step, real_loss = training.step_runner.train_step, training.step.compute_loss
 
 
 def step_with_fault(session, state):
@@ -39,6 +39,6 @@ def step_with_fault(session, state):
     return result
 
 
-training.trainer.train_step = step_with_fault
+training.step_runner.train_step = step_with_fault
 sys.argv[0] = str(ROOT / "train.py")
 runpy.run_path(str(ROOT / "train.py"), run_name="__main__")

@@ -104,7 +104,7 @@ def test_a_resume_keeps_its_checkpoints_precision(tmp_path, corpus, monkeypatch,
         train(train_job(tmp_path, *overrides), run)
         out = capsys.readouterr().out
         assert load_checkpoint(run / "ckpt.pt").config["train"]["dtype"] == dtype
-        assert ("precision: bfloat16 autocast on cpu (train.dtype)" in out) == bool(typed), out
+        assert ("precision: bfloat16 autocast on cpu (train.dtype=bfloat16)" in out) == bool(typed), out
         assert ("train.dtype=bfloat16 (was float32)" in out) == bool(typed), out
     fresh = train_job(tmp_path, *common_args, "train.max_steps=1")  # auto, recorded as what it resolved to
     monkeypatch.setattr(settings, "_command_line", None)

@@ -29,7 +29,7 @@ def _no_steps(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a step ran")
 
-    monkeypatch.setattr("training.trainer.train_step", refuse)
+    monkeypatch.setattr("training.step_runner.train_step", refuse)
     monkeypatch.setattr("training.auto_settings.measured_tokens_per_sec", refuse)
 
 
@@ -75,7 +75,7 @@ def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monk
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("training.trainer.train_step", fail)
+    monkeypatch.setattr("training.step_runner.train_step", fail)
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=8")
     assert str(e.value) == ("train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "

@@ -31,8 +31,9 @@ def _hashes(run) -> dict[str, str]:
 def _inject(monkeypatch, run, kind: str, at: int) -> dict:
     """Make step `at` diverge as `kind`; returns the checkpoints' hashes as they were just before it."""
     from training import step as step_module
+    from training import step_runner  # the loop's steps go through its StepRunner
 
-    real_step, real_loss, real_evaluate, before = trainer.train_step, step_module.compute_loss, trainer.evaluate, {}
+    real_step, real_loss, real_evaluate, before = step_runner.train_step, step_module.compute_loss, trainer.evaluate, {}
 
     def faulty_step(s, state):
         if state.step + 1 != at:
@@ -53,7 +54,7 @@ def _inject(monkeypatch, run, kind: str, at: int) -> dict:
                 monkeypatch.setattr(trainer, "evaluate", lambda s: (real_evaluate(s)[0], float("nan")))
         return result
 
-    monkeypatch.setattr(trainer, "train_step", faulty_step)
+    monkeypatch.setattr(step_runner, "train_step", faulty_step)
     return before
 
 

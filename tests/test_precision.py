@@ -181,7 +181,7 @@ def test_a_refusal_names_the_key_as_the_tool_spells_it(key):
     assert str(e.value) == f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32"
     with pytest.raises(UserError, match=f"^unknown {key}=half; "):
         choose_precision("half", torch.device("cpu"), key)
-    assert choose_precision("float32", torch.device("cpu"), key) == (torch.float32, key)
+    assert choose_precision("float32", torch.device("cpu"), key) == (torch.float32, f"{key}=float32")
 
 
 def test_evaluate_py_names_its_own_dtype_key(tmp_path):
