@@ -37,7 +37,7 @@ PARTS = ("shakespeare", "default_size", "real_loop", "sampling")
 CORPUS = ROOT / "data" / "corpus" / "ko_default.txt"
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = OneLineArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0],
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT (its model.py)")
@@ -105,7 +105,7 @@ def sampling() -> dict:
 
 
 def main(argv: list[str]) -> None:
-    args = parse(argv)
+    args = parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():

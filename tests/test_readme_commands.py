@@ -225,7 +225,7 @@ def _check_time_budget(args: list[str]) -> None:
 
 
 CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start", "benchmarks.hangul_compare",
-             "benchmarks.reader_start")
+             "benchmarks.reader_start", "benchmarks.gpu_check")
 
 
 def _check_campaign(module: str, args: list[str]) -> None:
