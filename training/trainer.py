@@ -7,8 +7,9 @@ Design choices:
 - Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
   progress bar and writes checkpoints; every rank agrees on when to stop.
 - A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation). Non-finite weights
-  are never saved.
+  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation), and every reader
+  of the run uses it where it differs (inference/run_files.py). Non-finite weights are never saved.
+- `train.early_stop` ends a run whose validation has turned (training/early_stop.py: counted at each evaluation).
 - Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
   attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
 """
@@ -36,9 +37,10 @@ from inference.checkpoint import (
 )
 from model.counts import num_parameters
 from model.hangul.held_rows import dense_state_dict
-from training import distributed
+from training import distributed, early_stop_loop
 from training.config import TrainJob
 from training.divergence import LossWatch, TrainingDiverged
+from training.early_stop import EARLY
 from training.evaluation import bits_per_char, estimate_loss
 from training.progress import progress_bar
 from training.rng_state import capture_rng
@@ -48,7 +50,8 @@ from training.signals import StopSignals
 from training.step import StepResult, train_step
 
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
-               "max_seconds": "the time budget train.max_seconds used"}
+               "max_seconds": "the time budget train.max_seconds used",
+               EARLY: "validation stopped improving (train.early_stop)"}
 
 
 @dataclass
@@ -64,6 +67,7 @@ class TrainResult:
     stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
     sample: str = ""
     average: str = ""  # train.average: the closing line saying how many updates the average had
+    closing: str = ""  # an early stop; where validation stood best, when the end is worse (early_stop_loop.py)
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
@@ -75,7 +79,8 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        loop(s, state, bar)
+        if early_stop_loop.start(s, state):  # False: a resumed run that stopped early, given nothing more to train
+            loop(s, state, bar)
     except TrainingDiverged:
         bar.close()  # so the error starts its own line
         raise
@@ -113,6 +118,8 @@ def loop(s: Session, state: LoopState, bar: tqdm) -> None:
                 validate(s, state, last)
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
+                break
+            if early_stop_loop.stops_here(state):  # train.early_stop: validation has turned
                 break
 
 
@@ -155,7 +162,8 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     state.watch.check(state.step)
     train_est, state.val_loss = evaluate(s)
     bpc = bits_per_char(state.val_loss, s.tokens_per_char)
-    scalars = {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est}
+    scalars = {"val/loss": state.val_loss, "val/bpc": bpc, "train/eval_loss": train_est,
+               "val/best_loss": min(state.best_val_loss, state.val_loss)}
     if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
         scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
     s.logger.scalars(state.step, scalars)
@@ -165,6 +173,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     s.logger.flush()
     if s.dist.is_main:
         tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
+    early_stop_loop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
     save(s, state, CKPT_NAME, also=BEST_NAME if improved else None)
@@ -188,7 +197,7 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     average = s.average
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
-                             average.updates if average else 0)
+                             average.updates if average else 0, state.early.record())
     config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
                       s.tokens_per_char, config, training, average.dense_state() if average else None)
@@ -205,7 +214,7 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
 def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     """The final evaluation if none ran, the closing sample, HParams, and the result line's numbers."""
     t = s.job.train
-    completed = state.stopped in ("max_steps", "max_epochs", "max_seconds")
+    completed = state.stopped in ("max_steps", "max_epochs", "max_seconds", EARLY)
     if math.isnan(state.val_loss) and completed:  # zero steps run (resumed at the end)
         _, state.val_loss = evaluate(s)
         if not (s.run_dir / CKPT_NAME).exists():  # resumed from best.pt, the newer ckpt.pt kept aside: never
@@ -229,4 +238,5 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     distributed.cleanup(s.dist)
     train_loss = math.nan if state.watch.last is None else float(state.watch.last)
     return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
-                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "")
+                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "",
+                       early_stop_loop.closing(s, state))
