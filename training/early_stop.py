@@ -46,6 +46,7 @@ class EarlyStop:
     stale: int = 0  # evaluations since then without a new best
     stopped_at: int | None = None  # the step at which the run stopped early
     limits: dict = field(default_factory=dict)  # the run's limits (LIMITS) as it stopped: what a resume must raise
+    said: bool = False  # the start said the run stopped early and trains nothing (not saved)
 
     def record(self) -> dict:
         """What the checkpoint keeps (plain data: checkpoints load with weights_only=True)."""

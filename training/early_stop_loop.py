@@ -51,7 +51,7 @@ def start(s: Session, state: LoopState) -> bool:
                     f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
                     "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
                     "train on")
-            state.stopped = EARLY
+            state.stopped, e.said = EARLY, True
             return False
         _say(s, f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
         e.stopped_at = None
@@ -86,10 +86,10 @@ def closing(s: Session, state: LoopState) -> str:
     if not s.dist.is_main:
         return ""
     e, lines = state.early, []
-    if state.stopped == EARLY and e.stopped_at == state.step:
-        lines.append(f"early stop at step {state.step}: validation has not improved for {e.stale} evaluations since "
-                     f"step {e.best_step} (best val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt are kept, "
-                     f"and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised")
+    if state.stopped == EARLY and e.stopped_at == state.step and not e.said:
+        lines.append(f"early stop at step {state.step}: {e.stale} evaluations in a row without a better validation "
+                     f"loss (the best: step {e.best_step}, val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt "
+                     f"are kept, and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised")
     if math.isfinite(state.best_val_loss):
         lines += closing_lines(s.run_dir, s.tokens_per_char)
     return "\n".join(lines)
