@@ -64,7 +64,7 @@ class TrainResult:
     best_val_loss: float
     tokens_per_sec: float
     seconds: float
-    stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
+    stopped: str  # what ended the run: max_steps, max_epochs, max_seconds, early_stop, SIGINT, SIGTERM
     sample: str = ""
     average: str = ""  # train.average: the closing line saying how many updates the average had
     closing: str = ""  # an early stop; where validation stood best, when the end is worse (early_stop_loop.py)
