@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder import RESULT, evaluate, machine_before_run  # noqa: E402
-from benchmarks.ladder_checks import WHOLE_BUDGET  # noqa: E402
+from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 
@@ -146,6 +146,8 @@ def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
 
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the "
+                                                                              "source"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     source, source_record = source_run(args, out)

@@ -180,9 +180,11 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
+    from benchmarks.ladder_checks import say_whole_budget
     from data.text import iter_text_chunks
 
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "results.jsonl"

@@ -225,7 +225,7 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import WHOLE_BUDGET, CampaignFailed
+    from benchmarks.ladder_checks import CampaignFailed, say_whole_budget
     from benchmarks.ladder_report import report
 
     args = parse_args(argv)
@@ -234,8 +234,7 @@ def main(argv: list[str]) -> None:
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",") + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
-    print(f"note: every run trains for the whole budget ({budget(args)}): early stopping is off "
-          f"({WHOLE_BUDGET}, unless a variant or --set types train.early_stop)", file=sys.stderr, flush=True)
+    say_whole_budget(budget(args))
     failed = []
     for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):

@@ -83,7 +83,10 @@ def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    from benchmarks.ladder_checks import say_whole_budget
+
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s")
     for spec in args.run:
         name, _, overrides = spec.partition("=")
         print(json.dumps(run_one(name, overrides, args), ensure_ascii=False), flush=True)
