@@ -269,6 +269,17 @@ def test_which_file_a_reader_reads(tmp_path):
     assert (chosen.path.name, chosen.note) == ("ckpt.pt", "best.pt is there but cannot be read, so ckpt.pt was")
 
 
+def test_an_average_an_early_stop_left_empty_says_the_raw_weights_are_read():
+    from tests.helpers import tiny_model
+    from training.averaging import WeightAverage
+    from training.config import TrainConfig
+
+    average = WeightAverage(tiny_model(), TrainConfig(average="swa"))
+    assert average.summary() == ("average: train.average=swa, no update (every 1 step from 0.75 of the run): the run "
+                                 "stopped early, before the first; generate.py, evaluate.py, serve.py and export.py "
+                                 "read the raw weights")
+
+
 # -- torchrun: every rank stops at the same evaluation ------------------------------------------------------------
 
 @pytest.mark.serial
@@ -293,3 +304,4 @@ def test_two_processes_under_torchrun_stop_early_together(tmp_path):
     step = int(stops[0].split()[4].rstrip(":"))
     assert f"step {step}  " in r.stdout and "(early_stop)" in r.stdout and step < 200
     assert load_checkpoint(run / "ckpt.pt").training.early_stop["stopped_at"] == step
+
