@@ -40,7 +40,8 @@ def _run(cfg: DictConfig) -> None:
     run = load_run(c.ckpt, device, weights=c.weights)
     result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
                            device, lambda: autocast(device, dtype), c.progress)
-    record = {"checkpoint": str(run.path), **run.weights.fields(), **result}  # weights: which set was scored
+    record = {"checkpoint": str(run.path), **(run.file.fields() if run.file else {}), **run.weights.fields(),
+              **result}  # which file (chosen: best, last or named; its step and val loss) and which set was scored
     print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 

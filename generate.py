@@ -33,7 +33,7 @@ def _run(cfg: DictConfig) -> None:
 
     device = pick_device(c.device)
     run = load_run(c.ckpt, device, weights=c.weights)
-    print(run.weights.line(run.path), file=sys.stderr, flush=True)  # stdout stays the samples alone
+    print(run.line(), file=sys.stderr, flush=True)  # which weights of which file; stdout stays the samples alone
     stream_samples(run.model, run.tokenizer, c.prompt, c.max_new_tokens, c.num_samples, c.temperature, c.top_k,
                    c.top_p, c.seed, device, c.use_cache)
 

@@ -91,9 +91,8 @@ def _run(cfg: DictConfig) -> None:
         print(f"warning: no runs under {config.runs_dir}/ yet: train one (python train.py), then reload the page",
               file=sys.stderr)
     else:
-        loaded = pg.cache.get(pg.registry.name_of(default), default)
-        print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}; "
-              f"{loaded.run.weights.line()}")
+        loaded = pg.cache.get(pg.registry.name_of(default), pg.registry.file(default))
+        print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}; {loaded.run.line()}")
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
     _raise_file_limit(config.max_connections + 64)

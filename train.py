@@ -57,6 +57,8 @@ def _run(cfg: DictConfig) -> None:
           f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})")
     if result.average:
         print(result.average)
+    if result.closing:  # an early stop; where validation stood best, when the end is worse (training/early_stop.py)
+        print(result.closing)
     if result.stopped in ("SIGINT", "SIGTERM"):
         sys.exit(130 if result.stopped == "SIGINT" else 143)
 

@@ -12,7 +12,9 @@ OUT/finetune.md.
 
 Design choices:
 - Both sides are what a user types: `python train.py data.path=<target> train.max_seconds=60` and the same
-  with `train.init_from=<source run>`; nothing else is pinned (`--set` adds overrides to both).
+  with `train.init_from=<source run>`; nothing else is pinned (`--set` adds overrides to both) but early stopping,
+  which is off in every run (`train.early_stop=null`: the sides are compared over the whole budget; `--set` may
+  type it). Both are scored as a user's `evaluate.py ckpt=<run>` scores them: their best validated weights.
 - Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for the reviews in
   nsmc_dev.txt, reviews of films the training part never mentions.
 - Runs go one after another; the load average before each is recorded (benchmarks/ladder.py warns).
@@ -31,6 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder import RESULT, evaluate, machine_before_run  # noqa: E402
+from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 
@@ -97,8 +100,8 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
     record.update(machine_before_run())
-    trained = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", *args.set.split()],
-                    run_dir)
+    trained = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET,
+                     *args.set.split()], run_dir)
     if "error" in trained:
         raise SystemExit(f"error: the source run failed: {trained['error']}")
     record.update(trained)
@@ -109,7 +112,7 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
 def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args: argparse.Namespace) -> dict:
     target_train, heldout = paths
     run_dir = Path(args.out) / f"{side}-seed{seed}"
-    overrides = [f"data.path={target_train}", f"train.max_seconds={args.seconds}", f"seed={seed}"]
+    overrides = [f"data.path={target_train}", f"train.max_seconds={args.seconds}", f"seed={seed}", WHOLE_BUDGET]
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
     record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
@@ -143,6 +146,8 @@ def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
 
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the "
+                                                                              "source"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     source, source_record = source_run(args, out)

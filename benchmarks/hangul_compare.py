@@ -12,7 +12,9 @@ OUT/results.jsonl (a run already there is not repeated); the table goes to OUT/h
 
 Design choices:
 - Every variant is `python train.py data.path=<train part> train.max_seconds=S` plus its own keys and nothing
-  else, so the recipe (the lecture's, by default; `--set` adds keys to all) is the same for all.
+  else, so the recipe (the lecture's, by default; `--set` adds keys to all) is the same for all; early stopping is
+  off (`train.early_stop=null`, as in the ladder), so every variant has the whole budget, and each is scored with
+  the weights a reader of its run folder gets (its best validated: inference/run_files.py).
 - A character's loss is the sum of its tokens' (three for a jamo syllable), so every variant is scored per
   character of the same text; windows do not overlap, each token predicted once with the context before it in
   its window.
@@ -178,9 +180,11 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
+    from benchmarks.ladder_checks import say_whole_budget
     from data.text import iter_text_chunks
 
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "results.jsonl"

@@ -20,7 +20,11 @@ Design choices:
   would train it, with `train.max_seconds` as the only limit; nothing else is pinned, so the lecture rung is
   the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
 - Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
-  nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail.
+  nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail. A run is scored as a user's
+  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it differs from ckpt.pt); the row
+  records which (`scored`) and, where that was best.pt, the last weights' score beside it (`heldout_bpc_last`).
+- Every run has the whole budget: early stopping (`train.early_stop`, on by default for a time budget) is off
+  (benchmarks/ladder_checks.py), and the campaign says so when it starts.
 - Runs go one after another, never in parallel; the 1-minute load average before each run is recorded and
   a warning printed when the machine is not idle. So is the machine's speed on a fixed matrix product
   (`reference_speed`), since a machine that looks idle can still slow down between one run and the next.
@@ -188,11 +192,14 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
     if "error" in trained:
         return {**record, **trained}
     scored = evaluate(run_dir, heldout)
+    last = evaluate(run_dir / "ckpt.pt", heldout) if scored.get("chosen") == "best" else {}
     facts = run_facts(run_dir)
     if facts.get("tokens_per_step"):
         facts["tokens"] = trained["steps"] * facts.pop("tokens_per_step")
     return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "weights": scored.get("weights"), "average_updates": scored.get("average_updates"), **facts,
+            "weights": scored.get("weights"), "average_updates": scored.get("average_updates"),
+            "scored": scored.get("chosen"), "scored_step": scored.get("step"), "heldout_bpc_last": last.get("bpc"),
+            **facts,
             **({"error": scored["error"]} if "error" in scored else {})}
 
 
@@ -218,7 +225,7 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import CampaignFailed
+    from benchmarks.ladder_checks import CampaignFailed, say_whole_budget
     from benchmarks.ladder_report import report
 
     args = parse_args(argv)
@@ -227,6 +234,7 @@ def main(argv: list[str]) -> None:
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",") + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
+    say_whole_budget(budget(args))
     failed = []
     for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):

@@ -62,10 +62,23 @@ def check_overrides(where: str, overrides: list[str]) -> None:
                             "folder); drop it (a recipe of its own: a --variant NAME=RECIPE:OVERRIDES)")
 
 
+# Rungs are compared over the whole budget: early stopping, on by default for a time-limited run, is turned off
+# (a variant or --set that types train.early_stop comes later on the command line and wins).
+WHOLE_BUDGET = "train.early_stop=null"
+
+
+def say_whole_budget(budget: str) -> None:
+    """The one line a campaign that compares at equal time prints once its checks have passed."""
+    import sys
+
+    print(f"note: every run trains for the whole budget ({budget}): early stopping is off ({WHOLE_BUDGET}, unless "
+          "the overrides type train.early_stop)", file=sys.stderr, flush=True)
+
+
 def run_overrides(recipe: str, extra: list[str], args: argparse.Namespace, corpus: str, seed: int) -> list[str]:
     """The overrides train.py gets for one run (benchmarks/ladder.py adds only its folder)."""
     limit = [f"train.max_steps={args.steps}"] if args.steps else [f"train.max_seconds={args.seconds}"]
-    return [f"recipe={recipe}", f"data.path={corpus}", f"seed={seed}", *limit, *extra, *args.set.split()]
+    return [f"recipe={recipe}", f"data.path={corpus}", f"seed={seed}", *limit, WHOLE_BUDGET, *extra, *args.set.split()]
 
 
 def composed_job(overrides: list[str]):

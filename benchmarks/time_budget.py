@@ -7,7 +7,8 @@ Prints one JSON line per run: name, overrides, steps, val_loss, val_bpc, best_va
 
 Design choices:
 - Each run is its own `train.py` process, started as a user would, one after another so every run has the
-  whole machine; `train.max_seconds` is the budget and the step limit is set out of reach.
+  whole machine; `train.max_seconds` is the budget and the step limit is set out of reach. Every run has the
+  whole budget: early stopping is off (`train.early_stop=null`, unless a run's overrides type it).
 - The final numbers come from train.py's closing `run:` line; the best validation bpc and the median
   tokens/s come from the run's TensorBoard events, which train.py writes anyway.
 - A failed run prints a JSON line with its error and the others still run: one bad override should not
@@ -67,8 +68,8 @@ def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     run_dir = Path(args.out) / name
     cmd = [sys.executable, str(ROOT / "train.py"), f"data.path={Path(args.corpus).expanduser()}",
-           f"train.max_seconds={args.seconds}", "train.max_steps=1000000", f"hydra.run.dir={run_dir}",
-           "train.overwrite=true", *overrides.split()]
+           f"train.max_seconds={args.seconds}", "train.max_steps=1000000", "train.early_stop=null",
+           f"hydra.run.dir={run_dir}", "train.overwrite=true", *overrides.split()]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     m = RESULT.search(proc.stdout)
     if proc.returncode or m is None:
@@ -82,7 +83,10 @@ def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    from benchmarks.ladder_checks import say_whole_budget
+
     args = parse_args(argv)
+    say_whole_budget(f"{args.seconds:g} s")
     for spec in args.run:
         name, _, overrides = spec.partition("=")
         print(json.dumps(run_one(name, overrides, args), ensure_ascii=False), flush=True)

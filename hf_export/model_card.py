@@ -2,10 +2,10 @@
 
 Design choices:
 - Every fact comes from the checkpoint and its run folder (the corpus, recipe, size, steps, validation bits
-  per character, `train.init_from`, which weights were exported and how many updates their average had, the
-  overrides in `.hydra/overrides.yaml`), never from guesses. Those records are read defensively: one that is
-  damaged or unreadable never stops an export, the card says what it could not read; names that are not valid
-  UTF-8 are shown with U+FFFD.
+  per character, `train.init_from`, which weights were exported and how many updates their average had, which
+  checkpoint file they came from, the overrides in `.hydra/overrides.yaml`), never from guesses. Those records
+  are read defensively: one that is damaged or unreadable never stops an export, the card says what it could not
+  read; names that are not valid UTF-8 are shown with U+FFFD.
 - The corpus's license is stated where the run can know it: `python -m data.prepare` writes SOURCE.txt
   (with a `License:` line) beside every corpus it prepares.
 - The card says how the folder loads: a stock class, or the project's code with `trust_remote_code=True`.
@@ -74,6 +74,16 @@ def weights_words(ckpt: Checkpoint) -> str:
     return f"{used.words()} / {korean}{count}"
 
 
+def source_words(source: dict) -> str:
+    """Which checkpoint the folder came from and why that one (inference/run_files.py), in English and Korean."""
+    why = {"best": "the best validation of the run / 실행에서 검증 손실이 가장 낮았던 가중치",
+           "last": "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",
+           "named": "the file named on the command line / 명령줄에서 지정한 파일"}.get(source.get("chosen"), "")
+    loss = source.get("val_loss")
+    loss = f", val loss / 검증 손실 {loss:.4f}" if isinstance(loss, float) else ""
+    return f"`{source.get('checkpoint')}` (step / 스텝 {source.get('step')}{loss}; {why})"
+
+
 def facts(ckpt: Checkpoint, params: int) -> dict:
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -100,6 +110,7 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
     license_line = f["license"] or "unknown: the run does not know where its corpus came from"
     started = f"\n- Fine-tuned from / 미세 조정 출발점: `{f['init_from']}`" if f["init_from"] else ""
     started += f"\n- Weights / 가중치: {weights_words(ckpt)}"
+    started += f"\n- Exported from / 내보낸 체크포인트: {source_words(ckpt.source)}" if ckpt.source else ""
     if c.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it: exact, the parts no longer shown
         started += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
                     "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")

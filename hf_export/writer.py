@@ -34,12 +34,13 @@ def choose_layout(c: ModelConfig) -> str:
 def record(ckpt: Checkpoint, layout: str, exported: ModelConfig) -> dict:
     """kochar.json: what our own scripts need to rebuild the exact model (as exported: `trained_as` keeps the
     settings it was trained with when hf_export/plain.py folded something) and tokenizer, and which of the run's
-    weights it holds (`weights`, `average_updates`: inference/weights.py)."""
+    weights it holds (`weights`, `average_updates`: inference/weights.py) and of which checkpoint (`source`: the file,
+    why it was read, its step and validation loss; inference/run_files.py)."""
     held = held_weights(ckpt)  # which set the folder holds: readers asked for the other one are refused
     return {"format": FORMAT, "version": VERSION, "layout": layout, "model_config": exported.to_dict(),
             "trained_as": ckpt.model_config.to_dict(), "tokenizer": ckpt.tokenizer,
             "tokens_per_char": float(ckpt.tokens_per_char), "step": ckpt.step, "config": ckpt.config,
-            "weights": held.kind, "average_updates": held.updates}
+            "weights": held.kind, "average_updates": held.updates, "source": ckpt.source}
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -43,7 +43,7 @@ VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
 _TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
-                  "world_size", "average_updates")
+                  "world_size", "average_updates", "early_stop")
 
 
 class CheckpointWriteError(UserError):
@@ -66,6 +66,7 @@ class TrainingState:
     sampler: dict
     world_size: int = 1
     average_updates: int = 0  # train.average: updates the average holds (0: none yet, or no average)
+    early_stop: dict = field(default_factory=dict)  # train.early_stop's count, for resuming (training/early_stop.py)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Checkpoint:
     missing_training: tuple[str, ...] = ()  # training-state entries absent from the file (not saved)
     held: str | None = None  # an exported folder's one set: averaged | raw | unknown (None: a training checkpoint)
     held_updates: int | None = None  # the updates of the average an exported folder holds (its record says)
+    source: dict | None = None  # an export's source checkpoint: its path, step, val loss (inference/run_files.py)
 
     @property
     def step(self) -> int:
@@ -138,7 +140,7 @@ class Checkpoint:
 
 
 def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
-    """The TrainingState, or None and the entries it lacks. Older files may lack the optional three."""
+    """The TrainingState, or None and the entries it lacks. Older files may lack the optional ones."""
     if not isinstance(raw, dict) or not raw:
         return None, ()
     state = {k: raw[k] for k in _TRAINING_KEYS if k in raw}
@@ -146,6 +148,7 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     state.setdefault("val_loss", float("nan"))
     state.setdefault("world_size", 1)
     state.setdefault("average_updates", 0)
+    state.setdefault("early_stop", {})
     missing = tuple(k for k in _TRAINING_KEYS if k not in state)
     return (None, missing) if missing else (TrainingState(**state), ())
 

@@ -59,6 +59,8 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
             raise UserError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}"
                             f"{again}")
     _check_tokenizer(rec["tokenizer"], path)
+    if rec.get("source") is not None and not isinstance(rec["source"], dict):  # null: exported before it was recorded
+        raise UserError(f"{path}: source must be a JSON object or null, found {type(rec['source']).__name__}{again}")
     if rec.get("weights") not in (None, *WEIGHTS, "unknown"):  # unknown: re-exported from an unrecorded folder
         raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found "
                         f"{str(rec['weights'])[:40]!r}{again}")

@@ -6,7 +6,8 @@ folder was written in (hf_format/gpt2.py, llama.py, custom.py) and put in the la
 (model/qkv_layout.py). The folder holds one set of weights; its record says which (`weights`), and a record
 written before it did is `raw` where its run kept no average, else `unknown` (inference/weights.py). A folder that
 also holds a run's checkpoint gives no one model: every reader, and train.resume, refuses it naming both
-(inference/checkpoint.py's `refuse_two_models`), unless the file meant is named.
+(inference/checkpoint.py's `refuse_two_models`), unless the file meant is named. The folder's record also
+names the checkpoint it came from (`source`: the file, its step and validation loss, and why that file was read).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def read_folder(path: str | Path) -> Checkpoint:
         raise UserError(f"{weights} cannot be read ({type(e).__name__}); export the run again") from None
     state = match_layout(LAYOUTS[rec["layout"]].from_hf(tensors, config), config.attention)
     ckpt = Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
-                      rec.get("config") or {}, path=folder / RECORD, held_updates=rec.get("average_updates"))
+                      rec.get("config") or {}, path=folder / RECORD, held_updates=rec.get("average_updates"),
+                      source=rec.get("source"))
     ckpt.held = rec.get("weights") or ("raw" if run_average(ckpt) in (None, "none") else "unknown")
     return ckpt

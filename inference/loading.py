@@ -1,4 +1,8 @@
-"""From a run folder or checkpoint file to a model ready to sample, and its tokenizer."""
+"""From a run folder or checkpoint file to a model ready to sample, and its tokenizer.
+
+A run folder gives its best validated weights (best.pt where it differs from the last, ckpt.pt: inference/run_files.py);
+a file is read as named. `LoadedRun.line()` is every reader's first line: which weights, of which file, its step and
+validation loss, and why that file."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models, resolve_checkpoint
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models
+from inference.run_files import RunFile, run_file
 from inference.weight_checks import refuse_non_finite_logits
 from inference.weights import WeightsUsed, choose_weights
 from model import AttentionLanguageModel
@@ -21,11 +26,28 @@ class LoadedRun:
     tokenizer: Tokenizer
     checkpoint: Checkpoint
     weights: WeightsUsed  # which of its weights the model holds (inference/weights.py)
+    file: RunFile | None = None  # which file of the run, and why (None: an exported folder)
 
     @property
     def path(self) -> Path:
         assert self.checkpoint.path is not None
         return self.checkpoint.path
+
+    def line(self) -> str:
+        """The reader's first line: `weights: <which set> from <file> (step, val loss: why this file)`."""
+        return self.weights.line(self.source())
+
+    def source(self) -> str:
+        """The file read, its step and validation loss, and why; an exported folder's record of its source."""
+        if self.file is not None:
+            average = self.weights.kind == "raw" and self.checkpoint.averaged is not None
+            return self.file.words("that val loss is the average's" if average else "")
+        came = self.checkpoint.source
+        if not came:
+            return str(self.path)
+        loss = came.get("val_loss")
+        return (f"{self.path} (exported from {came.get('checkpoint')}: step {came.get('step')}"
+                + (f", val loss {loss:.4f})" if isinstance(loss, float) else ")"))
 
 
 def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> AttentionLanguageModel:
@@ -40,24 +62,30 @@ def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> Attent
     return model
 
 
-def load_any(ckpt: str | Path | None, runs_root: str | Path = "runs", mmap: bool = False) -> Checkpoint:
-    """A checkpoint from a run folder, a checkpoint file, or a folder `export.py` wrote (Hugging Face format);
-    `mmap` maps a checkpoint file's tensors instead of reading them (load_checkpoint)."""
+def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
+             mmap: bool = False) -> tuple[Checkpoint, RunFile | None]:
+    """A checkpoint from a run folder (its best validated weights: inference/run_files.py), a checkpoint file, or
+    a folder `export.py` wrote (Hugging Face format), with the file chosen (None for an exported folder); `mmap`
+    maps a checkpoint file's tensors instead of reading them (load_checkpoint)."""
+    if isinstance(ckpt, RunFile):
+        return load_checkpoint(ckpt.path, mmap=mmap), ckpt
     if ckpt not in (None, ""):
         from inference.exported_folder import is_exported, read_folder
 
         refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model: neither is chosen
         if is_exported(ckpt):
-            return read_folder(ckpt)
-    return load_checkpoint(resolve_checkpoint(ckpt, runs_root), mmap=mmap)
+            return read_folder(ckpt), None
+    chosen = run_file(ckpt, runs_root)
+    return load_checkpoint(chosen.path, mmap=mmap), chosen
 
 
-def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Path = "runs",
+def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root: str | Path = "runs",
              weights: str | None = None) -> LoadedRun:
-    """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder or checkpoint file;
-    `None` means the newest run under `runs_root`. `weights`: None (the average where the run kept one, else the
-    raw weights), averaged or raw (refused in one line where the checkpoint does not hold that set)."""
-    checkpoint = load_any(ckpt, runs_root)
+    """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder (its best validated
+    weights), a checkpoint file or an exported folder; `None` means the newest run under `runs_root`. `weights`:
+    None (the average where the run kept one, else the raw weights), averaged or raw (refused in one line where the
+    checkpoint does not hold that set)."""
+    checkpoint, chosen = load_any(ckpt, runs_root)
     used = choose_weights(checkpoint, weights)
     refuse_non_finite(checkpoint)
     try:
@@ -68,4 +96,4 @@ def load_run(ckpt: str | Path | None, device: torch.device, runs_root: str | Pat
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
     refuse_non_finite_logits(model, checkpoint.path, used.kind)  # finite weights can still overflow
-    return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used)
+    return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used, chosen)

@@ -100,8 +100,10 @@ def _exported(ckpt: Checkpoint, asked: str | None, key: str) -> WeightsUsed:
                     f"set); drop {key}=, or export the run again with weights={asked}")
 
 
-def exported_weights(ckpt: Checkpoint, used: WeightsUsed) -> Checkpoint:
-    """The checkpoint as an exported folder keeps it: the one set `used`, and the record of which it is."""
+def exported_weights(ckpt: Checkpoint, used: WeightsUsed, source: dict | None = None) -> Checkpoint:
+    """The checkpoint as an exported folder keeps it: the one set `used`, the record of which it is, and of the
+    checkpoint it came from (`source`: inference/run_files.py's fields; an exported folder's own, re-exported)."""
     from dataclasses import replace
 
-    return replace(ckpt, model=ckpt.weights(used.kind), averaged=None, held=used.kind, held_updates=used.updates)
+    return replace(ckpt, model=ckpt.weights(used.kind), averaged=None, held=used.kind, held_updates=used.updates,
+                   source=source if source is not None else ckpt.source)

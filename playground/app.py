@@ -72,7 +72,7 @@ class Playground:
         except RunNotFound as e:
             raise ApiError(404, "run", str(e)) from None
         try:
-            return await to_thread.run_sync(self.cache.get, run_name, path)
+            return await to_thread.run_sync(lambda: self.cache.get(run_name, self.registry.file(path)))
         except FileNotFoundError:
             raise ApiError(404, "run", f"run {run_name!r} was removed") from None
         except UserError as e:

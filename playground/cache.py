@@ -7,8 +7,8 @@ Design choices:
   same new run load it once.
 - Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
   not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
-- An entry is keyed by its checkpoint path and remembers the file's size and mtime: when training rewrites
-  the checkpoint, the next request loads the new weights.
+- An entry is keyed by its checkpoint path (best.pt or ckpt.pt, as playground/runs.py chose it) and remembers
+  the file's size and mtime: when training rewrites the checkpoint, the next request loads the new weights.
 - Evicting only forgets the entry; a request still sampling from it keeps its own reference until done.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from inference.loading import LoadedRun, load_run
+from inference.run_files import RunFile
 from playground.runs import file_stamp
 
 
@@ -56,8 +57,10 @@ class RunCache:
             self._runs.move_to_end(path)
             return entry
 
-    def get(self, name: str, path: Path) -> CachedRun:
-        """The run at `path`, loaded now if it is not cached (blocking). Loading errors are UserErrors."""
+    def get(self, name: str, target: Path | RunFile) -> CachedRun:
+        """The run at `target` (a file RunRegistry.file chose, or a path), loaded now if it is not cached (blocking).
+        Loading errors are UserErrors."""
+        path = target.path if isinstance(target, RunFile) else target
         stamp = file_stamp(path)
         entry = self._hit(path, stamp)
         if entry is not None:
@@ -68,7 +71,7 @@ class RunCache:
             entry = self._hit(path, stamp)  # loaded by another request while we waited
             if entry is not None:
                 return entry
-            entry = CachedRun(name, load_run(path, self.device, weights=self.weights), stamp)
+            entry = CachedRun(name, load_run(target, self.device, weights=self.weights), stamp)
             with self._guard:
                 self.loads += 1
                 self._runs[path] = entry

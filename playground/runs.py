@@ -10,6 +10,9 @@ Design choices:
   then listed under the reserved name `@ckpt`, the only way to reach it.
 - Listing reads every checkpoint once and keeps its summary until the file changes (size or mtime), so
   reloading the page does not read weights again.
+- A run is found by its `ckpt.pt`, and read as every reader reads a run folder: its best validated weights,
+  `best.pt` where it differs from `ckpt.pt` (inference/run_files.py); the run list says which file (`checkpoint`,
+  `chosen`). A checkpoint file named by `ckpt=` is read as named.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from common.errors import UserError
 from inference.checkpoint import CKPT_NAME, refuse_two_models, resolve_checkpoint
 from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
+from inference.run_files import RunFile, folder_file, run_file
 from inference.weights import choose_weights
 
 OUTSIDE_NAME = "@ckpt"
@@ -105,6 +109,8 @@ class RunInfo:
     error: str | None = None  # why the checkpoint could not be read; the run is still listed
     weights: str | None = None  # which of its weights the playground samples: averaged | raw | unknown
     average_updates: int | None = None  # the updates of that average (None: raw weights, or not recorded)
+    checkpoint: str | None = None  # the file it reads: best.pt, ckpt.pt (or the file ckpt= named, kochar.json)
+    chosen: str | None = None  # why that file: best (best.pt over a later ckpt.pt) | last | named (None: exported)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,14 +122,15 @@ def file_stamp(path: Path) -> tuple[int, int]:
     return st.st_mtime_ns, st.st_size
 
 
-def summarize(name: str, path: Path, weights: str | None = None) -> RunInfo:
+def summarize(name: str, path: Path | RunFile, weights: str | None = None) -> RunInfo:
     """Step, recipe, validation bits per character, tokenizer and the weights the playground samples (as `weights=`
-    asks: inference/weights.py) of the checkpoint at `path`."""
+    asks: inference/weights.py) of the checkpoint at `path` (a run's file, as RunRegistry.file chose it)."""
+    where = path.path if isinstance(path, RunFile) else path
     try:
-        ckpt = load_any(path, mmap=True)  # mapped: a checkpoint of any size costs little memory
+        ckpt, chosen = load_any(path, mmap=True)  # mapped: a checkpoint of any size costs little memory
         used = choose_weights(ckpt, weights)
     except UserError as e:
-        return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), path, name))
+        return RunInfo(name, None, None, None, None, None, error=relative_message(str(e), where, name))
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     # The modern recipe will record itself; runs older than that are the lecture's recipe.
@@ -133,7 +140,8 @@ def summarize(name: str, path: Path, weights: str | None = None) -> RunInfo:
         val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4)
     kind = ckpt.tokenizer.get("kind", "char") if isinstance(ckpt.tokenizer, dict) else None
     return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length,
-                   weights=used.kind, average_updates=used.updates)
+                   weights=used.kind, average_updates=used.updates, checkpoint=where.name,
+                   chosen=chosen.chosen if chosen is not None else None)
 
 
 class RunRegistry:
@@ -144,10 +152,12 @@ class RunRegistry:
         self.runs_dir = Path(runs_dir).expanduser()
         self.weights = weights  # serve.py's weights=: which set each run's summary names
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
+        self.fixed_file = False  # whether ckpt= named a checkpoint file (read as named) rather than a run folder
         if ckpt not in (None, ""):
             refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model
             self.fixed = (exported_folder(ckpt) / RECORD if is_exported(ckpt)  # export.py's folder
                           else resolve_checkpoint(ckpt, self.runs_dir)).resolve()
+            self.fixed_file = not Path(ckpt).expanduser().is_dir()
         self.ttl = ttl
         self._summaries: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
         self._found: tuple[float, list[Path]] | None = None  # (when, what) the last walk found
@@ -206,15 +216,29 @@ class RunRegistry:
         except (OSError, RuntimeError, ValueError, UnicodeError):  # too long, a loop, not encodable
             raise missing from None
 
+    def file(self, path: Path) -> RunFile | Path:
+        """What is read for the run found at `path` (its ckpt.pt): the file every reader reads for its folder (best.pt
+        where it differs), the file ckpt= named, or an exported folder's record. Blocking: reads headers."""
+        if path.name == RECORD:
+            return path
+        if path == self.fixed and self.fixed_file:
+            return run_file(path)
+        return folder_file(path.parent)
+
     def summary(self, name: str, path: Path) -> RunInfo:
-        stamp = file_stamp(path)
+        try:
+            target = self.file(path)
+        except UserError:  # its ckpt.pt cannot be read: summarize says so, as for any unreadable checkpoint
+            target = path
+        read = target.path if isinstance(target, RunFile) else target
+        stamp = file_stamp(read)
         with self._lock:
-            known = self._summaries.get(path)
+            known = self._summaries.get(read)
         if known is not None and known[0] == stamp:
             return RunInfo(**{**asdict(known[1]), "name": name})
-        info = summarize(name, path, self.weights)
+        info = summarize(name, target, self.weights)
         with self._lock:
-            self._summaries[path] = (stamp, info)
+            self._summaries[read] = (stamp, info)
         return info
 
     def list_runs(self) -> list[RunInfo]:

@@ -157,6 +157,7 @@ class Continuation:
     def summary(self) -> dict:
         completion = "".join(self.pieces)
         return {"run": self.cached.name, "weights": self.cached.run.weights.kind,
+                "checkpoint": self.cached.run.path.name,  # best.pt or ckpt.pt: playground/runs.py chose it
                 "text": self.params.prompt + completion, "completion": completion,
                 "context": self.context, "prompt_tokens": self.prompt_tokens, "new_tokens": self.generated,
                 "seed": self.params.seed, "unknown_chars": self.unknown}

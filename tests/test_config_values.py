@@ -23,11 +23,14 @@ OUT_OF_RANGE = [
     "model.dropout=-0.1", "model.num_heads=0", "model.head_size=30", "model.context_length=0",
     "model.attention=flash", "train.input_noise=1.0", "train.input_noise=-0.1", "train.compile=maybe",
     "train.compile=2",
+    "model.attention=flash", "train.input_noise=1.0", "train.input_noise=-0.1", "train.early_stop=0",
+    "train.early_stop=maybe",
 ]
 WRONG_TYPE = [
     "train.lr=abc", "train.lr_decay_steps=abc", "train.sample_chars=abc", "train.max_epochs=abc",
     "train.batch_size=many", "model.num_heads=2.5", "seed=1e23", "seed=1.5",
     "model.tie_weights=nope", "train.max_steps=ten", "train.no_such_key=1", "model.colour=red",
+    "train.early_stop=[1,2]",
 ]
 
 

@@ -121,7 +121,9 @@ def test_generate_says_the_weights_in_its_first_line(runs, run, asked, said):
     r = cli("generate.py", f"ckpt={runs / run}", "device=cpu", "prompt=봄이", "max_new_tokens=5",
             *([f"weights={asked}"] if asked else []))
     assert r.returncode == 0, r.stderr
-    assert stderr_lines(r.stderr)[0] == f"weights: {said} from {runs / run / 'ckpt.pt'}"
+    of_average = "; that val loss is the average's" if run == "avg" and asked == "raw" else ""
+    assert stderr_lines(r.stderr)[0] == \
+        f"weights: {said} from {runs / run / 'ckpt.pt'} (step 7, val loss 3.0000{of_average})"
     assert r.stdout.startswith("봄이")  # stdout stays the sample alone
 
 
@@ -133,7 +135,8 @@ def test_serve_says_the_weights_in_its_first_line(runs):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
-    assert reader.lines[0].strip() == f"run: avg (step 7) on cpu; weights: {AVERAGED}"
+    assert reader.lines[0].strip() == \
+        f"run: avg (step 7) on cpu; weights: {AVERAGED} from {runs / 'avg' / 'ckpt.pt'} (step 7, val loss 3.0000)"
 
 
 def test_the_playground_lists_and_answers_with_the_weights(runs):
@@ -198,7 +201,7 @@ def test_a_folder_exported_before_the_record_said_is_read_as_unknown(runs, tmp_p
     assert default.returncode == 0, default.stderr
     assert stderr_lines(default.stderr)[0] == (
         "weights: not recorded (exported before kochar-gpt recorded which set a folder holds) from "
-        f"{out / 'kochar.json'}")
+        f"{out / 'kochar.json'} (exported from {runs / 'avg' / 'ckpt.pt'}: step 7, val loss 3.0000)")
     assert assert_one_line_error(asked) == (
         f"error: weights=averaged: {out} does not record which weights it holds (exported by an older kochar-gpt); "
         "drop weights= to read it as it is, or export the run again")

@@ -74,6 +74,9 @@ class WeightAverage:
         when = f"every {self.every} step{'s' if self.every > 1 else ''}" + \
             (f" from {self.start:g} of the run" if self.kind == "swa" else "")
         final = "; it is the final weights: the run stopped before any update was due" if self.final else ""
+        if not n:  # train.early_stop ended the run before the first update: there is nothing to read
+            return (f"average: train.average={self.kind}, no update ({when}): the run stopped early, before the "
+                    "first; generate.py, evaluate.py, serve.py and export.py read the raw weights")
         return (f"average: train.average={self.kind}, {n} update{'' if n == 1 else 's'} ({when}){final}; "
                 "generate.py, evaluate.py, serve.py and export.py read it unless weights=raw")
 

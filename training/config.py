@@ -68,6 +68,7 @@ class TrainConfig:
     auto_dropout_after: float = 8.0  # passes over the training split up to which model.dropout=null means none
     auto_weight_decay: float | None = None  # weight_decay of a run auto gives dropout (None = train.weight_decay)
     auto_muon_weight_decay: float | None = None  # likewise for muon_weight_decay
+    early_stop: str | None = "auto"  # null (off) | N: evaluations without a better validation loss | auto
     eval_interval: int = 250
     eval_steps: int = 20
     snapshot_interval: int = 1000  # steps between TensorBoard samples and attention maps (0 = never)
@@ -125,6 +126,19 @@ class TrainConfig:
         checks.number_in("train.mtp_fade", self.mtp_fade, 0, 1, low_open=True)
         checks.one_of("train.muon_weight_decay_schedule", self.muon_weight_decay_schedule, WD_SCHEDULES)
         checks.one_of("train.init_weights", self.init_weights, WEIGHTS, optional=True)
+        self.early_stop = checked_early_stop(self.early_stop)
+
+
+def checked_early_stop(value: str | None) -> str | None:
+    """`train.early_stop` as null, `auto` or a whole number of evaluations (1 or more, kept as its digits: the key is
+    text, so that Hydra takes all three and refuses a list or a mapping while composing)."""
+    if value is None or value == "auto":
+        return value
+    text = str(value).strip()
+    if not text.isdecimal() or int(text) < 1:
+        raise ConfigError(f"train.early_stop={value} is invalid: give null (off), auto, or the evaluations without a "
+                          "better validation loss after which the run stops (1 or more)")
+    return str(int(text))
 
 
 @dataclass

@@ -12,9 +12,11 @@ Design choices:
   generic character) and the output layer new rows copied from `<unk>`'s, which the source learned to
   predict almost never. Every known character's logit is unchanged, and each new character starts as
   likely as `<unk>` was, so the predictions on known text barely move before the first step.
-- The source's weights are chosen as every reader chooses them (inference/weights.py): `train.init_weights=null`
+- The source's weights are chosen as every reader chooses them: a run folder gives its best validated weights
+  (best.pt where it differs from ckpt.pt; inference/run_files.py), a file is read as named; `train.init_weights=null`
   takes its average where it kept one, else its raw weights; `averaged` or `raw` asks for that set, and a source
-  without it is refused in one line. The start-up line says which set starts the run.
+  without it is refused in one line (inference/weights.py). The start-up line says which file and which set start
+  the run.
 - The run records where it started: `train.init_from` in its config, and `init_from` (source checkpoint,
   its step, the characters added, which weights) in its checkpoints and TensorBoard's HParams.
 """
@@ -28,7 +30,8 @@ import torch
 from common.errors import UserError
 from data.corpus import Corpus, load_corpus
 from data.corpus_files import corpus_files
-from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint, usable
+from inference.checkpoint import Checkpoint, load_checkpoint, usable
+from inference.run_files import RunFile, run_file
 from inference.weights import WeightsUsed, choose_weights
 from tokenizer import tokenizer_from_dict
 from training.config import TrainJob
@@ -44,29 +47,32 @@ class InitSource:
     checkpoint: Checkpoint
     added: list[str]  # tokens of the new text the source never saw
     used: WeightsUsed  # which of the source's weights start the run (train.init_weights, as the readers choose)
+    file: RunFile | None = None  # which file of the source run, and why (inference/run_files.py)
 
     def state(self) -> dict[str, torch.Tensor]:
         return self.checkpoint.weights(self.used.kind)
 
     def record(self) -> dict:
+        chosen = {"chosen": self.file.chosen, "val_loss": self.file.fields()["val_loss"]} if self.file else {}
         return {"from": str(self.checkpoint.path), "step": self.checkpoint.step, "added_tokens": len(self.added),
-                **self.used.fields()}
+                **chosen, **self.used.fields()}
 
     def line(self) -> str:
         shown = "".join(self.added[:20]).replace("\n", "\\n") + ("..." if len(self.added) > 20 else "")
         added = f"; {len(self.added)} character(s) it never saw were added to the vocabulary ({shown})" \
             if self.added else "; the new text holds no character it had not seen"
-        return (f"init_from {self.checkpoint.path} (step {self.checkpoint.step}): a new run from its weights: "
-                f"{self.used.words()}{added}")
+        source = self.file.words() if self.file else f"{self.checkpoint.path} (step {self.checkpoint.step})"
+        return f"init_from {source}: a new run from its weights: {self.used.words()}{added}"
 
 
 def load_source(job: TrainJob) -> Checkpoint | None:
-    """The checkpoint `train.init_from` names, with the architecture it fixes applied to `job`; None without."""
+    """The checkpoint `train.init_from` names (a run folder: its best validated weights), with the architecture it
+    fixes applied to `job`; None without."""
     if not job.train.init_from:
         return None
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
-    source = load_checkpoint(resolve_checkpoint(job.train.init_from, key="train.init_from"))
+    source = load_checkpoint(run_file(job.train.init_from, key="train.init_from").path)
     used = choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused at once
     usable(source, used.kind)  # finite weights that compute finite logits (inference/weight_checks.py)
     adopt_architecture(job, source)
@@ -105,7 +111,8 @@ def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSourc
         bigger = tokenizer.extended(corpus_files(corpus.path).chunks())
         added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])):]
         corpus = load_corpus(job.data.path, bigger, job.data.cache_dir)
-    return corpus, InitSource(source, added, used)
+    chosen = run_file(job.train.init_from) if job.train.init_from else None  # its headers are read once: cached
+    return corpus, InitSource(source, added, used, chosen if chosen and chosen.path == source.path else None)
 
 
 def grown_state(weights: dict[str, torch.Tensor], vocab_size: int, tied: bool) -> dict[str, torch.Tensor]:

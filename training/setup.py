@@ -2,14 +2,12 @@
 
 Design choices:
 - `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
-- Every check that can fail runs before anything is deleted, written or printed: the old run's TensorBoard events
-  are removed (train.overwrite=true) only once the corpus has loaded and the model is built.
+- Every check that can fail runs before anything is deleted, written or printed (old TensorBoard events go last).
 - On resume, training/resume_settings.py decides each setting: what the user typed, if the checkpoint can
   honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
 - Resuming from another file than the run's `ckpt.pt` (say `best.pt`) would overwrite that newer
   `ckpt.pt` at the first save: it is kept under its own name, `ckpt.step<N>.pt`, and the start says so.
-- A checkpoint whose training state is missing or unusable is refused in one line that says what it can
-  still be used for.
+- A checkpoint without a usable training state is refused in one line that says what it can still be used for.
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from training.auto_settings import AutoDropout, apply_auto_dropout
 from training.averaging import WeightAverage, refuse_empty_average, weight_average
 from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.divergence import LossWatch
+from training.early_stop import EarlyStop
 from training.idle_settings import refuse_idle_at_start, refuse_long_warmup
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim import make_optimizer
@@ -92,10 +91,11 @@ class LoopState:
     watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (training/divergence.py)
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
-    stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | SIGINT | SIGTERM
+    stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | early_stop | SIGINT | SIGTERM
     started: float = field(default_factory=time.perf_counter)
     last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
     last_snapshot: int | None = None  # step of this process's last TensorBoard snapshot
+    early: EarlyStop = field(default_factory=EarlyStop)  # train.early_stop's count (training/early_stop.py)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.started
@@ -195,8 +195,8 @@ def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradSca
             part = "random-number"
             restore_rng(saved.rng)
         part = "step"
-        return LoopState(step=int(saved.step), best_val_loss=float(saved.best_val_loss),
-                         elapsed_before=float(saved.elapsed_seconds), last_log=(time.perf_counter(), int(saved.step)))
+        return LoopState(int(saved.step), float(saved.best_val_loss), elapsed_before=float(saved.elapsed_seconds),
+                         last_log=(time.perf_counter(), int(saved.step)), early=EarlyStop.restored(saved.early_stop))
     except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
         raise UserError(f"checkpoint {resumed.path} has an unusable {part} state ({type(e).__name__}: "
                         f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "

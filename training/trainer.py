@@ -7,10 +7,12 @@ Design choices:
 - Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
   progress bar and writes checkpoints; every rank agrees on when to stop.
 - A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation). Non-finite weights,
-  and weights whose validation is not finite, are never saved (training/divergence.py).
+  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation), and every reader
+  of the run uses it where it differs (inference/run_files.py). Non-finite weights, and weights whose validation is
+  not finite, are never saved (training/divergence.py).
 - A signal stops the run after its step; during an evaluation, a snapshot or the closing sample it stops that wait at
   once (training/signals.py), and the run saves as it would after a step.
+- `train.early_stop` ends a run whose validation has turned (training/early_stop.py: counted at each evaluation).
 - Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
   attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
 """
@@ -38,9 +40,10 @@ from inference.checkpoint import (
 )
 from model.counts import num_parameters
 from model.hangul.held_rows import dense_state_dict
-from training import distributed
+from training import distributed, early_stop_loop
 from training.config import TrainJob
 from training.divergence import LossWatch, TrainingDiverged, all_finite
+from training.early_stop import EARLY
 from training.evaluation import bits_per_char, estimate_loss
 from training.memory_fit import fit_memory
 from training.progress import progress_bar
@@ -52,9 +55,10 @@ from training.signals import stop_at_once, stop_signals
 from training.step import StepResult
 from training.step_runner import StepRunner
 
-COMPLETED = ("max_steps", "max_epochs", "max_seconds")
+COMPLETED = ("max_steps", "max_epochs", "max_seconds", EARLY)
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
-               "max_seconds": "the time budget train.max_seconds used"}
+               "max_seconds": "the time budget train.max_seconds used",
+               EARLY: "validation stopped improving (train.early_stop)"}
 
 
 @dataclass
@@ -67,9 +71,10 @@ class TrainResult:
     best_val_loss: float
     tokens_per_sec: float
     seconds: float
-    stopped: str  # the limit or signal that ended the run: max_steps, max_epochs, max_seconds, SIGINT, SIGTERM
+    stopped: str  # what ended the run: max_steps, max_epochs, max_seconds, early_stop, SIGINT, SIGTERM
     sample: str = ""
     average: str = ""  # train.average: the closing line saying how many updates the average had
+    closing: str = ""  # an early stop; where validation stood best, when the end is worse (early_stop_loop.py)
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
@@ -88,7 +93,7 @@ def run_training(job: TrainJob, run_dir: Path) -> TrainResult:
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        if not nothing_left(s, state):
+        if not nothing_left(s, state) and early_stop_loop.start(s, state):  # False: an early stop resumed as it was
             with fit_memory(s.raw_model, s.job.train, s.device, s.dtype, bool(s.optimizer.state)):  # a line, not OOM
                 loop(s, state, bar, StepRunner(s))
     except TrainingDiverged:
@@ -127,6 +132,8 @@ def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
                     break
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
+                break
+            if early_stop_loop.stops_here(state):  # train.early_stop: validation has turned
                 break
 
 
@@ -184,7 +191,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     with stop_at_once():
         train_est, val_loss = evaluate(s)
         scalars = {"val/loss": val_loss, "val/bpc": bits_per_char(val_loss, s.tokens_per_char),
-                   "train/eval_loss": train_est}
+                   "train/eval_loss": train_est, "val/best_loss": min(state.best_val_loss, val_loss)}
         if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
             scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
     state.watch.check_evaluation(state.step, val_loss, train_est)  # finite losses, weights too large to score
@@ -193,6 +200,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     s.logger.flush()
     if s.dist.is_main:
         tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
+    early_stop_loop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
     save(s, state, CKPT_NAME, also=BEST_NAME if improved else None)
@@ -221,7 +229,7 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     average = s.average
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
-                             average.updates if average else 0)
+                             average.updates if average else 0, state.early.record())
     config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
                       s.tokens_per_char, config, training, average.dense_state() if average else None)
@@ -274,4 +282,5 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     distributed.cleanup(s.dist)
     train_loss = math.nan if state.watch.last is None else float(state.watch.last)
     return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
-                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "")
+                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "",
+                       early_stop_loop.closing(s, state))

@@ -30,8 +30,9 @@ function runLabel(run) {
   const bpc = run.val_bpc == null ? "–" : run.val_bpc.toFixed(3);
   const step = run.step == null ? "?" : run.step;
   const updates = run.weights === "averaged" ? ` (${run.average_updates ?? "?"} updates)` : "";
+  const file = run.chosen === "best" ? " · best.pt" : "";  // its best validation, not its last weights
   return run.error ? `${run.name} (읽을 수 없음 · unreadable)` :
-    `${run.name} · ${step} steps · ${run.recipe} · ${bpc} bpc · ${run.weights} weights${updates}`;
+    `${run.name} · ${step} steps · ${run.recipe} · ${bpc} bpc · ${run.weights} weights${updates}${file}`;
 }
 
 async function loadRuns() {
