@@ -23,7 +23,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from common.errors import UserError
-from inference.checkpoint import BEST_NAME, CKPT_NAME, load_checkpoint, newest_checkpoint, resolve_checkpoint
+from inference.checkpoint import (
+    BEST_NAME,
+    CKPT_NAME,
+    load_checkpoint,
+    newest_checkpoint,
+    refuse_two_models,
+    resolve_checkpoint,
+)
 
 CHOSEN = ("best", "last", "named")  # best.pt over a later ckpt.pt | ckpt.pt (no other best) | the file named
 
@@ -84,15 +91,16 @@ def _header(path: str, mtime_ns: int, size: int) -> Header:  # keyed by the file
     return Header(ckpt.step, float(training.val_loss) if training is not None else math.nan)
 
 
-def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs") -> RunFile:
+def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> RunFile:
     """The file a reader reads for `ckpt`: a run folder (or None: the newest run under `runs_root`) gives best.pt
-    where it differs from ckpt.pt, else ckpt.pt; a file is read as named."""
+    where it differs from ckpt.pt, else ckpt.pt; a file is read as named. A folder that also holds an exported model
+    is refused naming `key` (checkpoint.py's refuse_two_models)."""
     if ckpt in (None, ""):
-        return folder_file(newest_checkpoint(runs_root).parent)
+        return folder_file(newest_checkpoint(runs_root).parent, key)
     p = Path(ckpt).expanduser()
     if p.is_dir():
-        return folder_file(p)
-    path = resolve_checkpoint(p, runs_root)  # a missing file: the one line every reader gives
+        return folder_file(p, key)
+    path = resolve_checkpoint(p, runs_root, key)  # a missing file: the one line every reader gives
     other = None
     best = path.parent / BEST_NAME
     if path.name == CKPT_NAME and best.is_file():
@@ -102,11 +110,12 @@ def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs") -> RunFile
     return RunFile(path, "named", header(path))
 
 
-def folder_file(folder: Path) -> RunFile:
+def folder_file(folder: Path, key: str = "ckpt") -> RunFile:
     """best.pt where it holds another step than ckpt.pt, else ckpt.pt (a folder with best.pt alone: best.pt)."""
+    refuse_two_models(folder, key)
     last, best = folder / CKPT_NAME, folder / BEST_NAME
     if not best.is_file():
-        path = resolve_checkpoint(folder)  # no ckpt.pt either: the one line every reader gives
+        path = resolve_checkpoint(folder, key=key)  # no ckpt.pt either: the one line every reader gives
         return RunFile(path, "last", header(path))
     best_header = _readable_header(best)
     if not last.is_file():

@@ -28,9 +28,9 @@ from training.trainer import train
 OTHER = ("아침 일찍 일어나 창문을 열었더니 새들이 지저귀고 있었다. 커피를 한 잔 내려 마시며 신문을 펼쳤다.\n"
          "오후에는 도서관에 가서 소설책 두 권을 빌렸다. 돌아오는 길에 빵집에 들러 식빵을 샀다.\n"
          "저녁 무렵 비가 그치고 하늘이 맑아졌다. 강아지와 함께 공원을 한 바퀴 천천히 걸었다.\n")
-MEMORISE = ("train.eval_interval=5", "train.lr=1e-2", "train.lr_schedule=constant", "train.warmup_steps=5",
+MEMORISE = ("train.eval_interval=5", "train.lr=1e-2", "train.lr_schedule=constant", "train.warmup_steps=0",
             "train.batch_size=8", "train.log_interval=5", "train.snapshot_interval=0", "train.sample_tokens=0",
-            "train.attention_tokens=0", "train.sample_prompts=['봄이']")
+            "train.attention_tokens=0", "train.sample_prompts=[]")
 
 
 def memorised(folder: Path, *overrides: str):
