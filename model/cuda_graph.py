@@ -18,9 +18,11 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import TextIO
 
@@ -85,3 +87,10 @@ def _recover(stream: torch.cuda.Stream | None) -> None:
         torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - an error left by the failed capture is reported by the next kernel
         pass
+    # A capture that ended in an error can leave the default generator waiting for its end (torch 2.11: "Offset
+    # increment outside graph capture encountered unexpectedly" at the next random draw); an empty capture that ends
+    # cleanly releases it. The step's own generator is replaced by the caller (model/static_decode.py).
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "The CUDA Graph is empty": it is meant to be
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass

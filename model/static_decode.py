@@ -162,6 +162,10 @@ class StaticDecode:
                 for t, s in zip(written, saved, strict=True):
                     t.copy_(s)
                 self.generator.set_state(state)
+            if self.graphs[self.mode] == self.run:  # not captured: a generator the failed capture held is not reused,
+                self.generator = torch.Generator(device=self.ids.device)  # nor graphs bound to it
+                self.generator.set_state(state)
+                self.graphs = {self.mode: self.run}
         return self.graphs[self.mode]
 
 
