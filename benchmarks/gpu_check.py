@@ -56,7 +56,7 @@ def train_run(folder: Path, name: str, *overrides: str) -> dict:
     """One `python train.py device=cuda ...` on the built-in corpus: steps made, validation losses, compile lines."""
     from benchmarks.tb_read import read_scalars
     from inference.checkpoint import load_checkpoint
-    from training.config import TrainConfig
+    from training.settings.config import TrainConfig
 
     extra = ["train.early_stop=null"] if "early_stop" in TrainConfig.__dataclass_fields__ else []  # every step runs
     run, started = folder / name, time.perf_counter()

@@ -48,14 +48,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def session(overrides: list[str], run_dir: Path):
-    """A training session of train.py's own set-up for `overrides` (training/setup.py)."""
+    """A training session of train.py's own set-up for `overrides` (training/session.py)."""
     from cli.entry import config_object
 
     from hydra import compose, initialize_config_dir
 
-    from training.config import TrainJob, register_configs
-    from training.hydra_setup import register_resolvers
-    from training.setup import setup
+    from cli.hydra_setup import register_resolvers
+    from training.session import setup
+    from training.settings.config import TrainJob, register_configs
 
     register_resolvers()
     register_configs()

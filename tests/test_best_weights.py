@@ -103,7 +103,7 @@ def test_the_first_line_of_a_named_ckpt_pt_says_it_is_the_last_and_where_the_bes
 
 
 def test_train_init_from_a_run_folder_starts_from_its_best_weights(stopped, tmp_path):
-    from training.setup import setup
+    from training.session import setup
 
     run, _ = stopped
     job = train_job(tmp_path, f"train.init_from={run}", f"data.path={run.parent / 'text.txt'}", "train.max_steps=1",
@@ -271,8 +271,8 @@ def test_which_file_a_reader_reads(tmp_path):
 
 def test_an_average_an_early_stop_left_empty_says_the_raw_weights_are_read():
     from tests.helpers import tiny_model
-    from training.averaging import WeightAverage
-    from training.config import TrainConfig
+    from training.optim.averaging import WeightAverage
+    from training.settings.config import TrainConfig
 
     average = WeightAverage(tiny_model(), TrainConfig(average="swa"))
     assert average.summary() == ("average: train.average=swa, no update (every 1 step from 0.75 of the run): the run "

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers import KOREAN, TINY, cli
-from training.config import TrainConfig
-from training.schedule import lr_at, lr_at_fraction
-from training.setup import epochs_to_steps, step_limit
+from training.optim.schedule import lr_at, lr_at_fraction
+from training.session import epochs_to_steps, step_limit
+from training.settings.config import TrainConfig
 from training.step import learning_rate
 
 RESULT = re.compile(r"run: \S+\s+step (\d+).*\((\w+)\)")

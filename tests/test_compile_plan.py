@@ -1,4 +1,4 @@
-"""train.compile's choice (training/compile_plan.py): the rule auto follows on each device, and the lines it prints."""
+"""train.compile's choice (training/runner/plan.py): the rule auto follows on each device, and the lines it prints."""
 
 from unittest import mock
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from common.errors import ConfigError
-from training import compile_plan
-from training.compile_plan import (
+from training.runner import plan as compile_plan
+from training.runner.plan import (
     EAGER,
     Way,
     compile_setting,
@@ -43,7 +43,7 @@ def test_false_and_true_need_no_measurement():
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_auto_on_a_cpu_times_the_run_only_where_bf16_is_native(bf16):
-    with mock.patch("training.compile_plan.has_native_bf16", return_value=bf16):
+    with mock.patch("training.runner.plan.has_native_bf16", return_value=bf16):
         assert fixed_way("auto", CPU, torch.float32, "x") == (EAGER, mock.ANY)  # float32 never pays
         assert (fixed_way("auto", CPU, torch.bfloat16, "x") is None) is bf16  # emulated bf16: eager
     assert fixed_way("auto", MPS, torch.float32, "x")[0] == EAGER

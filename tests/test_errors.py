@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.helpers import KOREAN, TINY, assert_one_line_error, cli, stderr_lines
-from training.setup import min_corpus_tokens
+from training.session import min_corpus_tokens
 
 slow = pytest.mark.slow  # about 30 processes, ~1.5 s of CPU each (mostly importing torch)
 
@@ -70,7 +70,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "top_k_below_one": (GENERATE, ("ckpt={run}", "top_k=0"), ("top_k", ">= 1")),
     "sampling_value_not_a_number": (GENERATE, ("ckpt={run}", "max_new_tokens=many"), ("max_new_tokens=many",)),
 }
-# Refused once train.py has chosen its precision (training/setup.py): on either CPU precision path the start prints
+# Refused once train.py has chosen its precision (training/session.py): on either CPU precision path the start prints
 # nothing before its error line, so `make test` runs these again on the other path (the cpu_precision marker).
 AFTER_PRECISION = {name for name in CASES if name.startswith(("corpus_", "resume_"))} | {"run_dir_exists"}
 UNSEEN_PROMPT = "봄이 ☃ꙮ"  # two characters no Korean corpus of ours has

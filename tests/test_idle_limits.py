@@ -2,17 +2,17 @@
 
 - A warmup under a constant schedule or longer than the run, a snapshot's settings with snapshots off, and
   `train.auto_dropout_after` beside a model.dropout of the run's own are refused in one line, through the rules of
-  training/idle_settings.py: only values the user chose, never the defaults or a recipe's.
+  training/settings/idle.py: only values the user chose, never the defaults or a recipe's.
 - A resume with nothing left to train says so, exits 0, and leaves the run (its checkpoints, its .hydra record) as
   it was.
 - A resume computes in its checkpoint's precision, whatever `auto` means where it resumes; a typed train.dtype that
-  differs is applied and named (training/precision.py)."""
+  differs is applied and named (training/settings/precision.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-import training.resume_settings as settings
+import training.settings.resume as settings
 from common.atomic_files import file_sha256
 from common.errors import UserError
 from inference.checkpoint import load_checkpoint

@@ -1,4 +1,4 @@
-"""A batch that cannot fit is refused before it is allocated (training/memory_fit.py): one line naming the largest
+"""A batch that cannot fit is refused before it is allocated (training/guards/memory.py): one line naming the largest
 batch that fits and train.grad_accum_steps, with the device's available memory patched; an allocator's
 out-of-memory error says the same; what fits today is never refused."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import training.memory_fit as memory_fit
+import training.guards.memory as memory_fit
 from common.errors import UserError
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from tests.helpers import TINY, cli, stderr_lines, train_job
-from training.config import TrainConfig
-from training.memory_fit import StepMemory, estimate, fit_memory
+from training.guards.memory import StepMemory, estimate, fit_memory
+from training.settings.config import TrainConfig
 
 CPU = torch.device("cpu")
 
@@ -29,8 +29,8 @@ def _no_steps(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a step ran")
 
-    monkeypatch.setattr("training.step_runner.train_step", refuse)
-    monkeypatch.setattr("training.auto_settings.measured_tokens_per_sec", refuse)
+    monkeypatch.setattr("training.runner.steps.train_step", refuse)
+    monkeypatch.setattr("training.settings.auto.measured_tokens_per_sec", refuse)
 
 
 def test_a_batch_that_cannot_fit_is_refused_before_any_step(tmp_path, corpus, monkeypatch):
@@ -75,7 +75,7 @@ def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monk
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("training.step_runner.train_step", fail)
+    monkeypatch.setattr("training.runner.steps.train_step", fail)
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=8")
     assert str(e.value) == ("train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "

@@ -11,8 +11,8 @@ import common.device
 from common.device import CPU_BF16_ENV, check_compiled_precision, choose_precision, has_native_bf16, precision_line
 from common.errors import UserError
 from tests.helpers import TINY, assert_one_line_error, cli, cli_all, tiny_model
-from training.config import TrainConfig
-from training.optim import make_optimizer
+from training.optim.factory import make_optimizer
+from training.settings.config import TrainConfig
 
 CUDA = torch.device("cuda:0")
 CPU = torch.device("cpu")
@@ -137,7 +137,7 @@ def test_an_invalid_override_is_refused_naming_it(cpu_flags, monkeypatch, value,
 
 
 def test_no_precision_reason_reads_as_an_automatic_setting(card, cpu_flags, monkeypatch):
-    """The automatic settings' lines start "auto:" (training/auto_settings.py); a precision line never says it."""
+    """The automatic settings' lines start "auto:" (training/settings/auto.py); a precision line never says it."""
     chosen = []
     for capability in CARDS:
         card(capability)

@@ -19,7 +19,7 @@ from common.atomic_files import file_sha256
 from common.errors import Interrupted
 from inference.checkpoint import load_checkpoint
 from tests.helpers import TINY, LineReader, start, train_job
-from training import trainer
+from training import evaluation, trainer
 
 # Signals sent to the test process itself (caught by the training's handlers): one test at a time.
 pytestmark = pytest.mark.serial
@@ -45,13 +45,13 @@ def _job(tmp_path, corpus, *overrides: str):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, corpus, monkeypatch, capsys, sig):
     waited: list = []
-    real, calls = trainer.estimate_loss, []
+    real, calls = evaluation.estimate_loss, []
 
-    def evaluation(*args, **kwargs):  # the first evaluation runs; the second never ends on its own
+    def estimate(*args, **kwargs):  # the first evaluation runs; the second never ends on its own
         calls.append(1)
         return real(*args, **kwargs) if len(calls) <= 2 else endless_wait(sig, waited)()
 
-    monkeypatch.setattr(trainer, "estimate_loss", evaluation)
+    monkeypatch.setattr(evaluation, "estimate_loss", estimate)
     result = trainer.train(_job(tmp_path, corpus, "train.max_steps=9"), tmp_path / "run")
     assert not waited and result.stopped == sig.name and result.step == 6
     assert f"stopped by {sig.name} at step 6; checkpoint saved, resume with train.resume=" in capsys.readouterr().out
@@ -61,7 +61,7 @@ def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, cor
 
 
 def test_a_signal_during_a_snapshot_keeps_the_checkpoint_written_before_it(tmp_path, corpus, monkeypatch):
-    from training.tb_logger import RunLogger
+    from training.reporting.tensorboard import RunLogger
 
     waited: list = []
     monkeypatch.setattr(RunLogger, "snapshot", lambda self, step: endless_wait(signal.SIGTERM, waited)())
@@ -120,8 +120,8 @@ def test_a_signal_during_the_first_token_cache_build_leaves_nothing_half_written
 
 def test_eval_steps_beyond_the_splits_are_capped_and_said_once(tmp_path, corpus, monkeypatch, capsys):
     seen = []
-    real = trainer.estimate_loss
-    monkeypatch.setattr(trainer, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    real = evaluation.estimate_loss
+    monkeypatch.setattr(evaluation, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
     trainer.train(_job(tmp_path, corpus, "train.max_steps=3", "train.eval_steps=100000"), tmp_path / "run")
     notes = [line for line in capsys.readouterr().out.splitlines() if "train.eval_steps=100000" in line]
     assert len(notes) == 1, notes
@@ -131,8 +131,8 @@ def test_eval_steps_beyond_the_splits_are_capped_and_said_once(tmp_path, corpus,
 
 def test_a_default_run_is_not_capped(tmp_path, corpus, monkeypatch, capsys):
     seen = []
-    real = trainer.estimate_loss
-    monkeypatch.setattr(trainer, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    real = evaluation.estimate_loss
+    monkeypatch.setattr(evaluation, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
     trainer.train(_job(tmp_path, corpus, "train.max_steps=3", "train.eval_steps=20"), tmp_path / "run")
     assert seen == [20, 20] and "train.eval_steps" not in capsys.readouterr().out
 

@@ -30,7 +30,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn, get_swa_m
 from common.errors import UserError
 from inference.checkpoint import Checkpoint
 from model.hangul.held_rows import dense_state_dict, held_state_dict
-from training.config import TrainConfig, TrainJob
+from training.settings.config import TrainConfig, TrainJob
 
 
 class WeightAverage:

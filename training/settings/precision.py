@@ -3,7 +3,7 @@
 Design choices:
 - `train.dtype=auto` means different things on different machines (bf16 on a CPU with bf16 instructions, float32
   on one without). The job records the precision resolved, not `auto`, so the checkpoint says what the weights were
-  trained in, and a resume (training/resume_settings.py restores every setting it does not type) keeps it wherever it
+  trained in, and a resume (training/settings/resume.py restores every setting it does not type) keeps it wherever it
   resumes. A typed `train.dtype` that differs is applied, and named in the resume's line like any changed setting.
 - It is decided after the resume's settings are applied and before any data is read: a precision this device
   cannot run is refused before any work, naming the key.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from common.device import DTYPES, run_precision
-from training.config import TrainJob
+from training.settings.config import TrainJob
 
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
 

@@ -1,4 +1,4 @@
-"""The loop's steps, run the way `train.compile` chose (training/compile_plan.py): eager, compiled, as a CUDA graph.
+"""The loop's steps, run the way `train.compile` chose (training/runner/plan.py): eager, compiled, as a CUDA graph.
 
 Design choices:
 - `auto` needs the run's own speed: the first steps run eagerly (they are real steps), a few of them are timed, and
@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from common.device import has_native_bf16
 from training import distributed
-from training.compile_plan import (
+from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable
+from training.runner.plan import (
     EAGER,
     PROBE_STEPS,
     Way,
@@ -31,8 +32,7 @@ from training.compile_plan import (
     measured_way,
     worth_a_line,
 )
-from training.graph_step import CudaGraph, GraphStep, GraphUnavailable
-from training.setup import LoopState, Session
+from training.session import LoopState, Session
 from training.step import StepResult, train_step
 
 
@@ -53,6 +53,7 @@ class StepRunner:
         """`way`: a way chosen by the caller (the benchmarks), instead of train.compile's."""
         t = s.job.train
         self.s = s
+        self.model = s.model  # what the steps run: the session's model, compiled here where the way says
         self.blocker = graph_blocker(s.device, s.dist.enabled, bool(t.mtp_weights))
         self.graph_backend = graph_backend  # session -> backend; None: a real CUDA graph (tests pass a stand-in)
         self.way: Way | None = None
@@ -79,14 +80,14 @@ class StepRunner:
             if self.graph.captured or not self.way.inductor:
                 raise
             self._drop_inductor(e)
-            return train_step(self.s, state)
+            return train_step(self.s, state, self.model)
         if self.graph.captured and self.warming is not None:
             self._ready(state, f"graph captured in {self.graph.capture_seconds:.2f} s")
         return result
 
     def _probe(self, state: LoopState) -> StepResult:
         """An eager step of auto's timing; after PROBE_STEPS of them (the first untimed) the choice is made."""
-        result = train_step(self.s, state)
+        result = train_step(self.s, state, self.model)
         if self.timing is None:
             self.timing = (state.step, self._now())
         elif state.step - self.timing[0] >= PROBE_STEPS:
@@ -114,26 +115,26 @@ class StepRunner:
             return
         self.warming = time.perf_counter()
         if way.inductor:
-            s.model = torch.compile(s.model)
+            self.model = torch.compile(s.model)
         if way.graph:
             backend = self.graph_backend(s) if self.graph_backend else CudaGraph(s.device)
-            self.graph = GraphStep(s, backend)
+            self.graph = GraphStep(s, backend, self.model)
 
     def _compiled_step(self, state: LoopState) -> StepResult:
         if self.warming is None or not self.way.inductor:
-            return train_step(self.s, state)
+            return train_step(self.s, state, self.model)
         try:  # the first compiled step compiles: a failure there leaves the step to be run eagerly
-            result = train_step(self.s, state)
+            result = train_step(self.s, state, self.model)
         except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
             self._drop_inductor(e)
             self.warming = None
-            return train_step(self.s, state)
+            return train_step(self.s, state, self.model)
         self._ready(state, f"compiled kernels cached in {inductor_cache()}")
         return result
 
     def _drop_inductor(self, e: Exception) -> None:
-        """Inductor failed on its first step: the raw model (under DDP, its wrapper) runs that step again."""
-        self.s.model = getattr(self.s.model, "_orig_mod", self.s.model)
+        """Inductor failed on its first step: the session's model (under DDP, its wrapper) runs that step again."""
+        self.model = self.s.model
         self.s.optimizer.zero_grad(set_to_none=True)
         self.way = Way(graph=self.way.graph)
         self._say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "

@@ -1,7 +1,7 @@
 """A batch that cannot fit is refused before it is allocated, in one line that says what would fit.
 
 Design choices:
-- Before the first step (and before auto dropout's speed measurement, training/auto_settings.py, which runs
+- Before the first step (and before auto dropout's speed measurement, training/settings/auto.py, which runs
   steps of the run's batch), one step's memory is estimated from the model, the batch, the context and the vocabulary:
   the gradients, the optimizer's state (unless a resume loaded it already), the weights' low-precision copies
   under autocast, and the activations a backward pass keeps (each block's, the attention weights where a kernel
@@ -32,7 +32,7 @@ from torch import nn
 
 from common.errors import UserError
 from model.config import ModelConfig
-from training.config import TrainConfig
+from training.settings.config import TrainConfig
 
 GiB = 1 << 30
 MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room

@@ -6,7 +6,7 @@ Design choices:
 - The graph holds every micro-batch's forward and backward (under autocast without its weight cache, which a
   replay could not refill) and, where the optimizer can be replayed, the clipping and the update: AdamW with no
   loss scaler, fused and `capturable`, its learning rate a device tensor that the loop fills before each replay
-  (training/optim.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
+  (training/optim/factory.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
   overflowed), run eagerly after each replay on the gradients the graph wrote.
 - Inputs are static buffers: each step copies its batches into them, then replays. Outputs (the loss, the gradient
   norm) are written into static tensors and the step returns copies of them, so nothing reads a graph's output
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from training import step as step_module
-from training.setup import LoopState, Session
+from training.session import LoopState, Session
 from training.step import StepResult, apply_gradients, begin_step, end_step
 
 WARMUP_STEPS = 2  # eager steps on the side stream before the capture
@@ -106,9 +106,9 @@ def optimizer_in_graph(s: Session) -> bool:
 class GraphStep:
     """Steps of a `Session` run as one captured graph (see the module docstring). Call it as `train_step`."""
 
-    def __init__(self, s: Session, backend) -> None:
+    def __init__(self, s: Session, backend, model: torch.nn.Module) -> None:
         t = s.job.train
-        self.s, self.backend = s, backend
+        self.s, self.backend, self.model = s, backend, model
         shape = (t.grad_accum_steps, t.batch_size, s.raw_model.context_length)
         self.x = torch.zeros(shape, dtype=torch.long, device=s.device)
         self.y = torch.zeros(shape, dtype=torch.long, device=s.device)
@@ -162,7 +162,7 @@ class GraphStep:
         total = torch.zeros((), device=s.device)
         for micro in range(accum):
             with self._autocast():
-                loss = step_module.compute_loss(s.model, self.x[micro], self.y[micro])
+                loss = step_module.compute_loss(self.model, self.x[micro], self.y[micro])
             s.scaler.scale(loss / accum).backward()
             total += loss.detach()
         self.loss.copy_(total / accum)

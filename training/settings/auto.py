@@ -41,10 +41,10 @@ from common.device import autocast
 from data.sampler import BatchSampler
 from model.switches import set_dropout
 from training import distributed
-from training.config import TrainConfig, TrainJob
-from training.memory_fit import fit_memory
-from training.optim import make_optimizer
-from training.resume_settings import typed_command_line
+from training.guards.memory import fit_memory
+from training.optim.factory import make_optimizer
+from training.settings.config import TrainConfig, TrainJob
+from training.settings.resume import typed_command_line
 
 MAX_DROPOUT = 0.2
 DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after

@@ -2,7 +2,7 @@
 
 Design choices:
 - A step can run four ways: eager; `inductor` (torch.compile's default mode: fewer, fused kernels); `graph` (CUDA:
-  the whole step captured once as a CUDA graph and replayed, training/graph_step.py: a small model on a GPU is
+  the whole step captured once as a CUDA graph and replayed, training/runner/graph.py: a small model on a GPU is
   bound by launching its ~200 kernels one by one, and a replay launches them all at once); and both.
 - `true` asks for the fastest way the device has: on CUDA inductor and the graph, elsewhere inductor.
 - `auto` (the default) compiles only where the run is long enough to pay back the warm-up. It times a few eager
