@@ -98,6 +98,15 @@ def begin_step(s: Session, state: LoopState) -> tuple[float, float, list[float]]
     return lr, progress, mtp_weights_at(t, progress)
 
 
+def micro_batch(s: Session, model: nn.Module, x: Tensor, y: Tensor, mtp: list[float], accum: int) -> Tensor:
+    """One micro-batch's forward and backward, its gradient added to the step's (scaled for accumulation and, in
+    float16, by the loss scaler): its next-token loss, detached."""
+    with s.autocast():
+        total, loss = multi_token_loss(model, x, y, mtp) if mtp else (compute_loss(model, x, y),) * 2
+    s.scaler.scale(total / accum).backward()
+    return loss.detach()
+
+
 def apply_gradients(s: Session) -> Tensor:
     """Unscale (float16), clip and apply the gradients: the gradient norm, still on the device."""
     s.scaler.unscale_(s.optimizer)
@@ -126,12 +135,8 @@ def train_step(s: Session, state: LoopState, model: nn.Module | None = None) -> 
     for micro in range(accum):
         x, y = s.sampler.next_batch()
         last = micro == accum - 1
-        sync = model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext()
-        with sync:
-            with s.autocast():
-                total, loss = multi_token_loss(model, x, y, mtp) if mtp else (compute_loss(model, x, y),) * 2
-            s.scaler.scale(total / accum).backward()
-        loss_sum += loss.detach()
+        with model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext():
+            loss_sum += micro_batch(s, model, x, y, mtp, accum)
     grad_norm = apply_gradients(s)
     s.optimizer.zero_grad(set_to_none=True)
     end_step(s, state, progress)

@@ -20,6 +20,7 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -99,7 +100,11 @@ def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
     job = s.job
     with stop_signals() as signals:  # train()'s
         while s.max_steps is None or state.step < s.max_steps:
-            result = runner.step(state)
+            try:
+                result = runner.step(state)
+            except Interrupted as e:  # a signal during a compile's warm-up, which changes nothing a checkpoint holds
+                stop(s, state, bar, e.signal_name)
+                break
             state.watch.add(result.loss)
             bar.update(1)
             log_step(s, state, result, bar)
@@ -212,15 +217,15 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     """The final evaluation if none ran, the closing sample, HParams, and the result line's numbers."""
     t = s.job.train
     sample = ""
-    try:
-        with stop_at_once():  # a signal cuts the final evaluation and the sample short; the checkpoint is written
+    try:  # a run a signal stopped has said so already (stop); it has no closing evaluation or sample
+        with stop_at_once() if state.stopped in COMPLETED else contextlib.nullcontext():
             if math.isnan(state.val_loss) and state.stopped in COMPLETED:  # zero steps run (resumed at the end)
                 closing_evaluation(s, state)
             if s.dist.is_main and state.stopped in COMPLETED and t.sample_chars > 0:
                 model = reader_model(s, s.raw_model)
                 sample = sample_chars(model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
                 s.logger.text("samples/final", sample, state.step)
-    except Interrupted as e:
+    except Interrupted as e:  # a signal cuts the final evaluation and the sample short; the checkpoint is written
         stop(s, state, None, e.signal_name)
     s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
                   f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)

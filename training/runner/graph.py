@@ -124,10 +124,7 @@ class GraphStep:
             self._capture()
         s = self.s
         lr, progress, _ = begin_step(s, state)
-        for micro in range(self.x.shape[0]):
-            x, y = s.sampler.next_batch()
-            self.x[micro].copy_(x)
-            self.y[micro].copy_(y)
+        self._fill()
         if warming:  # the very step the capture will record, run eagerly: inductor compiles for these inputs
             self.warmed += 1
             with self.backend.side():
@@ -139,6 +136,27 @@ class GraphStep:
             grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
         end_step(s, state, progress)
         return StepResult(self.loss.clone(), lr, grad_norm.clone())
+
+    def _fill(self) -> None:
+        """The step's batches copied into the static inputs."""
+        for micro in range(self.x.shape[0]):
+            x, y = self.s.sampler.next_batch()
+            self.x[micro].copy_(x)
+            self.y[micro].copy_(y)
+
+    def compile_pass(self) -> None:
+        """The recorded forward and backward once, on batches put back afterwards and with no update, so that inductor
+        compiles for exactly the captured inputs here, before the warm-up steps (training/runner/steps.py runs it
+        where a signal may cut it short)."""
+        s = self.s
+        position = s.sampler.state_dict()
+        self._fill()
+        s.sampler.load_state_dict(position)
+        try:
+            with self.backend.side():
+                self._forward_backward()
+        finally:
+            s.optimizer.zero_grad(set_to_none=True)
 
     def _capture(self) -> None:
         s = self.s
@@ -158,6 +176,15 @@ class GraphStep:
     def _body(self) -> None:
         """What the graph records: every micro-batch's forward and backward, the loss, and (where it can be
         replayed) clipping and the optimizer's step."""
+        s = self.s
+        self._forward_backward()
+        if self.optimizer_inside:
+            clip = s.job.train.grad_clip or float("inf")
+            self.grad_norm.copy_(torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip))
+            s.optimizer.step()
+
+    def _forward_backward(self) -> None:
+        """Every micro-batch's forward and backward on the static inputs; their mean loss into `self.loss`."""
         s, accum = self.s, self.x.shape[0]
         total = torch.zeros((), device=s.device)
         for micro in range(accum):
@@ -166,10 +193,6 @@ class GraphStep:
             s.scaler.scale(loss / accum).backward()
             total += loss.detach()
         self.loss.copy_(total / accum)
-        if self.optimizer_inside:
-            clip = s.job.train.grad_clip or float("inf")
-            self.grad_norm.copy_(torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip))
-            s.optimizer.step()
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         s = self.s

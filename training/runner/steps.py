@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from common.device import has_native_bf16
 from training import distributed
+from training.guards.signals import stop_at_once
 from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable
 from training.runner.plan import (
     EAGER,
@@ -33,7 +34,7 @@ from training.runner.plan import (
     worth_a_line,
 )
 from training.session import LoopState, Session
-from training.step import StepResult, train_step
+from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
 
 
 def inductor_cache() -> str:
@@ -60,6 +61,7 @@ class StepRunner:
         self.graph: GraphStep | None = None
         self.timing: tuple[int, float] | None = None  # (step, time) where auto's timed steps began
         self.warming: float | None = None  # when the chosen way started to warm up
+        self.compiled = False  # inductor has compiled the step (or failed to)
         setting = compile_setting(t.compile)
         fixed = fixed_way(setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by the caller")
         if fixed is not None:
@@ -68,6 +70,8 @@ class StepRunner:
     def step(self, state: LoopState) -> StepResult:
         if self.way is None:
             return self._probe(state)
+        if self.warming is not None and self.way.inductor and not self.compiled:
+            self._compile(state)
         if self.graph is None:
             return self._compiled_step(state)
         try:
@@ -120,10 +124,32 @@ class StepRunner:
             backend = self.graph_backend(s) if self.graph_backend else CudaGraph(s.device)
             self.graph = GraphStep(s, backend, self.model)
 
+    def _compile(self, state: LoopState) -> None:
+        """Inductor compiles the model's forward and backward on this step's batch, put back afterwards, with no
+        update and the random streams as they were: a signal ends the compile at once (the loop then saves the step
+        reached, which nothing here has moved), and a model inductor cannot build runs eagerly."""
+        s, self.compiled = self.s, True
+        try:
+            with torch.random.fork_rng(devices=[s.device] if s.device.type == "cuda" else []), stop_at_once():
+                if self.graph is not None:
+                    self.graph.compile_pass()
+                else:
+                    position = s.sampler.state_dict()
+                    x, y = s.sampler.next_batch()
+                    s.sampler.load_state_dict(position)
+                    try:
+                        micro_batch(s, self.model, x, y, mtp_weights_at(s.job.train, run_progress(s, state)), 1)
+                    finally:
+                        s.optimizer.zero_grad(set_to_none=True)
+        except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
+            self._drop_inductor(e)
+            if self.graph is None:
+                self.warming = None
+
     def _compiled_step(self, state: LoopState) -> StepResult:
         if self.warming is None or not self.way.inductor:
             return train_step(self.s, state, self.model)
-        try:  # the first compiled step compiles: a failure there leaves the step to be run eagerly
+        try:  # the first compiled step may still compile more: a failure there leaves the step to be run eagerly
             result = train_step(self.s, state, self.model)
         except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
             self._drop_inductor(e)
@@ -133,8 +159,10 @@ class StepRunner:
         return result
 
     def _drop_inductor(self, e: Exception) -> None:
-        """Inductor failed on its first step: the session's model (under DDP, its wrapper) runs that step again."""
+        """Inductor failed on its first steps: the session's model (under DDP, its wrapper) runs them again."""
         self.model = self.s.model
+        if self.graph is not None:
+            self.graph.model = self.model
         self.s.optimizer.zero_grad(set_to_none=True)
         self.way = Way(graph=self.way.graph)
         self._say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
