@@ -38,6 +38,7 @@ from training.checkpoints import keep_newer_checkpoint, open_resume, restore_tra
 from training.early_stop import EarlyStop
 from training.evaluation import eval_note
 from training.guards.divergence import LossWatch
+from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim.averaging import WeightAverage, refuse_empty_average, weight_average
 from training.optim.factory import make_optimizer
@@ -208,7 +209,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
-    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
+    with building_fits(job.model.with_vocab(corpus.tokenizer.vocab_size), t, device, dtype):  # a line, not OOM
+        raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
     hold_syllable_rows(job, raw_model, train_tokens)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
