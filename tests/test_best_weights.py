@@ -319,3 +319,30 @@ def test_two_processes_under_torchrun_stop_early_together(tmp_path):
     assert f"step {step}  " in r.stdout and "(early_stop)" in r.stdout and step < 200
     assert load_checkpoint(run / "ckpt.pt").training.early_stop["stopped_at"] == step
 
+
+
+def test_early_stopping_that_cannot_act_is_refused_when_typed_and_silent_under_auto(tmp_path, capsys):
+    """A run whose step limit leaves fewer evaluations before its last than the patience can never stop early."""
+    from common.errors import ConfigError
+
+    text = tmp_path / "text.txt"
+    text.write_text(KOREAN * 6 + OTHER, encoding="utf-8")
+    few = (f"data.path={text}", *MEMORISE, "train.max_steps=17")  # evaluations at 5, 10, 15 and the last, 17
+    with pytest.raises(ConfigError, match=r"^train\.early_stop=3 cannot act in this run: .* this run makes 4 "
+                                          r"evaluations \(every train\.eval_interval=5 steps up to step 17\); drop "
+                                          r"train\.early_stop, or evaluate more often"):
+        train(train_job(tmp_path, *few, "train.early_stop=3"), tmp_path / "typed")
+    assert not (tmp_path / "typed" / "ckpt.pt").exists()
+    train(train_job(tmp_path, *few, "train.early_stop=2"), tmp_path / "acts")  # 2 can stop at step 15
+    assert "early stop: after 2 evaluations in a row" in capsys.readouterr().out
+    result = train(train_job(tmp_path, f"data.path={text}", *MEMORISE, "train.max_epochs=0.5"), tmp_path / "auto")
+    assert result.stopped == "max_epochs" and "early stop:" not in capsys.readouterr().out  # auto: 4, one evaluation
+
+
+def test_the_evaluations_a_run_has_left():
+    from training.early_stop import can_act, evaluations_left
+
+    assert evaluations_left(0, 12, 5) == 3 and evaluations_left(0, 10, 5) == 2 and evaluations_left(0, None, 5) is None
+    assert evaluations_left(10, 12, 5) == 1 and evaluations_left(12, 12, 5) == 0
+    assert can_act(EarlyStop(), math.inf, 1, 3) and not can_act(EarlyStop(), math.inf, 2, 3)  # best, stale, last
+    assert can_act(EarlyStop(best_step=5, stale=1), 4.0, 3, 3)  # resumed one evaluation into the count

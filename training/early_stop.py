@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from cli.overrides import shell_path
-from common.errors import UserError
+from common.errors import ConfigError, UserError
 from inference.checkpoint import BEST_NAME, CKPT_NAME
 from inference.run_files import folder_file, header
 from training import distributed
@@ -59,6 +59,42 @@ def margin_nats(tokens_per_char: float) -> float:
 def turned(val_loss: float, best_val_loss: float, tokens_per_char: float) -> bool:
     """Whether `val_loss` is worse than the best by more than the noise margin."""
     return math.isfinite(val_loss) and val_loss > best_val_loss + margin_nats(tokens_per_char)
+
+
+def evaluations_left(step: int, max_steps: int | None, interval: int) -> int | None:
+    """The evaluations a run at `step` makes up to its step limit, the last one included (None: no step limit)."""
+    if max_steps is None:
+        return None
+    last = 1 if max_steps % interval and max_steps > step else 0
+    return max(0, max_steps // interval - step // interval) + last
+
+
+def can_act(e: EarlyStop, best_val_loss: float, patience_: int, left: int | None) -> bool:
+    """Whether `patience_` evaluations in a row without a better one can be reached before the last of the `left`
+    evaluations (the last never stops a run early). A run without a best yet finds it at its first evaluation."""
+    if left is None:
+        return True
+    stale = e.stale if math.isfinite(best_val_loss) else -1
+    return left - 1 + stale >= patience_
+
+
+def refuse_idle_patience(job, state: LoopState, max_steps: int | None, resumed: bool, typed: set[str] | None) -> None:
+    """A `train.early_stop=N` of the user's own that cannot act in this run is refused, naming the key, as the idle
+    rules do (training/settings/idle.py); `auto` (the default) is then silent, and a resumed run that stopped early
+    is `start`'s to answer."""
+    t = job.train
+    if t.early_stop in (None, "auto") or state.early.stopped_at is not None:
+        return
+    if resumed and typed is not None and "train.early_stop" not in typed and "train" not in typed:
+        return
+    n, left = int(t.early_stop), evaluations_left(state.step, max_steps, t.eval_interval)
+    if can_act(state.early, state.best_val_loss, n, left):
+        return
+    raise ConfigError(f"train.early_stop={n} cannot act in this run: it stops a run after {n} evaluations in a row "
+                      f"without a better validation loss (the first finds the best, the last never stops a run), "
+                      f"and this run makes {left} evaluation"
+                      f"{'s' if left != 1 else ''} (every train.eval_interval={t.eval_interval} steps up to step "
+                      f"{max_steps}); drop train.early_stop, or evaluate more often (a lower train.eval_interval)")
 
 
 def patience(value: str | None, max_steps: int | None) -> int | None:
@@ -159,7 +195,8 @@ def start(s: Session, state: LoopState) -> bool:
         _say(s, f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
         e.stopped_at = None
     e.limits = now
-    if e.patience is not None:
+    left = evaluations_left(state.step, s.max_steps, t.eval_interval)
+    if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
         how = "auto: this run's length is set by time or passes, not train.max_steps" if t.early_stop == "auto" \
             else f"train.early_stop={t.early_stop}"
         _say(s, f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "

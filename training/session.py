@@ -35,7 +35,7 @@ from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
 from training.checkpoints import keep_newer_checkpoint, open_resume, restore_training, seed_everything
-from training.early_stop import EarlyStop
+from training.early_stop import EarlyStop, refuse_idle_patience
 from training.evaluation import eval_note
 from training.guards.divergence import LossWatch
 from training.guards.memory import building_fits
@@ -47,7 +47,7 @@ from training.settings import settle
 from training.settings.auto import AutoDropout, apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.settings.idle import refuse_long_warmup
-from training.settings.resume import summary
+from training.settings.resume import summary, typed_command_line
 
 
 @dataclass
@@ -224,6 +224,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                            t.input_noise)
     state = LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)) \
         if resumed else LoopState(last_log=(time.perf_counter(), 0))
+    refuse_idle_patience(job, state, max_steps, resumed is not None, typed_command_line())
     if dist.rank:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
