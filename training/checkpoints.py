@@ -62,7 +62,8 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
                              state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
                              average.updates if average else 0, state.early.record())
-    config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
+    config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {}),
+              **({"measured": s.measured} if s.measured else {})}
     ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
                       s.tokens_per_char, config, training, average.dense_state() if average else None)
     try:

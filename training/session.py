@@ -47,6 +47,7 @@ from training.settings import settle
 from training.settings.auto import AutoDropout, apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.settings.idle import refuse_long_warmup
+from training.settings.precision import measured_dtype
 from training.settings.resume import summary, typed_command_line
 
 
@@ -74,6 +75,7 @@ class Session:
     auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
     init_record: dict | None = None  # train.init_from: the source checkpoint, its step, the tokens added
     average: WeightAverage | None = None  # train.average: the weights' average, kept beside them
+    measured: dict = field(default_factory=dict)  # what auto measured at start (precision), recorded in checkpoints
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -209,13 +211,17 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
-    with building_fits(job.model.with_vocab(corpus.tokenizer.vocab_size), t, device, dtype):  # a line, not OOM
-        raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
+    with building_fits(job.model.with_vocab(corpus.tokenizer.vocab_size), t, device, dtype or torch.bfloat16):
+        raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)  # a line, not OOM
     hold_syllable_rows(job, raw_model, train_tokens)
+    measured = {}
+    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: the faster of the two, timed here
+        dtype, precision, measured["precision"] = measured_dtype(job, raw_model, train_tokens, device, dist)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
     refuse_long_warmup(job, resumed, max_steps)  # training/settings/idle.py, once epochs are steps
-    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype,
+                              measured.get("precision", {}).get("tokens_per_sec"))
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
@@ -243,7 +249,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
                       logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto,
-                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average)
+                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average,
+                      measured or (resumed.config.get("measured", {}) if resumed else {}))
     return session, state
 
 

@@ -234,6 +234,7 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
                "hparam/params": num_parameters(s.raw_model)}
     auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
+    auto.update({f"{dtype}_step_ms": ms for dtype, ms in s.measured.get("precision", {}).get("step_ms", {}).items()})
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
                       "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto, "init": s.init_record or {}},
                      metrics, state.step)

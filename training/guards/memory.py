@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -36,7 +37,9 @@ from torch import nn
 from common.errors import UserError
 from model.config import ModelConfig
 from model.counts import matrix_parameters
-from training.settings.config import TrainConfig
+
+if TYPE_CHECKING:
+    from training.settings.config import TrainConfig
 
 GiB = 1 << 30
 MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room

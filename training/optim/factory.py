@@ -17,12 +17,16 @@ Design choices:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from common.device import has_native_bf16
 from training.optim.muon import MuonAdamW
-from training.settings.config import TrainConfig
+
+if TYPE_CHECKING:
+    from training.settings.config import TrainConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -126,15 +126,19 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
 
 def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
                        tokens_per_step: int, dist: distributed.DistInfo, device: torch.device,
-                       dtype: torch.dtype) -> AutoDropout | None:
+                       dtype: torch.dtype, measured: float | None = None) -> AutoDropout | None:
     """Resolve `model.dropout: null` for this run and set it on the model and in the job (so the checkpoint records
-    it); None when the user gave a value. Its `line` is printed once every check of the start has passed."""
+    it); None when the user gave a value. Its `line` is printed once every check of the start has passed.
+    `measured`: this run's tokens/s per process, timed already (training/settings/precision.py)."""
     if job.model.dropout is not None:
         return None
     t = job.train
     batches = BatchSampler(train_tokens, job.model.context_length, t.batch_size, device, job.seed + 7919, dist.rank)
 
     def speed() -> float:
+        if measured is not None:
+            return measured
+
         def optimizer_for(m: nn.Module) -> torch.optim.Optimizer:
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
         with fit_memory(model, t, device, dtype):  # a batch that cannot fit: one line before it is allocated
