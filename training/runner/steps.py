@@ -2,11 +2,17 @@
 
 Design choices:
 - `auto` needs the run's own speed: the first steps run eagerly (they are real steps), a few of them are timed, and
-  the choice follows from what is left of the run. `true` and `false` choose at the first step.
+  the choice follows from what is left of the run and from what compiling cost and gave on this machine before
+  (training/runner/measured.py). `true` and `false` choose at the first step.
+- Inductor compiles on a pass of its own, before the first compiled step: one forward and backward on the step's
+  batch, put back afterwards, with no update and the random streams as they were. A signal ends that pass at once
+  and the loop saves the step reached, which the pass has not moved.
 - The warm-up happens inside the loop, so it counts against `train.max_seconds` like any step; the run says what it
   chose and why, and then how long the warm-up took.
+- Under auto the compiled steps are then timed against the eager ones: not `KEEP` times faster, the run goes back to
+  eager and says so with both speeds; either way the numbers are recorded for the next run on this machine.
 - What cannot be built is said in one line and the steps go on without it: a CUDA graph whose capture fails runs
-  compiled or eager, a model inductor cannot compile runs eager (its first step is retried eagerly).
+  compiled or eager, a model inductor cannot compile runs eager.
 - Evaluation, snapshots and the closing sample use the raw model, eagerly (`Session.eval_model`): never the compiled
   training graph, which would compile again for evaluation's mode, and never a replay.
 """
@@ -14,17 +20,22 @@ Design choices:
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from tqdm import tqdm
 
 from common.device import has_native_bf16
-from training import distributed
+from training import distributed, early_stop
 from training.guards.signals import stop_at_once
-from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable
+from training.runner import measured
+from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable, release
 from training.runner.plan import (
+    COMPARE_STEPS,
     EAGER,
+    KEEP,
     PROBE_STEPS,
     Way,
     compile_setting,
@@ -37,14 +48,14 @@ from training.session import LoopState, Session
 from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
 
 
-def inductor_cache() -> str:
+def inductor_cache() -> str | None:
     """Where inductor keeps its compiled kernels between runs (TORCHINDUCTOR_CACHE_DIR, else its default)."""
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
 
         return cache_dir()
-    except (ImportError, OSError):  # a torch without the helper: its documented default
-        return "inductor's cache folder"
+    except (ImportError, OSError):  # a torch without the helper
+        return None
 
 
 class StepRunner:
@@ -59,13 +70,16 @@ class StepRunner:
         self.graph_backend = graph_backend  # session -> backend; None: a real CUDA graph (tests pass a stand-in)
         self.way: Way | None = None
         self.graph: GraphStep | None = None
-        self.timing: tuple[int, float] | None = None  # (step, time) where auto's timed steps began
+        self.probed = 0  # auto's eager steps so far
+        self.eager_times: list[float] = []  # seconds of auto's timed eager steps
+        self.compiled_times: list[float] | None = None  # seconds of the compiled steps timed against them
         self.warming: float | None = None  # when the chosen way started to warm up
         self.compiled = False  # inductor has compiled the step (or failed to)
-        setting = compile_setting(t.compile)
-        fixed = fixed_way(setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by the caller")
+        self.record: dict = {}  # the chosen way's key and warm-up, for training/runner/measured.py
+        self.setting = compile_setting(t.compile)
+        fixed = fixed_way(self.setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by caller")
         if fixed is not None:
-            self._adopt(*fixed, said=setting == "false")  # a typed false needs no line
+            self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
 
     def step(self, state: LoopState) -> StepResult:
         if self.way is None:
@@ -73,9 +87,9 @@ class StepRunner:
         if self.warming is not None and self.way.inductor and not self.compiled:
             self._compile(state)
         if self.graph is None:
-            return self._compiled_step(state)
+            return self._timed(lambda: self._compiled_step(state))
         try:
-            result = self.graph(state)
+            result = self._timed(lambda: self.graph(state))
         except GraphUnavailable as e:
             self.graph = None
             self._say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
@@ -90,19 +104,33 @@ class StepRunner:
         return result
 
     def _probe(self, state: LoopState) -> StepResult:
-        """An eager step of auto's timing; after PROBE_STEPS of them (the first untimed) the choice is made."""
+        """An eager step of auto's timing; after PROBE_STEPS of them (the first, which allocates, untimed) the choice
+        is made."""
+        started = self._now()
         result = train_step(self.s, state, self.model)
-        if self.timing is None:
-            self.timing = (state.step, self._now())
-        elif state.step - self.timing[0] >= PROBE_STEPS:
-            per_step = (self._now() - self.timing[1]) / (state.step - self.timing[0])
-            s = self.s
-            inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-            way, why = measured_way(s.device, self._left_seconds(state, per_step), self.blocker, inductor_ok)
-            if self.s.dist.enabled:  # every rank compiles, or none
-                way = Way(inductor=distributed.any_rank(way.inductor, self.s.dist, self.s.device))
-            self._adopt(way, why)
+        if self.probed:
+            self.eager_times.append(self._now() - started)
+        self.probed += 1
+        if len(self.eager_times) >= PROBE_STEPS:
+            self._decide(state, statistics.median(self.eager_times))
         return result
+
+    def _decide(self, state: LoopState, per_step: float) -> None:
+        s = self.s
+        left = self._left_seconds(state, per_step)
+        early, t = state.early, s.job.train
+        if early.patience is not None and early_stop.can_act(early, state.best_val_loss, early.patience,
+                                                            early_stop.evaluations_left(state.step, s.max_steps,
+                                                                                        t.eval_interval)):
+            left /= 2  # early stopping may end the run sooner than its limit
+        inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
+        key = measured.record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
+                                  s.raw_model.config, t.batch_size)
+        costs = measured.costs(key, s.device, inductor_cache())
+        way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
+        if s.dist.enabled:  # every rank compiles, or none
+            way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
+        self._adopt(way, why)
 
     def _left_seconds(self, state: LoopState, per_step: float) -> float:
         s = self.s
@@ -118,6 +146,11 @@ class StepRunner:
         if way == EAGER:
             return
         self.warming = time.perf_counter()
+        cache = inductor_cache()
+        key = measured.record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
+        before = measured.read(key) or {}
+        warm = cache is not None and before.get("cache") == cache and "warmup_s" in before  # compiled here before
+        self.record = {"key": key, "cache": cache, "warm": warm}
         if way.inductor:
             self.model = torch.compile(s.model)
         if way.graph:
@@ -155,7 +188,7 @@ class StepRunner:
             self._drop_inductor(e)
             self.warming = None
             return train_step(self.s, state, self.model)
-        self._ready(state, f"compiled kernels cached in {inductor_cache()}")
+        self._ready(state, f"compiled kernels cached in {inductor_cache() or 'inductor cache folder'}")
         return result
 
     def _drop_inductor(self, e: Exception) -> None:
@@ -170,9 +203,49 @@ class StepRunner:
 
     def _ready(self, state: LoopState, detail: str) -> None:
         self._now()  # the warm-up's last kernels have finished
-        self._say(f"compile: warm-up took {time.perf_counter() - self.warming:.1f} s, ready at step {state.step} "
-                  f"({detail})")
+        seconds = time.perf_counter() - self.warming
+        self._say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
         self.warming = None
+        if self.way.inductor:
+            self.record["warmup_s"] = round(seconds, 2)
+            self.compiled_times = [] if self.eager_times else None  # compared where auto timed eager steps
+            if self.compiled_times is None:
+                self._write_record()
+
+    def _timed(self, run: Callable[[], StepResult]) -> StepResult:
+        """A compiled step, timed while auto compares compiled steps with eager ones."""
+        if self.compiled_times is None or self.warming is not None:
+            return run()
+        started = self._now()
+        result = run()
+        self.compiled_times.append(self._now() - started)
+        if len(self.compiled_times) >= COMPARE_STEPS:
+            self._compare()
+        return result
+
+    def _compare(self) -> None:
+        """Keep the compiled steps where they are `KEEP` times faster than the eager ones, else go back to eager."""
+        s = self.s
+        eager, compiled = (distributed.agreed_max(statistics.median(times), s.dist, s.device)
+                           for times in (self.eager_times, self.compiled_times))
+        self.compiled_times = None
+        speedup = eager / max(compiled, 1e-12)
+        self.record.update(speedup=round(speedup, 3), eager_ms=round(1000 * eager, 2),
+                           compiled_ms=round(1000 * compiled, 2))
+        self._write_record()
+        both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
+        if speedup >= KEEP:
+            self._say(f"compile: kept: {both}")
+            return
+        self._say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
+                  "next run on this machine")
+        if self.graph is not None:
+            release(s)
+        self.model, self.graph, self.way = s.model, None, EAGER
+
+    def _write_record(self) -> None:
+        if self.s.dist.is_main and self.record.get("key"):
+            measured.write(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
 
     def _now(self) -> float:
         if self.s.device.type == "cuda":
