@@ -153,14 +153,25 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
+def another_checkpoint(path: object) -> str:
+    """The advice of a message about a checkpoint (`path`) that cannot be used: its run's ckpt.pt or best.pt where
+    there is one other than `path` (`ckpt=<run>/ckpt.pt` for a bad best.pt), never the file that failed."""
+    path = Path(path) if isinstance(path, str | Path) else None
+    others = [path.parent / n for n in (CKPT_NAME, BEST_NAME) if path is not None and n != path.name]
+    other = next((p for p in others if p.is_file()), None)
+    if other is not None:
+        return f"use its run's other checkpoint (ckpt={other}), another run's, or train again"
+    return "use another run's checkpoint or train again"
+
+
 def refuse_non_finite(ckpt: Checkpoint) -> None:
     """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
     averaged weights, where the run kept them, as well as the raw ones)."""
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
-                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; use an earlier "
-                            "checkpoint (best.pt) or train again")
+                            f"infinity): it cannot be sampled, scored, exported or fine-tuned from; "
+                            f"{another_checkpoint(ckpt.path)}")
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
@@ -285,6 +296,6 @@ def _load_payload(path: Path, mmap: bool = False) -> Any:
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
         raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "
-                        "use another checkpoint (best.pt, or an earlier run) or train again") from None
+                        f"{another_checkpoint(path)}") from None
     except Exception as e:  # noqa: BLE001 - arbitrary bytes can fail the unpickler in any way
         raise UserError(f"{path} is not a kochar-gpt checkpoint (it cannot be read: {type(e).__name__})") from None

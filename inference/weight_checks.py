@@ -180,10 +180,11 @@ def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "") 
     finally:
         model.train(was_training)
     if not bool(torch.isfinite(logits).all()):
+        from inference.checkpoint import another_checkpoint  # it imports this module
+
         raise UserError(f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
                         "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
-                        "sampled, scored, exported, resumed or fine-tuned from; use an earlier checkpoint (best.pt) "
-                        "or train again")
+                        f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}")
 
 
 def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
