@@ -46,7 +46,8 @@ def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "
     ours = model.eval()(ids)[0]
     if not bool(torch.isfinite(ours).all()):
         raise UserError(f"the weights of {source} compute logits that are not finite numbers (NaN or infinity): "
-                        f"they cannot be exported; nothing was written; {another_checkpoint(source)}")
+                        "they cannot be exported; nothing was written; "
+                        f"{another_checkpoint(source if isinstance(source, Path) else None)}")
     transformers = quiet_transformers()
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True).eval()
     diff = float((ours - theirs(ids).logits.float()).abs().max())

@@ -153,15 +153,13 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
-def another_checkpoint(path: object) -> str:
-    """The advice of a message about a checkpoint (`path`) that cannot be used: its run's ckpt.pt or best.pt where
-    there is one other than `path` (`ckpt=<run>/ckpt.pt` for a bad best.pt), never the file that failed."""
-    path = Path(path) if isinstance(path, str | Path) else None
-    others = [path.parent / n for n in (CKPT_NAME, BEST_NAME) if path is not None and n != path.name]
+def another_checkpoint(path: str | Path | None) -> str:
+    """Advice for a checkpoint `path` that cannot be used: its run's other file (ckpt.pt, best.pt), never itself."""
+    others = [Path(path).parent / n for n in (CKPT_NAME, BEST_NAME) if path and n != Path(path).name]
     other = next((p for p in others if p.is_file()), None)
-    if other is not None:
-        return f"use its run's other checkpoint (ckpt={other}), another run's, or train again"
-    return "use another run's checkpoint or train again"
+    if other is None:
+        return "use another run's checkpoint or train again"
+    return f"use its run's other checkpoint (ckpt={other}), another run's, or train again"
 
 
 def refuse_non_finite(ckpt: Checkpoint) -> None:
@@ -170,7 +168,7 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
-                            f"infinity): it cannot be sampled, scored, exported or fine-tuned from; "
+                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; "
                             f"{another_checkpoint(ckpt.path)}")
 
 
@@ -179,7 +177,8 @@ def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
     (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
     refuse_non_finite(ckpt)
     for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
-        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)
+        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind,
+                                 another_checkpoint(ckpt.path))
     return ckpt
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models
+from inference.checkpoint import (
+    Checkpoint,
+    another_checkpoint,
+    load_checkpoint,
+    refuse_non_finite,
+    refuse_two_models,
+)
 from inference.run_files import RunFile, run_file
 from inference.weight_checks import refuse_non_finite_logits
 from inference.weights import WeightsUsed, choose_weights
@@ -95,5 +101,5 @@ def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root:
     model = model_from_checkpoint(checkpoint, used.kind)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
-    refuse_non_finite_logits(model, checkpoint.path, used.kind)  # finite weights can still overflow
+    refuse_non_finite_logits(model, checkpoint.path, used.kind, another_checkpoint(checkpoint.path))  # can overflow
     return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used, chosen)
