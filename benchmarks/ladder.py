@@ -21,7 +21,7 @@ Design choices:
   the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
 - Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
   nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail. A run is scored as a user's
-  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it differs from ckpt.pt); the row
+  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it is better than ckpt.pt); the row
   records which (`scored`) and, where that was best.pt, the last weights' score beside it (`heldout_bpc_last`).
 - Every run has the whole budget: early stopping (`train.early_stop`, on by default for a time budget) is off
   (benchmarks/ladder_checks.py), and the campaign says so when it starts.

@@ -1,6 +1,6 @@
 """From a run folder or checkpoint file to a model ready to sample, and its tokenizer.
 
-A run folder gives its best validated weights (best.pt where it differs from the last, ckpt.pt: inference/run_files.py);
+A run folder gives its best validated weights (best.pt where it is the run's and better than ckpt.pt: run_files.py);
 a file is read as named. `LoadedRun.line()` is every reader's first line: which weights, of which file, its step and
 validation loss, and why that file."""
 
