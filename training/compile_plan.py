@@ -45,7 +45,7 @@ def compile_setting(value: object) -> str:
     written when the key was a boolean, and the words for them."""
     word = str(value).lower()
     if word not in SPELLINGS:
-        raise refusal("train.compile", value, "it must be true, false or auto", SPELLINGS)
+        raise refusal("train.compile", value, "it must be true, false or auto", lambda w: w.lower() in SPELLINGS)
     return SPELLINGS[word]
 
 
