@@ -12,11 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from cli.help_text import register_help
-from training.config import TrainJob, register_configs
-from training.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
-from training.resume_settings import record_command_line
-from training.run_lock import RunLock, folder_named
-from training.run_record import RecordedSettings
+from cli.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
+from cli.run_lock import RunLock, folder_named
+from cli.run_record import RecordedSettings
+from training.settings.config import TrainJob, register_configs
+from training.settings.resume import record_command_line
 
 EXAMPLES = (
     "python train.py data.path=~/novels.txt                    # your own text file",

@@ -3,7 +3,7 @@
 Design choices:
 - nanoGPT's side is its own `model.py` (a checkout given on the command line, never copied in), stepped as its
   train.py steps it: bf16 autocast, fused AdamW, eager or `torch.compile` (default mode), on one fixed batch.
-- Our side is train.py's own step, through `StepRunner` (training/step_runner.py) on a session of train.py's own
+- Our side is train.py's own step, through `StepRunner` (training/runner/steps.py) on a session of train.py's own
   set-up (benchmarks/lever_speed.py): batches drawn by the sampler, the learning-rate schedule, clipping. So the
   numbers are what a run gets, not a bare model's; each way (eager, a CUDA graph, inductor and the graph) is one
   timer.
@@ -53,9 +53,9 @@ def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path) -> list[s
 
 
 def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], None], torch.nn.Module]:
-    """One step of train.py's loop on a session of its own set-up, run `way` (training/compile_plan.py)."""
+    """One step of train.py's loop on a session of its own set-up, run `way` (training/runner/plan.py)."""
     from benchmarks.lever_speed import session
-    from training.step_runner import StepRunner
+    from training.runner.steps import StepRunner
 
     with contextlib.redirect_stdout(sys.stderr):  # the set-up's and the runner's lines: stdout is the JSON
         s, state = session(overrides, folder)
@@ -115,7 +115,7 @@ def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
 def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, rounds: int) -> dict:
     """Training tokens/s at `size` in `dtype`: ours eager, as one CUDA graph, and compiled under the graph, beside
     nanoGPT's model.py eager and compiled; the ratios, MFU, and kernels per eager step."""
-    from training.compile_plan import EAGER, Way
+    from training.runner.plan import EAGER, Way
 
     amp = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
     with tempfile.TemporaryDirectory() as tmp:

@@ -81,8 +81,8 @@ def composed_job(overrides: list[str]):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from training.config import TrainJob, register_configs
-    from training.hydra_setup import legacy_experiment_override, register_resolvers
+    from cli.hydra_setup import legacy_experiment_override, register_resolvers
+    from training.settings.config import TrainJob, register_configs
 
     register_resolvers()
     register_configs()

@@ -48,10 +48,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def session(overrides: list[str], run_dir: Path):
-    """A training session of train.py's own set-up for `overrides` (training/setup.py), composed and checked as
+    """A training session of train.py's own set-up for `overrides` (training/session.py), composed and checked as
     train.py composes it (benchmarks/ladder_checks.py)."""
     from benchmarks.ladder_checks import composed_job
-    from training.setup import setup
+    from training.session import setup
 
     return setup(composed_job(overrides), run_dir)
 

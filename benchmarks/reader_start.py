@@ -93,8 +93,8 @@ def check_costs(run: Path) -> dict[str, float]:
     from inference.exported_checks import expected_tensors
     from inference.loading import model_from_checkpoint
     from inference.weight_checks import _expected, check_state, refuse_non_finite_logits
-    from training.config import TrainConfig
-    from training.memory_fit import available_bytes, estimate
+    from training.guards.memory import available_bytes, estimate
+    from training.settings.config import TrainConfig
 
     ckpt = load_checkpoint(resolve_checkpoint(run))
     model = model_from_checkpoint(ckpt)

@@ -16,7 +16,7 @@ Design choices:
   default size (4 blocks, 128 wide, 4 heads, context 128, batch 8, 1,480 ids: about the vocabulary of the novels
   in ../shared/corpora), float32, dropout 0, after two warm-up steps. The backward is counted alone the same way:
   `loss.backward()` after a forward with targets, gradients unset.
-- train.py's step is `training.step.train_step` on a session `training/setup.py` built from the default config
+- train.py's step is `training.step.train_step` on a session `training/session.py` built from the default config
   (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
   train.py adds to it (the loss kept on the device, the learning rate set).
 - nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT, whose

@@ -22,8 +22,8 @@ from benchmarks.timing import median_alternating, seconds
 from common.device import autocast
 from model import AttentionLanguageModel
 from model.counts import flops_per_token, num_parameters
-from training.averaging import WeightAverage
-from training.config import TrainConfig
+from training.optim.averaging import WeightAverage
+from training.settings.config import TrainConfig
 
 WARMUP_STEPS = 3  # the first steps allocate buffers and pick kernels
 

@@ -256,7 +256,7 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         if debug_enabled():
             raise
         fail(" ".join(str(e).split()), e.exit_code)
-    except KeyboardInterrupt as e:  # Ctrl-C; or training/signals.py's Interrupted, SIGTERM's included
+    except KeyboardInterrupt as e:  # Ctrl-C; or training/guards/signals.py's Interrupted, SIGTERM's included
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
     except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file

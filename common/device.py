@@ -92,7 +92,7 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
 
 
 # The reason of each choice starts "train.dtype=...;" and never "auto:", which starts the lines of the automatic
-# settings (training/auto_settings.py): a reader, and the tests, tell the two kinds of line apart by it.
+# settings (training/settings/auto.py): a reader, and the tests, tell the two kinds of line apart by it.
 def _cpu_auto() -> tuple[torch.dtype, str]:
     forced = cpu_bf16_forced()
     if forced is not None:

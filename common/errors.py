@@ -22,7 +22,7 @@ class ConfigError(UserError, ValueError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM answered at once (training/signals.py, during a wait that may be cut short): a
+    """SIGINT or SIGTERM answered at once (training/guards/signals.py, during a wait that may be cut short): a
     KeyboardInterrupt, so whatever cleans up after Ctrl-C cleans up after it, with the signal's exit code and line."""
 
     def __init__(self, signal_name: str):

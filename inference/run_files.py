@@ -47,7 +47,7 @@ from inference.checkpoint import (
 )
 
 CHOSEN = ("best", "last", "named")  # best.pt over ckpt.pt | ckpt.pt (best.pt absent or passed over) | the file named
-RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/resume_settings.py's MODEL_CHANGEABLE
+RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/settings/resume.py's MODEL_CHANGEABLE
 CORPUS_KEYS = ("path", "val_fraction", "val_files", "tokenizer")  # the data keys that fix the validation text
 
 

@@ -56,7 +56,7 @@ class ModelConfig:
     head_size: int = 128
     num_heads: int = 4
     num_blocks: int = 4
-    dropout: float | None = 0.0  # None (null in YAML) = auto: training resolves it (training/auto_settings.py)
+    dropout: float | None = 0.0  # None (null in YAML) = auto: training resolves it (training/settings/auto.py)
     attention: str = "fused"  # fused (one QKV projection + SDPA) | heads (the lecture's Head modules)
     tie_weights: bool = False
     position: str = "learned"  # learned (GPT-2's position embedding) | rope (rotary, inside attention)

@@ -16,14 +16,28 @@ def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters()) + sum(getattr(m, "params_left_out", 0) for m in model.modules())
 
 
+def block_matrices(c) -> int:
+    """The entries of one block's matrices (QKV, the output projection, the MLP) of a `ModelConfig`."""
+    E, HS = c.embedding_size, c.head_size
+    return 3 * E * HS + HS * E + (3 if c.mlp == "swiglu" else 2) * E * c.mlp_hidden
+
+
+def matrix_parameters(c) -> int:
+    """The parameters a `ModelConfig` builds, counted from its numbers alone (no model is built): the blocks' matrices,
+    the token embedding and a softmax head's read-out (once where tied), the learned positions. Norms, biases and
+    gates are left out, so it is a lower bound within a few percent."""
+    E, V = c.embedding_size, c.vocab_size or 0
+    head = E * V if c.head == "softmax" and not c.tie_weights else 0
+    positions = c.context_length * E if c.position == "learned" else 0
+    return c.num_blocks * block_matrices(c) + E * V + head + positions
+
+
 def flops_per_token(model: nn.Module, context_length: int | None = None) -> int:
     """Training FLOPs per token of a model at `context_length` (its own by default)."""
     c = model.config
     T = context_length or c.context_length
-    E, HS, L, V = c.embedding_size, c.head_size, c.num_blocks, c.vocab_size
-    mlp = (3 if c.mlp == "swiglu" else 2) * E * c.mlp_hidden
-    per_block = 2 * (3 * E * HS + HS * E + mlp) + 2 * 2 * T * HS  # projections + QK^T and AV
-    return 3 * (L * per_block + 2 * E * V)
+    per_block = 2 * block_matrices(c) + 2 * 2 * T * c.head_size  # projections + QK^T and AV
+    return 3 * (c.num_blocks * per_block + 2 * c.embedding_size * c.vocab_size)
 
 
 def parameter_counts(model: nn.Module) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@
 Design choices:
 - A state dict of either layout loads into a model of either: `MultiHeadAttention` converts what it is given
   (`convert_in_place`), checkpoints are converted to their own settings' layout when read (`match_layout`), and
-  the optimizer's per-parameter moments follow (training/optimizer_layout.py uses `other_layout_names`).
+  the optimizer's per-parameter moments follow (training/optim/layout.py uses `other_layout_names`).
 - Checkpoints and exports written before the fused parameter existed hold the per-head names; they load
   unchanged. The exported custom modeling code keeps the per-head names (hf_format/custom.py converts).
 """

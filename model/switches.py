@@ -1,6 +1,6 @@
 """Changing a built model's dropout, a setting its parameters do not depend on.
 
-A resumed run may change dropout and the attention path (training/resume_settings.py); the path decides the
+A resumed run may change dropout and the attention path (training/settings/resume.py); the path decides the
 attention weights' layout, so a changed path is a model built anew, into which the checkpoint's weights load
 (model/qkv_layout.py). Everything else about the architecture is fixed when the model is built.
 """

@@ -93,3 +93,12 @@ def sigint_reaches_children():
     yield
     if old == signal.SIG_IGN:
         signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture(autouse=True)
+def _own_compile_records(tmp_path_factory, monkeypatch):
+    """What a test's compiles measure (training/runner/measured.py) stays out of the user's cache and other tests."""
+    from training.runner import measured
+
+    folder = tmp_path_factory.mktemp("compile_records")
+    monkeypatch.setattr(measured, "records_path", lambda: folder / "compile_records.json")

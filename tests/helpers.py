@@ -228,9 +228,9 @@ def compose_config(name: str = "train", *overrides: str):
     registered), without running anything -> DictConfig."""
     from hydra import compose, initialize_config_dir
 
+    from cli.hydra_setup import register_resolvers
     from inference.config import register_configs as register_inference
-    from training.config import register_configs as register_training
-    from training.hydra_setup import register_resolvers
+    from training.settings.config import register_configs as register_training
 
     register_resolvers()
     register_training()

@@ -11,13 +11,13 @@ import torch
 
 from inference.checkpoint import load_checkpoint
 from tests.helpers import KOREAN, TINY, cli, tiny_model
-from training.auto_settings import (
+from training.optim.factory import make_optimizer
+from training.settings.auto import (
     MAX_DROPOUT,
     auto_weight_decays,
     dropout_for_passes,
     measured_tokens_per_sec,
 )
-from training.optim import make_optimizer
 
 FREE = 1.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 8)
 
@@ -131,8 +131,8 @@ def test_hparams_record_the_passes(tmp_path, corpus):
 
 
 def test_the_line_names_the_time_budget_that_ends_a_run_however_large():
-    from training.auto_settings import resolve_dropout
     from training.distributed import DistInfo
+    from training.settings.auto import resolve_dropout
 
     for seconds in (60.0, 1e300):
         auto = resolve_dropout(None, seconds, 10_000, 256, lambda: 5_000.0, DistInfo(), torch.device("cpu"), 8.0)

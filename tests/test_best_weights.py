@@ -1,11 +1,13 @@
 """A longer run never hands a reader a worse model: readers take a run's best validated weights (best.pt where it
-is the run's and better than ckpt.pt) and say so, `ckpt=<run>/ckpt.pt` picks the last weights, the run's end says where it
-stood best, and `train.early_stop` stops a run whose validation has turned, which then counts as finished.
+is the run's and better than ckpt.pt) and say so, `ckpt=<run>/ckpt.pt` picks the last weights, the run's end says
+where it stood best, and `train.early_stop` stops a run whose validation has turned, which then counts as finished.
 
 The memorising run: a tiny model at a high constant rate on a text whose training part is our test sentences six
 times over and whose validation part (the last tenth) is other sentences, also written for these tests. It learns
-the training text by heart within a few steps, so validation is best at step 10 and rises from there: the same
-turn a small model takes on the built-in corpus after a few hundred steps, in a few seconds."""
+the training text by heart within a few steps, so validation is best after one or two evaluations and rises from
+there: the same turn a small model takes on the built-in corpus after a few hundred steps, in a few seconds. Which
+evaluation is the best differs between a CPU that computes in bfloat16 and one that computes in float32, so the
+tests read it from the run (`turn`)."""
 
 from __future__ import annotations
 
@@ -44,21 +46,28 @@ def memorised(folder: Path, *overrides: str):
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """Stopped early: best at step 10, two evaluations without a better one, so it stops at step 20."""
+    """Stopped early: two evaluations without a better one after the best, so it stops 10 steps after it."""
     return memorised(tmp_path_factory.mktemp("stopped"), "train.max_steps=60", "train.early_stop=2")
+
+
+def turn(stopped) -> tuple[int, int]:
+    """(the step of the best validation, the step the run stopped at) of the `stopped` run."""
+    run, result = stopped
+    return load_checkpoint(run / "best.pt").step, result.step
 
 
 def test_a_run_that_memorises_stops_early_and_keeps_both_files(stopped):
     run, result = stopped
-    assert (result.step, result.stopped) == (20, "early_stop")
+    b, last_step = turn(stopped)
+    assert (result.step, result.stopped) == (b + 10, "early_stop") and b in (5, 10, 15)
     best, last = load_checkpoint(run / "best.pt"), load_checkpoint(run / "ckpt.pt")
-    assert (best.step, last.step) == (10, 20)
-    assert last.training.early_stop["stopped_at"] == 20 and last.training.early_stop["best_step"] == 10
+    assert (best.step, last.step) == (b, last_step)
+    assert last.training.early_stop["stopped_at"] == last_step and last.training.early_stop["best_step"] == b
     assert best.training.val_loss == result.best_val_loss < result.val_loss
     lines = result.closing.splitlines()
-    assert lines[0].startswith("early stop at step 20: 2 evaluations in a row without a better validation loss "
-                               "(the best: step 10, val loss ")
-    assert lines[1].startswith("validation turned: the best was step 10, val loss ")
+    assert lines[0].startswith(f"early stop at step {last_step}: 2 evaluations in a row without a better validation "
+                               f"loss (the best: step {b}, val loss ")
+    assert lines[1].startswith(f"validation turned: the best was step {b}, val loss ")
     assert lines[2] == ("generate.py, evaluate.py, serve.py, export.py and train.init_from read best.pt (the best) "
                         f"from this run; ckpt={run / 'ckpt.pt'} reads the last weights")
 
@@ -67,13 +76,14 @@ def test_tensorboard_logs_the_best_validation_so_far(stopped):
     run, result = stopped
     tags = scalar_tags(run)
     best = [v for _, v in tags["val/best_loss"]]
-    assert [s for s, _ in tags["val/best_loss"]] == [5, 10, 15, 20]
+    assert [s for s, _ in tags["val/best_loss"]] == list(range(5, turn(stopped)[1] + 1, 5))
     assert best == sorted(best, reverse=True) and best[-1] == pytest.approx(result.best_val_loss)
     assert best[-1] < tags["val/loss"][-1][1]
 
 
 def test_generate_and_evaluate_read_best_pt_and_name_it_while_ckpt_pt_gives_the_last(stopped):
     run, _ = stopped
+    b, last_step = turn(stopped)
     text = run.parent / "text.txt"
     generated, scored, named, best = cli_all(
         ("generate.py", f"ckpt={run}", "device=cpu", "prompt=봄이", "max_new_tokens=3"),
@@ -85,25 +95,26 @@ def test_generate_and_evaluate_read_best_pt_and_name_it_while_ckpt_pt_gives_the_
     best_loss = load_checkpoint(run / "best.pt").training.val_loss
     last_loss = load_checkpoint(run / "ckpt.pt").training.val_loss
     assert stderr_lines(generated.stderr)[0] == (
-        f"weights: raw (the run kept no average: train.average=none) from {run / 'best.pt'} (step 10, val loss "
-        f"{best_loss:.4f}: the best validation; the last weights, step 20 at {last_loss:.4f}, are "
+        f"weights: raw (the run kept no average: train.average=none) from {run / 'best.pt'} (step {b}, val loss "
+        f"{best_loss:.4f}: the best validation; the last weights, step {last_step} at {last_loss:.4f}, are "
         f"ckpt={run / 'ckpt.pt'})")
     scored, named, best = (json.loads(r.stdout) for r in (scored, named, best))
-    assert (scored["checkpoint"], scored["chosen"], scored["step"]) == (str(run / "best.pt"), "best", 10)
-    assert (named["checkpoint"], named["chosen"], named["step"]) == (str(run / "ckpt.pt"), "named", 20)
+    assert (scored["checkpoint"], scored["chosen"], scored["step"]) == (str(run / "best.pt"), "best", b)
+    assert (named["checkpoint"], named["chosen"], named["step"]) == (str(run / "ckpt.pt"), "named", last_step)
     assert scored["val_loss"] == best_loss and named["val_loss"] == last_loss
     assert scored["bpc"] == best["bpc"] != named["bpc"]  # the run folder scores as its best.pt, not its last weights
 
 
 def test_the_first_line_of_a_named_ckpt_pt_says_it_is_the_last_and_where_the_best_is(stopped):
     run, _ = stopped
+    b, last_step = turn(stopped)
     words = run_file(run / "ckpt.pt").words()
-    assert words.startswith(f"{run / 'ckpt.pt'} (step 20, val loss ")
-    assert ": the last weights, as named; the best, step 10 at " in words and words.endswith(", are best.pt)")
+    assert words.startswith(f"{run / 'ckpt.pt'} (step {last_step}, val loss ")
+    assert f": the last weights, as named; the best, step {b} at " in words and words.endswith(", are best.pt)")
 
 
 def test_train_init_from_a_run_folder_starts_from_its_best_weights(stopped, tmp_path):
-    from training.setup import setup
+    from training.session import setup
 
     run, _ = stopped
     job = train_job(tmp_path, f"train.init_from={run}", f"data.path={run.parent / 'text.txt'}", "train.max_steps=1",
@@ -112,23 +123,25 @@ def test_train_init_from_a_run_folder_starts_from_its_best_weights(stopped, tmp_
     s.logger.close()
     start, best = s.raw_model.state_dict(), load_checkpoint(run / "best.pt").model
     assert all(torch.equal(start[k], v) for k, v in best.items())
-    assert (s.init_record["from"], s.init_record["chosen"], s.init_record["step"]) == (str(run / "best.pt"), "best", 10)
+    chosen = (s.init_record["from"], s.init_record["chosen"], s.init_record["step"])
+    assert chosen == (str(run / "best.pt"), "best", turn(stopped)[0])
 
 
 def test_an_export_records_the_checkpoint_it_came_from(stopped, tmp_path):
     pytest.importorskip("safetensors", reason="pip install -r requirements-dev.txt")
     run, _ = stopped
+    b = turn(stopped)[0]
     out = tmp_path / "exported"
     r = cli("export.py", f"ckpt={run}", f"out={out}", "verify=false")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"exported {run / 'best.pt'} (step 10, val loss ")
+    assert r.stdout.startswith(f"exported {run / 'best.pt'} (step {b}, val loss ")
     source = json.loads((out / "kochar.json").read_text(encoding="utf-8"))["source"]
-    assert (source["checkpoint"], source["chosen"], source["step"]) == (str(run / "best.pt"), "best", 10)
+    assert (source["checkpoint"], source["chosen"], source["step"]) == (str(run / "best.pt"), "best", b)
     assert source["val_loss"] == load_checkpoint(run / "best.pt").training.val_loss
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert f"- Exported from / 내보낸 체크포인트: `{run / 'best.pt'}` (step / 스텝 10, val loss / 검증 손실 " in card
+    assert f"- Exported from / 내보낸 체크포인트: `{run / 'best.pt'}` (step / 스텝 {b}, val loss / 검증 손실 " in card
     folder = load_run(out, torch.device("cpu"))  # read back, the folder names where it came from
-    assert folder.source().startswith(f"{out / 'kochar.json'} (exported from {run / 'best.pt'}: step 10, val loss ")
+    assert folder.source().startswith(f"{out / 'kochar.json'} (exported from {run / 'best.pt'}: step {b}, val loss ")
 
 
 def test_the_playground_reads_and_lists_the_best_weights(stopped):
@@ -142,30 +155,31 @@ def test_the_playground_reads_and_lists_the_best_weights(stopped):
     with TestClient(create_app(ServeConfig(runs_dir=str(run.parent)), torch.device("cpu"))) as c:
         listed = c.get("/api/runs").json()
         listed = [(r["name"], r["checkpoint"], r["chosen"], r["step"]) for r in listed]
-        assert listed == [("run", "best.pt", "best", 10)]
+        assert listed == [("run", "best.pt", "best", turn(stopped)[0])]
         answer = c.post("/api/generate", json={"run": "run", "prompt": "봄", "max_new_tokens": 2, "stream": False})
         assert answer.status_code == 200 and answer.json()["checkpoint"] == "best.pt"
 
 
 def test_resuming_a_run_that_stopped_early_trains_nothing_unless_a_limit_is_raised(stopped, tmp_path, capsys):
     run, _ = stopped
+    b, last_step = turn(stopped)
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     before = (copy / "ckpt.pt").read_bytes()
     job = train_job(tmp_path, f"data.path={run.parent / 'text.txt'}", *MEMORISE, "train.max_steps=60",
                     "train.early_stop=2", f"train.resume={copy}")
     result = train(job, copy)
-    assert (result.step, result.stopped) == (20, "early_stop") and (copy / "ckpt.pt").read_bytes() == before
-    assert ("train.resume: this run stopped early at step 20 (validation had not improved for 2 evaluations since "
-            "step 10); it counts as finished, so nothing is trained") in capsys.readouterr().out
+    assert (result.step, result.stopped) == (last_step, "early_stop") and (copy / "ckpt.pt").read_bytes() == before
+    assert (f"train.resume: this run stopped early at step {last_step} (validation had not improved for 2 evaluations "
+            f"since step {b}); it counts as finished, so nothing is trained") in capsys.readouterr().out
     assert not result.closing.startswith("early stop at step")  # said once, at the start
     job = train_job(tmp_path, f"data.path={run.parent / 'text.txt'}", *MEMORISE, "train.max_steps=70",
                     "train.early_stop=2", f"train.resume={copy}")
     result = train(job, copy)  # raised: the count starts again, and the run stops two evaluations later
-    assert (result.step, result.stopped) == (30, "early_stop")
-    assert "the run stopped early at step 20; train.max_steps was raised (60 to 70), so it trains on" in \
+    assert (result.step, result.stopped) == (last_step + 10, "early_stop")
+    assert f"the run stopped early at step {last_step}; train.max_steps was raised (60 to 70), so it trains on" in \
         capsys.readouterr().out
-    assert load_checkpoint(copy / "best.pt").step == 10
+    assert load_checkpoint(copy / "best.pt").step == b
 
 
 def test_the_cli_resume_of_a_finished_run_says_so_and_exits_0(stopped, tmp_path):
@@ -175,7 +189,7 @@ def test_the_cli_resume_of_a_finished_run_says_so_and_exits_0(stopped, tmp_path)
     r = cli("train.py", f"train.resume={copy}", "device=cpu", "train.sample_chars=0")
     assert r.returncode == 0, r.stderr
     assert "it counts as finished, so nothing is trained: raise train.max_steps" in r.stdout
-    assert f"run: {copy}  step 20  " in r.stdout and "(early_stop)" in r.stdout
+    assert f"run: {copy}  step {turn(stopped)[1]}  " in r.stdout and "(early_stop)" in r.stdout
 
 
 def test_the_average_and_best_pt_together(tmp_path):
@@ -271,8 +285,8 @@ def test_which_file_a_reader_reads(tmp_path):
 
 def test_an_average_an_early_stop_left_empty_says_the_raw_weights_are_read():
     from tests.helpers import tiny_model
-    from training.averaging import WeightAverage
-    from training.config import TrainConfig
+    from training.optim.averaging import WeightAverage
+    from training.settings.config import TrainConfig
 
     average = WeightAverage(tiny_model(), TrainConfig(average="swa"))
     assert average.summary() == ("average: train.average=swa, no update (every 1 step from 0.75 of the run): the run "
@@ -305,3 +319,30 @@ def test_two_processes_under_torchrun_stop_early_together(tmp_path):
     assert f"step {step}  " in r.stdout and "(early_stop)" in r.stdout and step < 200
     assert load_checkpoint(run / "ckpt.pt").training.early_stop["stopped_at"] == step
 
+
+
+def test_early_stopping_that_cannot_act_is_refused_when_typed_and_silent_under_auto(tmp_path, capsys):
+    """A run whose step limit leaves fewer evaluations before its last than the patience can never stop early."""
+    from common.errors import ConfigError
+
+    text = tmp_path / "text.txt"
+    text.write_text(KOREAN * 6 + OTHER, encoding="utf-8")
+    few = (f"data.path={text}", *MEMORISE, "train.max_steps=17")  # evaluations at 5, 10, 15 and the last, 17
+    with pytest.raises(ConfigError, match=r"^train\.early_stop=3 cannot act in this run: .* this run makes 4 "
+                                          r"evaluations \(every train\.eval_interval=5 steps up to step 17\); drop "
+                                          r"train\.early_stop, or evaluate more often"):
+        train(train_job(tmp_path, *few, "train.early_stop=3"), tmp_path / "typed")
+    assert not (tmp_path / "typed" / "ckpt.pt").exists()
+    train(train_job(tmp_path, *few, "train.early_stop=2"), tmp_path / "acts")  # 2 can stop at step 15
+    assert "early stop: after 2 evaluations in a row" in capsys.readouterr().out
+    result = train(train_job(tmp_path, f"data.path={text}", *MEMORISE, "train.max_epochs=0.5"), tmp_path / "auto")
+    assert result.stopped == "max_epochs" and "early stop:" not in capsys.readouterr().out  # auto: 4, one evaluation
+
+
+def test_the_evaluations_a_run_has_left():
+    from training.early_stop import can_act, evaluations_left
+
+    assert evaluations_left(0, 12, 5) == 3 and evaluations_left(0, 10, 5) == 2 and evaluations_left(0, None, 5) is None
+    assert evaluations_left(10, 12, 5) == 1 and evaluations_left(12, 12, 5) == 0
+    assert can_act(EarlyStop(), math.inf, 1, 3) and not can_act(EarlyStop(), math.inf, 2, 3)  # best, stale, last
+    assert can_act(EarlyStop(best_step=5, stale=1), 4.0, 3, 3)  # resumed one evaluation into the count

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers import KOREAN, TINY, cli
-from training.config import TrainConfig
-from training.schedule import lr_at, lr_at_fraction
-from training.setup import epochs_to_steps, step_limit
+from training.optim.schedule import lr_at, lr_at_fraction
+from training.session import epochs_to_steps, step_limit
+from training.settings.config import TrainConfig
 from training.step import learning_rate
 
 RESULT = re.compile(r"run: \S+\s+step (\d+).*\((\w+)\)")
@@ -25,8 +25,8 @@ def small_corpus(tmp_path):
     return path
 
 
-def train(tmp_path, corpus, *extra):
-    r = cli("train.py", *TINY, "train.batch_size=1", "train.eval_interval=1000", f"data.path={corpus}",
+def train(tmp_path, corpus, *extra, batch_size: int = 1):
+    r = cli("train.py", *TINY, f"train.batch_size={batch_size}", "train.eval_interval=1000", f"data.path={corpus}",
             f"hydra.run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", *extra)
     assert r.returncode == 0, r.stderr[-2000:]
     step, stopped = RESULT.search(r.stdout).groups()
@@ -34,9 +34,10 @@ def train(tmp_path, corpus, *extra):
 
 
 def test_time_budget_is_not_cut_short_by_passes(tmp_path, small_corpus):
-    step, stopped = train(tmp_path, small_corpus, "train.max_seconds=4")
+    """Ten passes of batch 8 are 15 steps, which even a busy machine makes well within the budget."""
+    step, stopped = train(tmp_path, small_corpus, "train.max_seconds=4", batch_size=8)
     assert stopped == "max_seconds"
-    assert step > epochs_to_steps(10, 378, 32)  # more than the ten passes that ended such a run before
+    assert step > epochs_to_steps(10, 378, 8 * 32)  # more than the ten passes that ended such a run before
 
 
 def test_typed_passes_still_end_a_timed_run(tmp_path, small_corpus):

@@ -56,8 +56,8 @@ def _write_v1_checkpoint(run_dir, corpus, kind: str) -> None:
     from data.corpus import load_corpus
     from data.sampler import BatchSampler
     from inference.checkpoint import FORMAT
-    from training.optim import make_optimizer
-    from training.rng_state import capture_rng
+    from training.checkpoints import capture_rng
+    from training.optim.factory import make_optimizer
 
     data = load_corpus(corpus, cache_dir=run_dir.parent / "cache", tokenizer_kind=kind)
     settings = dict(vocab_size=data.tokenizer.vocab_size, context_length=16, embedding_size=32, head_size=32,

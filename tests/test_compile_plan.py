@@ -1,4 +1,4 @@
-"""train.compile's choice (training/compile_plan.py): the rule auto follows on each device, and the lines it prints."""
+"""train.compile's choice (training/runner/plan.py): the rule auto follows on each device, and the lines it prints."""
 
 from unittest import mock
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from common.errors import ConfigError
-from training import compile_plan
-from training.compile_plan import (
+from training.runner import plan as compile_plan
+from training.runner.plan import (
     EAGER,
     Way,
     compile_setting,
@@ -49,7 +49,7 @@ def test_false_and_true_need_no_measurement():
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_auto_on_a_cpu_times_the_run_only_where_bf16_is_native(bf16):
-    with mock.patch("training.compile_plan.has_native_bf16", return_value=bf16):
+    with mock.patch("training.runner.plan.has_native_bf16", return_value=bf16):
         assert fixed_way("auto", CPU, torch.float32, "x") == (EAGER, mock.ANY)  # float32 never pays
         assert (fixed_way("auto", CPU, torch.bfloat16, "x") is None) is bf16  # emulated bf16: eager
     assert fixed_way("auto", MPS, torch.float32, "x")[0] == EAGER
@@ -61,19 +61,48 @@ def test_the_payback_rule():
     assert not pays(0, 10.0, 0.1)
 
 
+PRIOR_CPU, PRIOR_CUDA = compile_plan.prior_costs(CPU), compile_plan.prior_costs(CUDA)
+
+
+@pytest.fixture(autouse=True)
+def idle(monkeypatch):
+    """An idle machine unless a test says otherwise (the warm-up is scaled by the load per core)."""
+    monkeypatch.setattr(compile_plan, "load_factor", lambda: 1.0)
+
+
 def test_auto_on_a_bf16_cpu_compiles_a_300_s_run_and_not_a_short_one():
-    way, why = measured_way(CPU, 300, "CUDA graphs need a CUDA device")
+    way, why = measured_way(CPU, 300, 6000, "CUDA graphs need a CUDA device", PRIOR_CPU)
     assert way == Way(inductor=True) and "about 300 s of eager steps left" in why and "auto:" not in why
-    assert measured_way(CPU, 20, "x")[0] == EAGER  # make train's length: the warm-up would not pay back
+    assert "not measured on this machine yet" in why
+    assert measured_way(CPU, 20, 340, "x", PRIOR_CPU)[0] == EAGER  # make train's length: never pays back
+
+
+def test_make_train_never_compiles_on_a_busy_or_slow_machine():
+    """make train is 347 steps: a step slowed six-fold (a busy machine) makes 140 s of eager steps, which at the
+    priors' speedup would pay back a 25-s warm-up; but a compile slows as much, and no warm-up pays back in so few
+    steps."""
+    assert measured_way(CPU, 340 * 0.4, 340, "x", PRIOR_CPU)[0] == EAGER
+    with mock.patch.object(compile_plan, "load_factor", return_value=2.5):  # load 5 on 2 cores
+        assert measured_way(CPU, 300, 8000, "x", PRIOR_CPU)[0] == EAGER  # pays when idle, not with 2.5x the warm-up
+    assert measured_way(CPU, 300, 8000, "x", PRIOR_CPU)[0] == Way(inductor=True)
+
+
+def test_what_this_machine_measured_before_replaces_the_priors():
+    slow = compile_plan.Costs(1.03, 10.0, "measured here before")  # inductor gained 3% here: never again
+    assert measured_way(CPU, 30000, 600000, "x", slow)[0] == EAGER
+    assert "measured here before" in measured_way(CPU, 600, 12000, "x", slow)[1]
+    warm = compile_plan.Costs(1.6, 7.5, "measured here before")  # a warm cache: a 120-s run pays back
+    assert measured_way(CPU, 120, 2400, "x", warm)[0] == Way(inductor=True)
+    assert measured_way(CPU, 120, 2400, "x", PRIOR_CPU)[0] == EAGER  # cold, it would not
 
 
 def test_auto_on_cuda_graphs_any_real_run_and_adds_inductor_to_a_long_one():
-    assert measured_way(CUDA, 0.5, None)[0] == EAGER  # a test's few steps
-    assert measured_way(CUDA, 40, None)[0] == Way(graph=True)
-    assert measured_way(CUDA, 3600, None)[0] == Way(inductor=True, graph=True)
-    assert measured_way(CUDA, 3600, None, inductor_ok=False)[0] == Way(graph=True)  # emulated bf16: no inductor
-    assert measured_way(CUDA, 3600, "under torchrun ...")[0] == Way(inductor=True)
-    assert measured_way(CUDA, 40, "under torchrun ...")[0] == EAGER
+    assert measured_way(CUDA, 0.5, 500, None, PRIOR_CUDA)[0] == EAGER  # a test's few steps
+    assert measured_way(CUDA, 40, 20000, None, PRIOR_CUDA)[0] == Way(graph=True)
+    assert measured_way(CUDA, 3600, 10**6, None, PRIOR_CUDA)[0] == Way(inductor=True, graph=True)
+    assert measured_way(CUDA, 3600, 10**6, None, PRIOR_CUDA, inductor_ok=False)[0] == Way(graph=True)
+    assert measured_way(CUDA, 3600, 10**6, "under torchrun ...", PRIOR_CUDA)[0] == Way(inductor=True)
+    assert measured_way(CUDA, 40, 20000, "under torchrun ...", PRIOR_CUDA)[0] == EAGER
 
 
 def test_graph_blockers():
@@ -89,6 +118,99 @@ def test_a_float32_cpu_run_says_nothing_as_its_precision_line():
     assert worth_a_line(CPU, torch.bfloat16, EAGER) and worth_a_line(CUDA, torch.float32, EAGER)
 
 
-def test_the_constants_are_the_measured_ones():
+def test_the_priors_are_the_measured_ones():
     """The rule's numbers come from the measurements in docs/en/training.md; a change there changes them here."""
-    assert compile_plan.CPU_BF16_INDUCTOR_SPEEDUP == 1.6 and compile_plan.PAYBACK == 2.0
+    assert compile_plan.CPU_BF16_INDUCTOR_SPEEDUP == 1.6 and compile_plan.PAYBACK == 2.0 and compile_plan.KEEP == 1.1
+
+
+# -- the runner: auto's timing, the comparison after the warm-up, what it records ----------------------------------
+
+class Clock:
+    """Stands in for the runner's clock: each step it times takes `step` seconds."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step  # from one reading to the next: one step
+        return self.now
+
+
+def test_make_train_never_compiles_even_when_its_steps_are_slowed(tmp_path, monkeypatch):
+    """make train's run (the default model, 10 passes over the built-in corpus) on a CPU that takes the bf16 path,
+    each eager step timed six times slower than an idle machine makes it: auto stays eager."""
+    from tests.helpers import config_object
+    from training.runner import steps as step_runner
+    from training.session import setup
+
+    monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
+    job = config_object("train", "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", "train.compile=auto",
+                        "train.sample_chars=0")
+    s, state = setup(job, tmp_path / "run")
+    s.logger.close()
+    assert s.max_steps == 347 and s.dtype == torch.bfloat16
+    runner = step_runner.StepRunner(s)
+    monkeypatch.setattr(runner, "_now", Clock(0.4))
+    while runner.way is None:
+        runner.step(state)
+    assert runner.way == EAGER and state.step == compile_plan.PROBE_STEPS + 1
+
+
+def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
+    """A bf16 auto run on a CPU made to compile at once, with a stand-in for inductor whose steps are faster or
+    slower than the eager ones (the clock the runner reads says so)."""
+    from tests.helpers import train_job
+    from training import trainer
+    from training.runner import measured
+    from training.runner import steps as step_runner
+
+    class StandIn(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args, **kwargs):
+            clock.step = 0.01 if compiled_faster else 0.03
+            return self.inner(*args, **kwargs)
+
+    clock = Clock(0.02)
+    monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
+    monkeypatch.setattr(step_runner.torch, "compile", StandIn)
+    monkeypatch.setattr(step_runner, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
+    records = tmp_path / "records.json"
+    monkeypatch.setattr(measured, "records_path", lambda: records)
+    job = train_job(tmp_path, "data.path=data/corpus/ko_default.txt", "train.max_steps=40", "train.compile=auto",
+                    "train.eval_interval=40")
+    result = trainer.train(job, tmp_path / "run")
+    return result, measured.read_all()
+
+
+def test_a_compiled_run_that_is_not_faster_goes_back_to_eager_and_says_so(tmp_path, monkeypatch, capsys):
+    result, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=False)
+    out = capsys.readouterr().out
+    assert result.step == 40 and "compile: warm-up took" in out
+    assert ("compile: back to eager: a compiled step takes 30.0 ms against 20.0 ms eager (0.67x), under the 1.1x "
+            "that pays for compiling; recorded for the next run on this machine") in out, out
+    (record,) = records.values()
+    assert record["speedup"] == 0.667 and record["eager_ms"] == 20.0 and "warmup_s" in record
+
+
+def test_a_faster_compiled_run_is_kept_and_recorded(tmp_path, monkeypatch, capsys):
+    result, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=True)
+    assert "compile: kept: a compiled step takes 10.0 ms against 20.0 ms eager (2.00x)" in capsys.readouterr().out
+    (key, record), = records.items()
+    assert record["speedup"] == 2.0 and "bfloat16" in key and "inductor" in key
+
+
+def test_what_a_run_recorded_is_what_the_next_run_expects(tmp_path, monkeypatch):
+    from training.runner import measured
+
+    monkeypatch.setattr(measured, "records_path", lambda: tmp_path / "records.json")
+    assert measured.costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # nothing measured yet
+    measured.write("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5)
+    assert measured.costs("k", CPU, "/cache") == compile_plan.Costs(1.5, 30.0 * measured.WARM_SHARE,
+                                                                   "measured here before")  # warm now
+    assert measured.costs("k", CPU, "/another").warmup == 30.0  # that cache is not the one that holds it
+    (tmp_path / "records.json").write_text("not json")
+    assert measured.costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # an unreadable file: no hint

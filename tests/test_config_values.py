@@ -60,7 +60,7 @@ def test_values_of_the_wrong_type_are_refused_while_composing(override):
 def test_booleans_take_every_yaml_spelling_with_its_meaning(word, meaning):
     job = config_object("train", f"model.tie_weights={word}", f"train.compile={word}", f"train.overwrite={word}")
     assert job.model.tie_weights is meaning and job.train.overwrite is meaning
-    assert job.train.compile == str(meaning).lower()  # train.compile also takes auto (training/compile_plan.py)
+    assert job.train.compile == str(meaning).lower()  # train.compile also takes auto (training/runner/plan.py)
 
 
 @pytest.mark.parametrize("word,meaning", [("auto", "auto"), ("AUTO", "auto"), ("on", "true"), ("false", "false")])
@@ -86,7 +86,7 @@ def test_evaluate_values_are_checked(override):
 @pytest.mark.parametrize("value", ["2", "0", "1", "-1", "'maybe'"])
 def test_boolean_keys_refuse_numbers_that_omegaconf_would_read_as_booleans(value):
     from common.config_checks import boolean_overrides
-    from training.config import TrainJob
+    from training.settings.config import TrainJob
 
     for key in ("train.overwrite", "model.tie_weights"):
         with pytest.raises(ConfigError, match=key):

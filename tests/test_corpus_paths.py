@@ -113,7 +113,7 @@ def test_a_file_that_changes_after_it_was_hashed_is_one_line(folder):
 def test_names_that_are_not_utf8_reach_tensorboard_as_replacement_characters(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from training.tb_logger import RunLogger, flatten_hparams
+    from training.reporting.tensorboard import RunLogger, flatten_hparams
 
     name = os.fsdecode(b"/corpora/\xff\xfe novels")
     flat = flatten_hparams({"data": {"path": name, "val_files": [os.fsdecode(b"a\xff.txt")]}})

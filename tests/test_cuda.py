@@ -66,12 +66,13 @@ def test_the_hangul_model_trains_with_held_rows_and_samples_on_cuda(tmp_path, co
     assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
 
 
-# The compiled loop: the whole step as one CUDA graph (training/graph_step.py), inductor under it, and the fallbacks.
+# The compiled loop: the whole step as one CUDA graph (training/runner/graph.py), inductor under it, and the fallbacks.
 def graph_run(tmp_path, monkeypatch, name, way, *overrides, steps=16):
     """An in-process run on the GPU whose steps run `way` (None: train.compile as given)."""
     from inference.checkpoint import load_checkpoint
     from tests.helpers import ROOT, train_job
-    from training import step_runner, trainer
+    from training import trainer
+    from training.runner import steps as step_runner
 
     if way is not None:
         monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (way, "test"))
@@ -95,7 +96,7 @@ def close_weights(a, b, rtol):
 ], ids=["fp32", "bf16-accumulation", "fp16-scaler", "muon"])
 def test_the_graph_trains_as_the_eager_step_with_evaluations_and_checkpoints_between_replays(
         tmp_path, monkeypatch, overrides, rtol):
-    from training.compile_plan import EAGER, Way
+    from training.runner.plan import EAGER, Way
 
     eager, eager_ckpt = graph_run(tmp_path, monkeypatch, "eager", EAGER, *overrides)
     graph, graph_ckpt = graph_run(tmp_path, monkeypatch, "graph", Way(graph=True), *overrides)
@@ -106,7 +107,7 @@ def test_the_graph_trains_as_the_eager_step_with_evaluations_and_checkpoints_bet
 
 
 def test_a_graphed_run_resumes_and_dropout_stays_random(tmp_path, monkeypatch):
-    from training.compile_plan import Way
+    from training.runner.plan import Way
 
     whole, whole_ckpt = graph_run(tmp_path, monkeypatch, "whole", Way(graph=True), "train.dtype=float32", steps=16)
     graph_run(tmp_path, monkeypatch, "part", Way(graph=True), "train.dtype=float32", steps=8)
@@ -131,8 +132,8 @@ def test_inductor_under_the_graph_trains_as_eager(tmp_path, monkeypatch, capsys)
 
 
 def test_a_capture_that_fails_on_the_card_leaves_the_run_going(tmp_path, monkeypatch, capsys):
-    from training.compile_plan import Way
-    from training.graph_step import CudaGraph
+    from training.runner.graph import CudaGraph
+    from training.runner.plan import Way
 
     def refuse(self, fn):
         raise RuntimeError("capture refused by the test")
@@ -260,8 +261,8 @@ def test_the_gpu_sampling_benchmark_on_cuda():
 def test_a_capture_broken_on_the_card_leaves_dropout_and_training_going(tmp_path, monkeypatch, capsys):
     """A read-back inside the capture invalidates it for real; the generator must still draw afterwards (the last
     test of the file: a failed capture is the one thing here that could spoil the process's CUDA state)."""
-    from training.compile_plan import Way
-    from training.graph_step import GraphStep
+    from training.runner.graph import GraphStep
+    from training.runner.plan import Way
 
     body = GraphStep._body
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import KOREAN, TINY, assert_one_line_error, cli, stderr_lines
-from training.setup import min_corpus_tokens
+from tests.helpers import KOREAN, TINY, assert_one_line_error, cli, start, stderr_lines
+from training.session import min_corpus_tokens
 
 slow = pytest.mark.slow  # about 30 processes, ~1.5 s of CPU each (mostly importing torch)
 
@@ -70,7 +71,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "top_k_below_one": (GENERATE, ("ckpt={run}", "top_k=0"), ("top_k", ">= 1")),
     "sampling_value_not_a_number": (GENERATE, ("ckpt={run}", "max_new_tokens=many"), ("max_new_tokens=many",)),
 }
-# Refused once train.py has chosen its precision (training/setup.py): on either CPU precision path the start prints
+# Refused once train.py has chosen its precision (training/session.py): on either CPU precision path the start prints
 # nothing before its error line, so `make test` runs these again on the other path (the cpu_precision marker).
 AFTER_PRECISION = {name for name in CASES if name.startswith(("corpus_", "resume_"))} | {"run_dir_exists"}
 UNSEEN_PROMPT = "봄이 ☃ꙮ"  # two characters no Korean corpus of ours has
@@ -278,3 +279,27 @@ def test_kochar_debug_shows_the_traceback_of_a_user_error(tmp_path):
     r = cli(*TRAIN, "model.context_length=0", f"hydra.run.dir={tmp_path / 'run'}", env={"KOCHAR_DEBUG": "1"})
     assert r.returncode != 0
     assert "Traceback" in r.stderr and "ConfigError: model.context_length=0 is invalid" in r.stderr  # a UserError
+
+
+@slow
+@pytest.mark.parametrize("compile_setting", ["false", "auto", "true"])
+def test_an_inductor_cache_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_path, compile_setting):
+    """PyTorch makes inductor's folder as soon as its compiler is imported (building the optimizer imports it), so
+    a run refuses an unusable one at start, whatever train.compile says."""
+    (tmp_path / "afile").write_text("not a folder")
+    r = cli(*TRAIN, f"data.path={Path('data/corpus/ko_default.txt').resolve()}", f"train.compile={compile_setting}",
+            f"hydra.run.dir={tmp_path / 'run'}", env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "afile" / "cache")})
+    assert_one_line_error(r, f"TORCHINDUCTOR_CACHE_DIR='{tmp_path / 'afile' / 'cache'}' cannot be used",
+                          "a part of the path is a file", "unset it")
+
+
+@slow
+def test_inductors_default_cache_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_path):
+    import getpass
+
+    (tmp_path / f"torchinductor_{getpass.getuser()}").write_text("a file where inductor's folder goes")
+    proc = start(*TRAIN, f"hydra.run.dir={tmp_path / 'run'}", env={"TMPDIR": str(tmp_path)})  # a fresh interpreter
+    out, err = proc.communicate(timeout=300)
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert_one_line_error(r, "TORCHINDUCTOR_CACHE_DIR's default folder", "it is a file, not a folder",
+                          "set TORCHINDUCTOR_CACHE_DIR to a folder you can write")

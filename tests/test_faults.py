@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import inference.checkpoint as checkpoint_module
+from cli.run_lock import LOCK_NAME, RunLock, folder_named
 from common.atomic_files import file_sha256
 from common.errors import UserError
 from inference.checkpoint import Checkpoint, CheckpointWriteError, load_checkpoint, save_checkpoint
@@ -30,7 +31,6 @@ from tests.helpers import (
     stderr_lines,
     tiny_model,
 )
-from training.run_lock import LOCK_NAME, RunLock, folder_named
 
 # Signals, kills and torchrun timing: `make test` runs these after the parallel tests, one at a time.
 pytestmark = pytest.mark.serial
@@ -87,7 +87,7 @@ def test_a_full_disk_during_training_is_one_line_and_the_last_checkpoint_stays(t
 
 # -- one training per run folder ------------------------------------------------------------------------------
 
-HOLD = ("import sys, threading; sys.path.insert(0, sys.argv[2]); from training.run_lock import RunLock; "
+HOLD = ("import sys, threading; sys.path.insert(0, sys.argv[2]); from cli.run_lock import RunLock; "
         "lock = RunLock(sys.argv[1]); print('locked', flush=True); threading.Event().wait()")
 
 

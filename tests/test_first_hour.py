@@ -14,9 +14,9 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from cli.hydra_setup import NAME_BYTES, _safe_name, _suffix
 from cli.overrides import expand_path_overrides, hydra_quote, prepare_overrides
 from tests.helpers import KOREAN, ROOT, TINY, assert_one_line_error, cli, cli_all, stderr_lines
-from training.hydra_setup import NAME_BYTES, _safe_name, _suffix
 
 PARSER = OverridesParser.create()
 HOME = str(Path.home())
@@ -129,7 +129,7 @@ class Clock:
 
 @pytest.mark.parametrize("budget,binds", [(10.0, "max_seconds"), (1000.0, "max_steps")])
 def test_the_bar_counts_toward_the_limit_that_will_stop_the_run(budget, binds):
-    from training.progress import progress_bar
+    from training.reporting.progress import progress_bar
 
     clock = Clock()
     bar = progress_bar(1000, 0, budget, clock, file=io.StringIO())
@@ -257,8 +257,8 @@ def test_the_resume_hint_after_ctrl_c_pastes_back(first_hour):
 def test_a_sweep_folder_names_its_experiment_or_says_sweep(overrides, name):
     from hydra import compose, initialize_config_dir
 
+    from cli.hydra_setup import legacy_experiment_override
     from tests.test_readme_commands import compose_command
-    from training.hydra_setup import legacy_experiment_override
 
     compose_command("train.py", [])  # registers the schemas and resolvers the entry script would
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):

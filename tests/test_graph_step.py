@@ -1,4 +1,4 @@
-"""The loop around a CUDA graph of the whole step (training/graph_step.py, training/step_runner.py), on the CPU.
+"""The loop around a CUDA graph of the whole step (training/runner/graph.py, training/runner/steps.py), on the CPU.
 
 A CUDA graph cannot run here, so its stand-in `EagerReplay` records the step's function and calls it at each replay;
 it writes the same static tensors a replay does. What that proves: the batches go through the static buffers, the
@@ -13,9 +13,10 @@ import torch
 
 from inference.checkpoint import load_checkpoint
 from tests.helpers import ROOT, scalar_tags, train_job
-from training import step_runner, trainer
-from training.compile_plan import Way
-from training.graph_step import EagerReplay
+from training import trainer
+from training.runner import steps as step_runner
+from training.runner.graph import EagerReplay
+from training.runner.plan import Way
 
 CORPUS = ROOT / "data" / "corpus" / "ko_default.txt"
 STEPS = 14
@@ -60,7 +61,7 @@ def test_the_graph_path_trains_exactly_as_the_eager_step(tmp_path, monkeypatch, 
 def test_a_nan_right_after_a_check_is_still_caught(tmp_path, monkeypatch):
     """The step's loss is a static tensor the next replay overwrites: the loss watch must hold a copy."""
     from training import step as step_module
-    from training.divergence import TrainingDiverged
+    from training.guards.divergence import TrainingDiverged
 
     real, calls = step_module.compute_loss, []
 

@@ -2,17 +2,17 @@
 
 - A warmup under a constant schedule or longer than the run, a snapshot's settings with snapshots off, and
   `train.auto_dropout_after` beside a model.dropout of the run's own are refused in one line, through the rules of
-  training/idle_settings.py: only values the user chose, never the defaults or a recipe's.
+  training/settings/idle.py: only values the user chose, never the defaults or a recipe's.
 - A resume with nothing left to train says so, exits 0, and leaves the run (its checkpoints, its .hydra record) as
   it was.
 - A resume computes in its checkpoint's precision, whatever `auto` means where it resumes; a typed train.dtype that
-  differs is applied and named (training/precision.py)."""
+  differs is applied and named (training/settings/precision.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-import training.resume_settings as settings
+import training.settings.resume as settings
 from common.atomic_files import file_sha256
 from common.errors import UserError
 from inference.checkpoint import load_checkpoint
@@ -96,7 +96,14 @@ def test_a_resume_keeps_its_checkpoints_precision(tmp_path, corpus, monkeypatch,
 
     run, common_args = tmp_path / "run", (f"data.path={corpus}", "train.snapshot_interval=0")
     train(train_job(tmp_path, *common_args, "train.max_steps=2", "train.dtype=float32"), run)
-    monkeypatch.setattr(common.device, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.delenv(common.device.CPU_BF16_ENV, raising=False)
+    monkeypatch.setattr(common.device, "_cpu_flags_have_bf16", lambda: True)
+    import torch
+
+    def bf16_faster(model, optimizer_for, batches, autocast_fn) -> float:  # tokens/s, as timed on such a CPU
+        return 2.0 if isinstance(autocast_fn(), torch.autocast) else 1.0
+
+    monkeypatch.setattr("training.settings.precision.measured_tokens_per_sec", bf16_faster)
     capsys.readouterr()
     for steps, typed, dtype in ((4, (), "float32"), (6, ("train.dtype=bfloat16",), "bfloat16")):
         overrides = (*common_args, f"train.max_steps={steps}", f"train.resume={run}", *typed)

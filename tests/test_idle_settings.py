@@ -1,5 +1,5 @@
 """No lever silently ignored (issue 48): a setting given a value of its own while another setting makes it do nothing
-is refused in one line naming both keys, before any work (training/idle_settings.py)."""
+is refused in one line naming both keys, before any work (training/settings/idle.py)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_train_py_refuses_before_making_the_run_folder(tmp_path):
 
 
 def test_a_resumed_run_checks_what_it_types_against_its_checkpoint(tmp_path, corpus, monkeypatch):
-    import training.resume_settings as settings
+    import training.settings.resume as settings
     from training.trainer import train
 
     common = (f"data.path={corpus}", "train.eval_interval=2")

@@ -28,8 +28,9 @@ ALLOWED = {
 FORBIDDEN = {package: set(ALLOWED) - allowed - {package} for package, allowed in ALLOWED.items()}
 LAYOUT_PAGES = (ROOT / "docs" / "en" / "layout.md", ROOT / "docs" / "ko" / "layout.md")
 # the packages whose every module has a line on the layout pages
-DOCUMENTED = ("common", "cli", "tokenizer", "data", "data/prepare", "model", "model/hangul", "training", "inference",
-              "hf_format", "hf_export", "playground", "notebooks")
+DOCUMENTED = ("common", "cli", "tokenizer", "data", "data/prepare", "model", "model/hangul", "training",
+              "training/runner", "training/settings", "training/guards", "training/optim", "training/reporting",
+              "inference", "hf_format", "hf_export", "playground", "notebooks")
 
 
 def production_files() -> list[Path]:
@@ -132,91 +133,44 @@ def test_every_package_is_in_the_layer_table():
     assert packages == set(ALLOWED)
 
 
-READ_THE_CODE = ("tokenizer/char.py", "data/sampler.py", "model/attention.py", "model/block.py", "model/gpt.py",
-                 "training/step.py")
+READ_THE_CODE = ("tokenizer/char.py", "data/sampler.py", "model/attention.py", "model/block.py", "model/gpt.py")
 READING_PATH = ("model/attention.py", "model/block.py", "model/gpt.py")  # Head, MultiHeadAttention, Block, the model
+TRAINING_PATH = ("train.py", "training/trainer.py", "training/step.py", "training/checkpoints.py")
+
+
+def reading_lists(readme: str) -> list[list[tuple[str, str]]]:
+    """The numbered lists of the README's "Read the code" section: [(path, its line count as written), ...] each."""
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    section = re.split(r"^## (?:Read the code|코드 읽기)\n", text, flags=re.M)[1].split("\n## ")[0]
+    lists = re.split(r"\n\n(?=1\. )", section)[1:]
+    return [re.findall(r"^\d+\. \[([\w/]+\.py)\]\(\1\) \((\d[\d,]*) ?(?:lines|줄)\)", lst, flags=re.M) for lst in lists]
+
+
+def lines_of(path: str) -> int:
+    return len((ROOT / path).read_text(encoding="utf-8").splitlines())
 
 
 @pytest.mark.parametrize("readme", ["README.md", "README.ko.md"])
-def test_the_readmes_read_the_code_list_is_in_order_and_its_line_counts_are_true(readme):
+def test_the_readmes_read_the_code_lists_are_in_order_and_their_line_counts_are_true(readme):
+    model_path, training_path = reading_lists(readme)
+    assert tuple(path for path, _ in model_path) == READ_THE_CODE
+    assert tuple(path for path, _ in training_path) == TRAINING_PATH
+    for path, count in model_path + training_path:
+        assert int(count.replace(",", "")) == lines_of(path), path
     text = (ROOT / readme).read_text(encoding="utf-8")
-    section = re.split(r"^## (?:Read the code|코드 읽기)\n", text, flags=re.M)[1].split("\n## ")[0]
-    listed = re.findall(r"^\d+\. \[([\w/]+\.py)\]\(\1\) \((\d[\d,]*) ?(?:lines|줄)\)", section, flags=re.M)
-    assert tuple(path for path, _ in listed) == READ_THE_CODE
-    for path, count in listed:
-        assert int(count.replace(",", "")) == len((ROOT / path).read_text(encoding="utf-8").splitlines()), path
-    total = sum(len((ROOT / p).read_text(encoding="utf-8").splitlines()) for p in READING_PATH)
-    assert (f"{total} lines" if readme == "README.md" else f"{total}줄") in section
+    model_total, training_total = sum(map(lines_of, READING_PATH)), sum(map(lines_of, TRAINING_PATH))
+    assert (f"{model_total} lines" if readme == "README.md" else f"{model_total}줄") in text
+    assert (f"{training_total:,} lines" if readme == "README.md" else f"{training_total:,}줄") in text
 
 
-def test_the_lectures_model_reads_in_one_sitting_with_nothing_hangul_in_it():
-    """Head, MultiHeadAttention, Block and AttentionLanguageModel: at most 450 lines, and the Hangul-aware layers
-    plug in beside them (model/input_output.py), never inside."""
-    sources = {p: (ROOT / p).read_text(encoding="utf-8") for p in READING_PATH}
-    assert sum(len(s.splitlines()) for s in sources.values()) <= 450
-    for path, source in sources.items():
-        assert not [w for w in code_words(source) if re.search(r"jamo|syllable|hangul", w, flags=re.I)], path
-        assert not [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and n.value == 11172], path
+def test_the_training_path_is_short_and_reaches_the_loop_the_step_and_the_save():
+    """How a run trains reads in at most four files and 1,000 lines: the command, the loop, the step, the save."""
+    assert len(TRAINING_PATH) <= 4 and sum(map(lines_of, TRAINING_PATH)) <= 1000
+    calls = {path: (ROOT / path).read_text(encoding="utf-8") for path in TRAINING_PATH}
+    assert "def loop(" in calls["training/trainer.py"] and "def validate(" in calls["training/trainer.py"]
+    assert "def train_step(" in calls["training/step.py"] and "def save(" in calls["training/checkpoints.py"]
 
 
-def code_words(source: str) -> list[str]:
-    """The names, attributes, imported modules and string values of a module's code (docstrings and comments, which
-    may point at the Hangul-aware layers beside it, left out)."""
-    tree = ast.parse(source)
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef,
-                  ast.FunctionDef)) and n.body and isinstance(n.body[0], ast.Expr)}
-    words = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name):
-            words.append(n.id)
-        elif isinstance(n, ast.Attribute):
-            words.append(n.attr)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            words += [a.name for a in n.names] + [getattr(n, "module", None) or ""]
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings:
-            words.append(n.value)
-    return words
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
-
-
-def imported_modules(tree: ast.AST, modules: set[str]) -> set[str]:
-    """The project's modules a file imports anywhere (at the top or inside a function): `from a.b import c` is
-    a.b.c when that is a module, else a.b."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                found.add(full if full in modules else node.module)
-    return found & modules
-
-
-def test_no_module_imports_itself_through_others():
-    """No import circles between modules, inside a package as well as across packages (reading and writing an
-    exported folder, the ladder and its report once knew each other)."""
-    files = {module_name(p): p for p in production_files() if "hf_code" not in p.parts}
-    graph = {m: imported_modules(ast.parse(p.read_text(encoding="utf-8")), set(files)) - {m} for m, p in files.items()}
-    for m in graph:  # a package's __init__ imports its modules; a module importing its package is not a circle
-        graph[m] = {d for d in graph[m] if not m.startswith(d + ".")}
-    circles, done = [], set()
-
-    def visit(m: str, path: list[str]) -> None:
-        if m in path:
-            circles.append(" -> ".join(path[path.index(m):] + [m]))
-            return
-        if m in done:
-            return
-        for d in sorted(graph[m]):
-            visit(d, path + [m])
-        done.add(m)
-
-    for m in sorted(graph):
-        visit(m, [])
-    assert not circles, "\n".join(sorted(set(circles)))
+def test_training_shows_its_loop_and_parts_at_the_top():
+    entries = [p for p in (ROOT / "training").iterdir() if p.name not in ("__init__.py", "__pycache__")]
+    assert len(entries) <= 14, sorted(p.name for p in entries)

@@ -36,7 +36,7 @@ def test_a_training_run_on_the_cpu_sets_them(tmp_path, small_corpus, monkeypatch
     from training.trainer import train
 
     calls = []
-    monkeypatch.setattr("training.setup.keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr("training.session.keep_freed_memory", lambda: calls.append(1) or True)
     train(train_job(tmp_path, f"data.path={small_corpus}", "train.max_steps=1", "model.context_length=16"),
           tmp_path / "run")
     assert calls == [1]

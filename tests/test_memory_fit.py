@@ -1,19 +1,20 @@
-"""A batch that cannot fit is refused before it is allocated (training/memory_fit.py): one line naming the largest
-batch that fits and train.grad_accum_steps, with the device's available memory patched; an allocator's
-out-of-memory error says the same; what fits today is never refused."""
+"""A model or a batch that cannot fit is refused before it is allocated (training/guards/memory.py): one line naming
+what it needs and what there is, and what would fit (the largest batch and train.grad_accum_steps, or the settings
+that make the model smaller), with the device's available memory patched; an allocator's out-of-memory error says
+the same; what fits today is never refused."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import training.memory_fit as memory_fit
+import training.guards.memory as memory_fit
 from common.errors import UserError
 from model import AttentionLanguageModel
 from model.config import ModelConfig
 from tests.helpers import TINY, cli, stderr_lines, train_job
-from training.config import TrainConfig
-from training.memory_fit import StepMemory, estimate, fit_memory
+from training.guards.memory import StepMemory, estimate, fit_memory
+from training.settings.config import TrainConfig
 
 CPU = torch.device("cpu")
 
@@ -29,13 +30,13 @@ def _no_steps(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a step ran")
 
-    monkeypatch.setattr("training.step_runner.train_step", refuse)
-    monkeypatch.setattr("training.auto_settings.measured_tokens_per_sec", refuse)
+    monkeypatch.setattr("training.runner.steps.train_step", refuse)
+    monkeypatch.setattr("training.settings.auto.measured_tokens_per_sec", refuse)
 
 
 def test_a_batch_that_cannot_fit_is_refused_before_any_step(tmp_path, corpus, monkeypatch):
     _no_steps(monkeypatch)
-    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 3 << 20)  # 3 MiB left
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 6 << 20)  # the model fits, not the batch
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=64", "train.grad_accum_steps=2")
     message = str(e.value)
@@ -61,7 +62,7 @@ def test_the_refusal_names_the_largest_batch_and_the_accumulation_that_keeps_the
 def test_the_auto_dropout_speed_measurement_is_guarded_too(tmp_path, corpus, monkeypatch):
     """model.dropout=null under a time budget measures steps of the run's batch during setup: refused before."""
     _no_steps(monkeypatch)
-    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 1 << 20)
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda device: 6 << 20)  # the model fits
     with pytest.raises(UserError, match="train.batch_size=32 does not fit in memory"):
         _train(tmp_path, corpus, "model.dropout=null", "train.max_seconds=30", "train.batch_size=32")
 
@@ -75,7 +76,7 @@ def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monk
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("training.step_runner.train_step", fail)
+    monkeypatch.setattr("training.runner.steps.train_step", fail)
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=8")
     assert str(e.value) == ("train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "
@@ -126,3 +127,42 @@ def test_the_available_memory_is_read():
     available = memory_fit.available_bytes(CPU)
     assert available is None or available > 0
     assert memory_fit.available_bytes(torch.device("meta")) is None
+
+
+def test_a_model_too_big_to_build_is_refused_before_it_is_allocated(tmp_path, corpus, monkeypatch):
+    built = []
+    monkeypatch.setattr("training.session.build_model", lambda *a, **k: built.append(1))
+    with pytest.raises(UserError) as e:
+        _train(tmp_path, corpus, "model.embedding_size=16384", "model.head_size=16384", "model.num_heads=64",
+               "model.num_blocks=48")
+    message = str(e.value)
+    assert not built and "\n" not in message
+    assert message.startswith("the model does not fit in memory: model.embedding_size=16384 model.head_size=16384 "
+                              "model.num_blocks=48 model.context_length=32 ("), message
+    assert "GiB available; make it smaller: a lower model.embedding_size, model.head_size or model.num_blocks" \
+        in message
+
+
+def test_the_parameters_counted_from_the_settings_are_a_close_lower_bound():
+    from model.counts import matrix_parameters, num_parameters
+
+    for settings in ({}, {"tie_weights": True}, {"position": "rope", "mlp": "swiglu", "num_blocks": 6}):
+        m = _model(**settings)
+        assert 0.9 * num_parameters(m) <= matrix_parameters(m.config) <= num_parameters(m), settings
+
+
+def test_an_allocator_s_out_of_memory_error_while_building_the_model_is_the_same_line(tmp_path, corpus, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr("training.session.build_model", fail)
+    with pytest.raises(UserError, match="^the model does not fit in memory: .* needs, with its gradients, optimizer "
+                                        "state and one sequence's step, more than the CPU's allocator could give"):
+        _train(tmp_path, corpus)
+
+
+def test_the_cli_refuses_a_model_no_machine_holds_in_one_line(tmp_path, corpus):
+    r = cli("train.py", *TINY, "model.embedding_size=16384", "model.head_size=16384", "model.num_heads=64",
+            "model.num_blocks=48", "train.max_steps=1", f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert stderr_lines(r.stderr)[-1].startswith("error: the model does not fit in memory: "), r.stderr

@@ -18,7 +18,7 @@ from common.atomic_files import file_sha256
 from inference.checkpoint import load_checkpoint
 from tests.helpers import TINY, cli, stderr_lines, train_job
 from training import trainer
-from training.divergence import TrainingDiverged
+from training.guards.divergence import TrainingDiverged
 
 NAMES = ("ckpt.pt", "best.pt")
 KEPT = "stopped without saving, the last good checkpoint is kept (step 3); try a lower train.lr"
@@ -31,17 +31,17 @@ def _hashes(run) -> dict[str, str]:
 def _inject(monkeypatch, run, kind: str, at: int) -> dict:
     """Make step `at` diverge as `kind`; returns the checkpoints' hashes as they were just before it."""
     from training import step as step_module
-    from training import step_runner  # the loop's steps go through its StepRunner
+    from training.runner import steps as step_runner  # the loop's steps go through its StepRunner
 
     real_step, real_loss, real_evaluate, before = step_runner.train_step, step_module.compute_loss, trainer.evaluate, {}
 
-    def faulty_step(s, state):
+    def faulty_step(s, state, model=None):
         if state.step + 1 != at:
-            return real_step(s, state)
+            return real_step(s, state, model)
         before.update(_hashes(run))
         if kind == "nan_loss":
             monkeypatch.setattr(step_module, "compute_loss", lambda m, x, y: real_loss(m, x, y) * float("nan"))
-        result = real_step(s, state)
+        result = real_step(s, state, model)
         monkeypatch.setattr(step_module, "compute_loss", real_loss)
         with torch.no_grad():
             if kind == "enormous_weights":  # finite, and the validation overflows: NaN in float32 and bf16 alike

@@ -54,7 +54,7 @@ def test_01_the_notebooks_ids_and_first_batch_are_the_default_training_runs(lang
     from data.corpus import EMBEDDED_CORPUS
     from data.text import read_text
     from tests.helpers import config_object
-    from training.setup import setup
+    from training.session import setup
 
     nb = notebook(lang, "01")
     text = read_text(EMBEDDED_CORPUS)
@@ -186,8 +186,8 @@ def test_04_the_hand_written_step_is_train_steps_skeleton(lang, tmp_path, corpus
     """With a constant rate and no accumulation, train_step moves the weights exactly as the notebook's four lines
     do with the same optimizer."""
     from tests.helpers import train_job
-    from training.optim import make_optimizer
-    from training.setup import setup
+    from training.optim.factory import make_optimizer
+    from training.session import setup
     from training.step import train_step
 
     nb = notebook(lang, "04")

@@ -11,8 +11,8 @@ import common.device
 from common.device import CPU_BF16_ENV, check_compiled_precision, choose_precision, has_native_bf16, precision_line
 from common.errors import UserError
 from tests.helpers import TINY, assert_one_line_error, cli, cli_all, tiny_model
-from training.config import TrainConfig
-from training.optim import make_optimizer
+from training.optim.factory import make_optimizer
+from training.settings.config import TrainConfig
 
 CUDA = torch.device("cuda:0")
 CPU = torch.device("cpu")
@@ -138,7 +138,7 @@ def test_an_invalid_override_is_refused_naming_it(cpu_flags, monkeypatch, value,
 
 
 def test_no_precision_reason_reads_as_an_automatic_setting(card, cpu_flags, monkeypatch):
-    """The automatic settings' lines start "auto:" (training/auto_settings.py); a precision line never says it."""
+    """The automatic settings' lines start "auto:" (training/settings/auto.py); a precision line never says it."""
     chosen = []
     for capability in CARDS:
         card(capability)
@@ -191,3 +191,60 @@ def test_evaluate_py_names_its_own_dtype_key(tmp_path):
     r = cli("evaluate.py", "device=cpu", "dtype=float16", f"data.path={tmp_path / 'text.txt'}")
     line = assert_one_line_error(r, "dtype=float16 is not supported on the CPU")
     assert "train." not in line, line
+
+
+def _timed(monkeypatch, bf16_faster: bool, calls: list) -> None:
+    """Stand in for the timing of a few steps: bf16 autocast steps and float32 steps at speeds the test chooses."""
+    def speed(model, optimizer_for, batches, autocast_fn):
+        bf16 = isinstance(autocast_fn(), torch.autocast)
+        calls.append("bfloat16" if bf16 else "float32")
+        return 2000.0 if bf16 == bf16_faster else 1000.0  # tokens/s
+
+    monkeypatch.setattr("training.settings.precision.measured_tokens_per_sec", speed)
+
+
+@pytest.mark.parametrize("bf16_faster", [True, False], ids=["bf16_faster", "float32_faster"])
+def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(tmp_path, corpus, cpu_flags, monkeypatch, capsys,
+                                                           bf16_faster):
+    from inference.checkpoint import load_checkpoint
+    from tests.helpers import train_job
+    from training.trainer import train
+
+    cpu_flags(True)
+    calls: list = []
+    _timed(monkeypatch, bf16_faster, calls)
+    train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", "train.dtype=auto"), tmp_path / "run")
+    name, fast, slow = ("bfloat16", "bfloat16 autocast", "float32") if bf16_faster else ("float32", "float32",
+                                                                                         "bfloat16")
+    assert sorted(calls) == ["bfloat16", "bfloat16", "float32", "float32"]  # each twice, taking turns
+    ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    tokens = ckpt.config["train"]["batch_size"] * ckpt.model_config.context_length
+    ms = {"bfloat16": 1000 * tokens / (2000 if bf16_faster else 1000),
+          "float32": 1000 * tokens / (1000 if bf16_faster else 2000)}
+    out = capsys.readouterr().out
+    assert f"precision: {fast} on cpu (train.dtype=auto; measured on this CPU, a step takes " \
+           f"{ms['bfloat16']:.1f} ms in bfloat16 and {ms['float32']:.1f} ms in float32)" in out, out
+    assert ckpt.config["train"]["dtype"] == name and slow in ckpt.config["measured"]["precision"]["step_ms"]
+    assert ckpt.config["measured"]["precision"]["chosen"] == name
+
+
+def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(tmp_path, corpus, cpu_flags, monkeypatch,
+                                                                        capsys):
+    from inference.checkpoint import load_checkpoint
+    from tests.helpers import train_job
+    from training.trainer import train
+
+    calls: list = []
+    _timed(monkeypatch, True, calls)
+    cpu_flags(False)
+    train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2"), tmp_path / "plain")
+    assert "precision:" not in capsys.readouterr().out  # float32 on a CPU without bf16, as before
+    cpu_flags(True)
+    train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", "train.dtype=float32"), tmp_path / "typed")
+    run = tmp_path / "auto"
+    train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2"), run)
+    assert len(calls) == 4  # only the auto run measured
+    resumed = (f"data.path={corpus}", "train.max_steps=4", f"train.resume={run}")
+    monkeypatch.setattr("training.settings.resume._command_line", list(resumed))  # as train.py records what was typed
+    train(train_job(tmp_path, *resumed), run)
+    assert len(calls) == 4 and load_checkpoint(run / "ckpt.pt").config["train"]["dtype"] == "bfloat16"

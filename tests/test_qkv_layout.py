@@ -8,9 +8,9 @@ import torch
 
 from model.qkv_layout import match_layout, other_layout_names, to_fused, to_heads
 from tests.helpers import tiny_model
-from training.config import TrainConfig
-from training.optim import make_optimizer
-from training.optimizer_layout import match_optimizer_layout
+from training.optim.factory import make_optimizer
+from training.optim.layout import match_optimizer_layout
+from training.settings.config import TrainConfig
 
 CPU = torch.device("cpu")
 

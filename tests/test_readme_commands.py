@@ -101,11 +101,11 @@ def compose_command(script: str, args: list[str]) -> list:
 
     from hydra import compose, initialize_config_dir
 
+    from cli.hydra_setup import legacy_experiment_override, register_resolvers
     from hf_export.config import register_export_config
     from inference.config import register_configs as register_inference
     from playground.config import register_configs as register_serve
-    from training.config import register_configs as register_training
-    from training.hydra_setup import legacy_experiment_override, register_resolvers
+    from training.settings.config import register_configs as register_training
 
     register_resolvers()
     register_training(), register_inference(), register_serve(), register_export_config()

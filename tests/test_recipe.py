@@ -13,8 +13,8 @@ LADDER = ["lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_q
 
 
 def _muon_optimizer(model, **train):
-    from training.config import TrainConfig
-    from training.optim import make_optimizer
+    from training.optim.factory import make_optimizer
+    from training.settings.config import TrainConfig
 
     return make_optimizer(model, 2e-3, 0.1, (0.9, 0.99), torch.device("cpu"), TrainConfig(optimizer="muon", **train))
 
@@ -36,7 +36,7 @@ def test_muon_adamw_split_covers_every_parameter_once_and_keeps_the_rest_out_of_
 
 
 def test_adamw_split_is_the_lecture_grouping():
-    from training.optim import param_groups
+    from training.optim.factory import param_groups
 
     m = tiny_model()
     decay, no_decay = param_groups(m, 0.1)
@@ -46,7 +46,7 @@ def test_adamw_split_is_the_lecture_grouping():
 
 
 def test_muon_step_is_torch_muon_step():
-    from training.muon import MuonAdamW
+    from training.optim.muon import MuonAdamW
 
     torch.manual_seed(0)
     w = torch.randn(24, 40)
@@ -63,7 +63,7 @@ def test_muon_step_is_torch_muon_step():
 
 
 def test_orthogonalize_gives_singular_values_near_one():
-    from training.muon import orthogonalize
+    from training.optim.muon import orthogonalize
 
     g = torch.randn(3, 32, 96)
     for x in (orthogonalize(g), orthogonalize(g.mT)):
@@ -72,7 +72,7 @@ def test_orthogonalize_gives_singular_values_near_one():
 
 
 def test_set_lr_keeps_each_groups_multiple_of_the_schedule():
-    from training.optim import set_lr
+    from training.optim.factory import set_lr
 
     opt = _muon_optimizer(tiny_model(**MODERN), muon_lr=0.04, embedding_lr=0.01)
     set_lr(opt, 1e-3)  # half of train.lr=2e-3: every group at half its peak
@@ -81,7 +81,7 @@ def test_set_lr_keeps_each_groups_multiple_of_the_schedule():
 
 
 def test_tiny_modern_model_overfits_a_tiny_batch():
-    from training.optim import set_lr
+    from training.optim.factory import set_lr
 
     m = tiny_model(**MODERN).train()
     opt = _muon_optimizer(m)
@@ -165,8 +165,8 @@ def test_checkpoints_remember_their_recipe_resume_with_muon_and_old_ones_load_as
 def test_embedding_lr_gives_adamw_embeddings_their_own_rate():
     import torch
 
-    from training.config import TrainConfig
-    from training.optim import make_optimizer, set_lr
+    from training.optim.factory import make_optimizer, set_lr
+    from training.settings.config import TrainConfig
 
     model = tiny_model()
     plain = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), torch.device("cpu"), TrainConfig(lr=1e-3))
@@ -181,8 +181,8 @@ def test_embedding_lr_gives_adamw_embeddings_their_own_rate():
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_embedding_weight_decay_shrinks_the_embeddings_and_nothing_else(optimizer):
-    from training.config import TrainConfig
-    from training.optim import make_optimizer
+    from training.optim.factory import make_optimizer
+    from training.settings.config import TrainConfig
 
     def one_step_without_gradient(decay: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         model = tiny_model(**MODERN)

@@ -18,7 +18,7 @@ from inference.loading import model_from_checkpoint
 from model.config import ModelConfig
 from tests.helpers import TINY, assert_one_line_error, cli, cli_all, config_object, tiny_model, train_job
 from tokenizer import KoreanCharTokenizer
-from training.resume_settings import apply_checkpoint_settings, summary, typed_keys
+from training.settings.resume import apply_checkpoint_settings, summary, typed_keys
 
 # -- which settings a resume takes from the command line (in-process, no training) ---------------------------
 

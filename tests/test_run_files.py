@@ -78,6 +78,13 @@ def test_a_better_best_pt_of_the_same_run_is_read_and_called_the_best(tmp_path):
     assert chosen.note == "" and ": the best validation; the last weights, step 8 at 3.5000" in chosen.words()
 
 
+def test_the_model_settings_a_resumed_run_may_change_are_the_trainers():
+    from inference.run_files import RESUMABLE_MODEL_KEYS
+    from training.settings.resume import MODEL_CHANGEABLE
+
+    assert {f"model.{k}" for k in RESUMABLE_MODEL_KEYS} == set(MODEL_CHANGEABLE)
+
+
 def test_a_run_written_before_its_config_recorded_the_corpus_is_still_one_run(tmp_path):
     save(tmp_path, "ckpt.pt", 8, 3.5, config={})
     save(tmp_path, "best.pt", 4, 3.0, config={"data": {"path": None}})  # the defaults, spelt out
@@ -163,7 +170,7 @@ def test_the_playground_lists_and_reads_ckpt_pt(worse):
 
 def test_train_init_from_starts_from_ckpt_pt_and_says_why(worse, tmp_path):
     from tests.helpers import train_job
-    from training.setup import setup
+    from training.session import setup
 
     job = train_job(tmp_path, f"train.init_from={worse / 'run'}", f"data.path={worse / 'text.txt'}",
                     "train.max_steps=1", "train.sample_prompts=[]")

@@ -103,7 +103,7 @@ def test_the_loop_reads_the_device_once_per_log_interval(tmp_path, monkeypatch, 
 
 def test_a_nan_between_checks_stops_the_run_naming_its_steps_and_saves_nothing(tmp_path, monkeypatch):
     from training import step as step_module
-    from training.divergence import TrainingDiverged
+    from training.guards.divergence import TrainingDiverged
 
     real, calls = step_module.compute_loss, []
 

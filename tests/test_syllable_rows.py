@@ -15,8 +15,8 @@ from model.counts import num_parameters
 from model.hangul.held_rows import HeldJamoEmbedding, HeldReadoutRows, compact_syllable_rows, dense_state_dict
 from model.hangul.jamo_embedding import FIRST_ID, NUM_SYLLABLES
 from tests.helpers import train_job
-from training import resume_settings
-from training.optim import make_optimizer
+from training.optim.factory import make_optimizer
+from training.settings import resume as resume_settings
 from training.trainer import train
 
 V = NUM_SYLLABLES + 40

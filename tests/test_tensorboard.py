@@ -17,12 +17,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from cli.hydra_setup import _job_name, _safe_name
 from model import AttentionLanguageModel
 from model.attention_maps import attention_maps
 from model.counts import num_parameters, parameter_counts
 from tests.helpers import ROOT, cli, compose_config, tiny_model
-from training.hydra_setup import _job_name, _safe_name
-from training.tb_logger import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
+from training.reporting.tensorboard import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
 
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))

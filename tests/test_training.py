@@ -14,8 +14,8 @@ import torch
 from inference.checkpoint import load_checkpoint
 from model import AttentionLanguageModel
 from tests.helpers import ROOT, scalar_tags, tiny_model, train_job
-from training.optim import param_groups
-from training.schedule import lr_at
+from training.optim.factory import param_groups
+from training.optim.schedule import lr_at
 from training.trainer import train
 
 
@@ -173,7 +173,7 @@ def test_compiled_training_trains_as_eager_and_saves_plain_checkpoints(tmp_path)
 def test_the_final_sample_counts_characters_for_every_tokenizer(small_corpus, tmp_path, kind):
     """train.sample_chars is a number of characters: a jamo model spends up to three tokens on one."""
     from data.corpus import load_corpus
-    from training.sample import PROMPT_TOKENS, sample_chars
+    from training.reporting.sample import PROMPT_TOKENS, sample_chars
 
     corpus = load_corpus(small_corpus, cache_dir=tmp_path / "cache", tokenizer_kind=kind)
     model = tiny_model(vocab_size=corpus.tokenizer.vocab_size)

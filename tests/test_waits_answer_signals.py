@@ -1,6 +1,6 @@
-"""Every long wait of a training answers SIGINT and SIGTERM at once (issue 54): an evaluation, a snapshot, the closing
-sample and the setup's first token-cache build, each leaving the last good checkpoint; `train.eval_steps` is capped
-to what the splits hold, said once.
+"""Every long wait of a training answers SIGINT and SIGTERM at once: an evaluation, a snapshot, the closing sample,
+a compile's warm-up and the setup's first token-cache build, each leaving the last good checkpoint, said in one line;
+`train.eval_steps` is capped to what the splits hold, said once.
 
 The in-process tests make a wait that only a signal ends: the patched function sends the signal to this process and
 then spins (a wait that never finishes on its own, within the test's bound), so nothing depends on timing."""
@@ -19,7 +19,7 @@ from common.atomic_files import file_sha256
 from common.errors import Interrupted
 from inference.checkpoint import load_checkpoint
 from tests.helpers import TINY, LineReader, start, train_job
-from training import trainer
+from training import evaluation, trainer
 
 # Signals sent to the test process itself (caught by the training's handlers): one test at a time.
 pytestmark = pytest.mark.serial
@@ -45,23 +45,24 @@ def _job(tmp_path, corpus, *overrides: str):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, corpus, monkeypatch, capsys, sig):
     waited: list = []
-    real, calls = trainer.estimate_loss, []
+    real, calls = evaluation.estimate_loss, []
 
-    def evaluation(*args, **kwargs):  # the first evaluation runs; the second never ends on its own
+    def estimate(*args, **kwargs):  # the first evaluation runs; the second never ends on its own
         calls.append(1)
         return real(*args, **kwargs) if len(calls) <= 2 else endless_wait(sig, waited)()
 
-    monkeypatch.setattr(trainer, "estimate_loss", evaluation)
+    monkeypatch.setattr(evaluation, "estimate_loss", estimate)
     result = trainer.train(_job(tmp_path, corpus, "train.max_steps=9"), tmp_path / "run")
     assert not waited and result.stopped == sig.name and result.step == 6
-    assert f"stopped by {sig.name} at step 6; checkpoint saved, resume with train.resume=" in capsys.readouterr().out
+    said = f"stopped by {sig.name} at step 6; checkpoint saved, resume with train.resume="
+    assert capsys.readouterr().out.count(said) == 1
     ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
     assert ckpt.step == 6 and ckpt.training.val_loss == result.best_val_loss  # the step-3 evaluation's, recorded
     assert load_checkpoint(tmp_path / "run" / "best.pt").step == 3
 
 
 def test_a_signal_during_a_snapshot_keeps_the_checkpoint_written_before_it(tmp_path, corpus, monkeypatch):
-    from training.tb_logger import RunLogger
+    from training.reporting.tensorboard import RunLogger
 
     waited: list = []
     monkeypatch.setattr(RunLogger, "snapshot", lambda self, step: endless_wait(signal.SIGTERM, waited)())
@@ -120,8 +121,8 @@ def test_a_signal_during_the_first_token_cache_build_leaves_nothing_half_written
 
 def test_eval_steps_beyond_the_splits_are_capped_and_said_once(tmp_path, corpus, monkeypatch, capsys):
     seen = []
-    real = trainer.estimate_loss
-    monkeypatch.setattr(trainer, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    real = evaluation.estimate_loss
+    monkeypatch.setattr(evaluation, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
     trainer.train(_job(tmp_path, corpus, "train.max_steps=3", "train.eval_steps=100000"), tmp_path / "run")
     notes = [line for line in capsys.readouterr().out.splitlines() if "train.eval_steps=100000" in line]
     assert len(notes) == 1, notes
@@ -131,8 +132,8 @@ def test_eval_steps_beyond_the_splits_are_capped_and_said_once(tmp_path, corpus,
 
 def test_a_default_run_is_not_capped(tmp_path, corpus, monkeypatch, capsys):
     seen = []
-    real = trainer.estimate_loss
-    monkeypatch.setattr(trainer, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    real = evaluation.estimate_loss
+    monkeypatch.setattr(evaluation, "estimate_loss", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
     trainer.train(_job(tmp_path, corpus, "train.max_steps=3", "train.eval_steps=20"), tmp_path / "run")
     assert seen == [20, 20] and "train.eval_steps" not in capsys.readouterr().out
 
@@ -158,3 +159,36 @@ def test_sigterm_during_a_long_closing_sample_is_answered_within_seconds(tmp_pat
     assert answered < 15, answered  # a busy machine's seconds; unanswered, the sample would take minutes
     assert "stopped by SIGTERM at step 2; checkpoint saved" in out
     assert load_checkpoint(run / "ckpt.pt").step == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_during_a_compile_warm_up_ends_the_run_at_once_keeping_the_step_reached(tmp_path, corpus, monkeypatch,
+                                                                                           capsys, sig):
+    """The first compiled forward compiles for tens of seconds: a signal then ends it at once, and the checkpoint saved
+    is the step reached before it, untouched by the warm-up (no update, the batch put back)."""
+    import torch
+
+    from training.runner import steps as step_runner
+    from training.runner.plan import Way
+
+    waited: list = []
+
+    class SlowCompile(torch.nn.Module):  # a stand-in for inductor: its first call is a wait only a signal ends
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args, **kwargs):
+            endless_wait(sig, waited)()
+            return self.inner(*args, **kwargs)
+
+    monkeypatch.setattr(step_runner.torch, "compile", SlowCompile)
+    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: None)  # auto: eager steps first, then the compile
+    monkeypatch.setattr(step_runner, "measured_way", lambda *a: (Way(inductor=True), "test"))
+    result = trainer.train(_job(tmp_path, corpus, "train.max_steps=20", "train.compile=auto"), tmp_path / "run")
+    assert not waited and result.stopped == sig.name
+    reached = result.step
+    assert reached == step_runner.PROBE_STEPS + 1  # the timed eager steps, then the compile
+    out = capsys.readouterr().out
+    assert out.count(f"stopped by {sig.name} at step {reached}; checkpoint saved") == 1
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt").step == reached

@@ -127,8 +127,8 @@ def test_finite_weights_with_logits_that_are_not_are_refused_by_every_reader(tmp
                                                          "that are not finite numbers")
     _refused(lambda: load_run(run, torch.device("cpu"), weights="raw"), "not finite numbers")
     _refused(lambda: usable(load_checkpoint(run / "ckpt.pt")), "raw weights of", "resumed or fine-tuned from")
+    from training.checkpoints import open_resume
     from training.init_from import load_source
-    from training.setup import open_resume
 
     _refused(lambda: load_source(train_job(tmp_path, f"train.init_from={run}")), "compute logits that are not finite")
     _refused(lambda: open_resume(train_job(tmp_path, f"train.resume={run}"), run, True), "compute logits that are not")

@@ -102,7 +102,7 @@ def test_train_init_weights_follows_the_same_rule_and_names_its_key(runs, tmp_pa
 
 @pytest.mark.parametrize("asked,kind", [(None, "averaged"), ("raw", "raw")])
 def test_train_init_from_starts_from_the_weights_it_names(runs, tmp_path, asked, kind):
-    from training.setup import setup
+    from training.session import setup
 
     job = train_job(tmp_path, f"train.init_from={runs / 'avg'}", f"data.path={runs.parent / 'text.txt'}",
                     "train.max_steps=1", "train.sample_prompts=['봄이']",

@@ -1,33 +1,100 @@
-"""Early stopping (`train.early_stop`): a run that stops once validation has turned, and counts as finished.
+"""Early stopping (`train.early_stop`) and where a run stood best: the noise margin of validation, the count of
+evaluations without a better one, and the lines that end a run whose end is worse than its best.
 
 Design choices:
 - Patience is counted in evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new
   best validation loss (the evaluations that write best.pt), provided that one is worse than the best by more than
-  the noise margin (training/best_weights.py). Validation that only jitters around its best has not turned, and
-  the run goes on to its limit. The last evaluation of a run never stops it early: its limit does.
+  the noise margin. The last evaluation of a run never stops it early: its limit does.
+- The noise margin, `NOISE_MARGIN_BPC`, is two and a half times the measured jitter of validation around its trend
+  (docs/en/training.md gives the measurement). Validation is estimated on the same batches at every evaluation, so
+  it moves only because the weights moved; near its best it still jitters. A last validation worse than the best by
+  more than the margin has turned (the run memorises); by less, it is where the best was. It is in bits per
+  character so that it means the same for every tokenizer, and it decides both whether early stopping may stop a
+  run and whether the run's last lines say that validation turned.
 - `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock (`train.max_seconds`) or its passes over
-  the data (`train.max_epochs`, or their default) set, the runs that give a small text more passes than it can fill,
-  and off for a `train.max_steps` run: a step count typed is a run asked for whole. The measured effect is in
-  docs/en/training.md.
-- The stop is decided at its evaluation, before that evaluation's checkpoint is written, so `ckpt.pt` records it;
-  `best.pt` holds the best weights, which every reader then uses (inference/run_files.py). Under torchrun every
-  rank takes the decision together (training/distributed.py's `any_rank`).
+  the data (`train.max_epochs`, or their default) set, and off for a `train.max_steps` run: a step count typed is a
+  run asked for whole.
+- The loop calls three functions: `start` before the first step, `observe` in every evaluation before its
+  checkpoint is written (so `ckpt.pt` records a stop), and `stops_here` after it. Under torchrun the decision is one
+  collective per evaluation (`any_rank`), taken by every rank together.
 - A run that stopped early counts as finished: `train.resume` of it trains nothing and exits 0, saying so, unless a
-  limit is raised (`train.max_steps`, `train.max_epochs`, `train.max_seconds`: the count then starts again) or the
-  patience no longer holds (`train.early_stop=null`, or a larger patience).
+  limit is raised (the count then starts again) or the patience no longer holds.
 - The count (best step, evaluations since, where it stopped and within which limits) is saved in the checkpoint's
   training state, so a resumed run stops where the unbroken one would.
+- Which file the readers use is found as they find it (inference/run_files.py), so the closing lines never say
+  something a reader then contradicts.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from training.best_weights import turned
+from tqdm import tqdm
+
+from cli.overrides import shell_path
+from common.errors import ConfigError, UserError
+from inference.checkpoint import BEST_NAME, CKPT_NAME
+from inference.run_files import folder_file, header
+from training import distributed
+from training.evaluation import bits_per_char
+
+if TYPE_CHECKING:
+    from training.session import LoopState, Session
 
 AUTO_PATIENCE = 4
 EARLY = "early_stop"  # the `stopped` of a run that stopped early (its result line, run/stopped in TensorBoard)
 LIMITS = ("max_steps", "max_seconds")  # what a resumed run must raise to train on (max_epochs is in max_steps)
+NOISE_MARGIN_BPC = 0.05
+READERS = "generate.py, evaluate.py, serve.py, export.py and train.init_from"
+
+
+def margin_nats(tokens_per_char: float) -> float:
+    """The noise margin in the loss's own unit, nats per token."""
+    return NOISE_MARGIN_BPC * math.log(2) / max(tokens_per_char, 1e-9)
+
+
+def turned(val_loss: float, best_val_loss: float, tokens_per_char: float) -> bool:
+    """Whether `val_loss` is worse than the best by more than the noise margin."""
+    return math.isfinite(val_loss) and val_loss > best_val_loss + margin_nats(tokens_per_char)
+
+
+def evaluations_left(step: int, max_steps: int | None, interval: int) -> int | None:
+    """The evaluations a run at `step` makes up to its step limit, the last one included (None: no step limit)."""
+    if max_steps is None:
+        return None
+    last = 1 if max_steps % interval and max_steps > step else 0
+    return max(0, max_steps // interval - step // interval) + last
+
+
+def can_act(e: EarlyStop, best_val_loss: float, patience_: int, left: int | None) -> bool:
+    """Whether `patience_` evaluations in a row without a better one can be reached before the last of the `left`
+    evaluations (the last never stops a run early). A run without a best yet finds it at its first evaluation."""
+    if left is None:
+        return True
+    stale = e.stale if math.isfinite(best_val_loss) else -1
+    return left - 1 + stale >= patience_
+
+
+def refuse_idle_patience(job, state: LoopState, max_steps: int | None, resumed: bool, typed: set[str] | None) -> None:
+    """A `train.early_stop=N` of the user's own that cannot act in this run is refused, naming the key, as the idle
+    rules do (training/settings/idle.py); `auto` (the default) is then silent, and a resumed run that stopped early
+    is `start`'s to answer."""
+    t = job.train
+    if t.early_stop in (None, "auto") or state.early.stopped_at is not None:
+        return
+    if resumed and typed is not None and "train.early_stop" not in typed and "train" not in typed:
+        return
+    n, left = int(t.early_stop), evaluations_left(state.step, max_steps, t.eval_interval)
+    if can_act(state.early, state.best_val_loss, n, left):
+        return
+    raise ConfigError(f"train.early_stop={n} cannot act in this run: it stops a run after {n} evaluations in a row "
+                      f"without a better validation loss (the first finds the best, the last never stops a run), "
+                      f"and this run makes {left} evaluation"
+                      f"{'s' if left != 1 else ''} (every train.eval_interval={t.eval_interval} steps up to step "
+                      f"{max_steps}); drop train.early_stop, or evaluate more often (a lower train.eval_interval)")
 
 
 def patience(value: str | None, max_steps: int | None) -> int | None:
@@ -91,3 +158,96 @@ class EarlyStop:
             return f"train.early_stop={self.patience} allows {self.patience - self.stale} more evaluation(s) without " \
                    "a better validation loss"
         return None
+
+
+def observe(s: Session, state: LoopState, last: bool) -> None:
+    """At an evaluation, before `state.best_val_loss` takes it in and its checkpoint is written: count it, and
+    decide on every rank together whether the run stops here (`state.early.stopped_at`)."""
+    state.early.count(state.step, state.val_loss, state.best_val_loss, s.tokens_per_char, last,
+                      lambda stop: distributed.any_rank(stop, s.dist, s.device))
+
+
+def stops_here(state: LoopState) -> bool:
+    """Whether the evaluation just counted stopped the run (the loop then ends)."""
+    if state.early.stopped_at != state.step:
+        return False
+    state.stopped = EARLY
+    return True
+
+
+def start(s: Session, state: LoopState) -> bool:
+    """Resolve the patience and say it; False for a resumed run that stopped early and is given nothing more to do
+    (it counts as finished: nothing is trained, and the run ends as any finished run does)."""
+    t, e = s.job.train, state.early
+    e.patience = patience(t.early_stop, t.max_steps)
+    now = {"max_steps": s.max_steps, "max_seconds": t.max_seconds}
+    if e.best_step is None and state.step:  # a checkpoint written before the count was saved: best.pt's step
+        e.best_step = _best_file_step(s.run_dir)
+    if e.stopped_at is not None:
+        why = e.going_on(now)
+        if why is None:
+            _say(s, f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
+                    f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
+                    "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
+                    "train on")
+            state.stopped, e.said = EARLY, True
+            return False
+        _say(s, f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
+        e.stopped_at = None
+    e.limits = now
+    left = evaluations_left(state.step, s.max_steps, t.eval_interval)
+    if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
+        how = "auto: this run's length is set by time or passes, not train.max_steps" if t.early_stop == "auto" \
+            else f"train.early_stop={t.early_stop}"
+        _say(s, f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
+                f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
+                f"above the best ({how}; train.early_stop=null turns it off)")
+    return True
+
+
+def _best_file_step(run_dir: Path) -> int | None:
+    try:
+        return header(run_dir / BEST_NAME).step
+    except Exception:  # noqa: BLE001 - a missing or unreadable best.pt leaves the step unknown, nothing more
+        return None
+
+
+def _say(s: Session, line: str) -> None:
+    if s.dist.is_main:
+        tqdm.write(line)  # above the progress bar, which is already drawn
+
+
+def closing(s: Session, state: LoopState) -> str:
+    """The run's last lines besides its result: that it stopped early (and what resuming it does), and, when its
+    last validation is worse than its best beyond the noise margin, where it stood best and which file is read."""
+    if not s.dist.is_main:
+        return ""
+    e, lines = state.early, []
+    if state.stopped == EARLY and e.stopped_at == state.step and not e.said:
+        lines.append(f"early stop at step {state.step}: {e.stale} evaluations in a row without a better validation "
+                     f"loss (the best: step {e.best_step}, val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt "
+                     f"are kept, and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised")
+    if math.isfinite(state.best_val_loss):
+        lines += closing_lines(s.run_dir, s.tokens_per_char)
+    return "\n".join(lines)
+
+
+def closing_lines(run_dir: Path, tokens_per_char: float) -> list[str]:
+    """The lines that end a run whose last validation is worse than its best beyond the noise margin: where it stood
+    best, where it ended, and which file the readers use; none when the end is the best or within the margin."""
+    try:
+        chosen = folder_file(run_dir)
+    except UserError:  # a file that cannot be read: every reader says so in its own line
+        return []
+    if chosen.chosen != "best" or chosen.other is None:
+        return []
+    best, last = chosen.header, chosen.other
+    if not turned(last.val_loss, best.val_loss, tokens_per_char):
+        return []
+    bpc = lambda loss: bits_per_char(loss, tokens_per_char)  # noqa: E731 - a local shorthand
+    worse = bpc(last.val_loss) - bpc(best.val_loss)
+    return [f"validation turned: the best was step {best.step}, val loss {best.val_loss:.4f} "
+            f"({bpc(best.val_loss):.4f} bpc); the last, step {last.step}, {last.val_loss:.4f} "
+            f"({bpc(last.val_loss):.4f} bpc, {worse:.3f} bpc worse)",
+            f"{READERS} read {BEST_NAME} (the best) from this run; ckpt={shell_path(run_dir / CKPT_NAME)} reads the "
+            "last weights"]

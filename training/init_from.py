@@ -34,8 +34,8 @@ from inference.checkpoint import Checkpoint, load_checkpoint, usable
 from inference.run_files import RunFile, run_file
 from inference.weights import WeightsUsed, choose_weights
 from tokenizer import tokenizer_from_dict
-from training.config import TrainJob
-from training.resume_settings import MODEL_CHANGEABLE, typed_command_line
+from training.settings.config import TrainJob
+from training.settings.resume import MODEL_CHANGEABLE, typed_command_line
 
 # The parameters with a row per token, and the row of <unk> in each (model.head=jamo's first stage holds the 19
 # initials, then <unk>, then the ids after the syllables: new ids append there too).

@@ -6,7 +6,7 @@ loss NaN, so no fault-injection switch lives in the production loop.
 Around the lecture's step, three levers of the data-limited records, all off by default and each following the
 run's progress (`run_progress`: steps or the clock, whichever is further along): `train.mtp_weights` (later
 targets scored through the same head, fading out), `train.muon_weight_decay_schedule` and `train.average` (the
-weights' average, updated after the optimizer step: training/averaging.py).
+weights' average, updated after the optimizer step: training/optim/averaging.py).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.config import TrainConfig
-from training.optim import set_lr, set_muon_weight_decay
-from training.schedule import lr_at, lr_at_fraction
-from training.setup import LoopState, Session
+from training.optim.factory import set_lr, set_muon_weight_decay
+from training.optim.schedule import lr_at, lr_at_fraction
+from training.session import LoopState, Session
+from training.settings.config import TrainConfig
 
 
 @dataclass
 class StepResult:
     """What a step leaves for logging. The loss and the gradient norm stay on the device (0-d tensors): reading them
-    waits for the step to finish, which the trainer does only at its checks (training/divergence.py)."""
+    waits for the step to finish, which the trainer does only at its checks (training/guards/divergence.py)."""
 
     loss: Tensor
     lr: float
@@ -98,6 +98,15 @@ def begin_step(s: Session, state: LoopState) -> tuple[float, float, list[float]]
     return lr, progress, mtp_weights_at(t, progress)
 
 
+def micro_batch(s: Session, model: nn.Module, x: Tensor, y: Tensor, mtp: list[float], accum: int) -> Tensor:
+    """One micro-batch's forward and backward, its gradient added to the step's (scaled for accumulation and, in
+    float16, by the loss scaler): its next-token loss, detached."""
+    with s.autocast():
+        total, loss = multi_token_loss(model, x, y, mtp) if mtp else (compute_loss(model, x, y),) * 2
+    s.scaler.scale(total / accum).backward()
+    return loss.detach()
+
+
 def apply_gradients(s: Session) -> Tensor:
     """Unscale (float16), clip and apply the gradients: the gradient norm, still on the device."""
     s.scaler.unscale_(s.optimizer)
@@ -115,21 +124,19 @@ def end_step(s: Session, state: LoopState, progress: float) -> None:
         s.average.update(s.raw_model)
 
 
-def train_step(s: Session, state: LoopState) -> StepResult:
+def train_step(s: Session, state: LoopState, model: nn.Module | None = None) -> StepResult:
     """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
-    is found at the trainer's next check (training/divergence.py), before anything is saved."""
+    is found at the trainer's next check (training/guards/divergence.py), before anything is saved. `model`: the
+    module the step runs (`s.model` compiled, training/runner/steps.py), else `s.model`."""
+    model = s.model if model is None else model
     lr, progress, mtp = begin_step(s, state)
     accum = s.job.train.grad_accum_steps
     loss_sum = torch.zeros((), device=s.device)
     for micro in range(accum):
         x, y = s.sampler.next_batch()
         last = micro == accum - 1
-        sync = s.model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext()
-        with sync:
-            with s.autocast():
-                total, loss = multi_token_loss(s.model, x, y, mtp) if mtp else (compute_loss(s.model, x, y),) * 2
-            s.scaler.scale(total / accum).backward()
-        loss_sum += loss.detach()
+        with model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext():
+            loss_sum += micro_batch(s, model, x, y, mtp, accum)
     grad_norm = apply_gradients(s)
     s.optimizer.zero_grad(set_to_none=True)
     end_step(s, state, progress)

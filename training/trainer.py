@@ -1,59 +1,50 @@
 """The training loop: setup, then steps, evaluations and checkpoints until a limit or a signal stops it.
 
+Read it in this order: `train` (set-up, the loop, the finish), `loop` (step, log, validate, stop), `validate`, then
+training/step.py (one optimizer step) and training/checkpoints.py (`save`). Every other part is one call away, by a
+name that says what it does: training/session.py builds the `Session` the loop runs on; training/runner/ runs each
+step the way `train.compile` chose; training/early_stop.py decides when validation has turned; training/guards/
+answers signals, divergence and memory; training/reporting/ draws the progress bar and writes TensorBoard.
+
 Design choices:
-- litgpt's shape: `setup` (training/setup.py) builds a `Session` and a `LoopState`; `train_step`
-  (training/step.py) is one optimizer step; `validate` and `save` are their own functions; `train` is the
-  loop and reads in one screen.
-- Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the
-  progress bar and writes checkpoints; every rank agrees on when to stop.
-- A checkpoint is written at every evaluation and when a signal stops the run; `best.pt` follows the
-  lowest validation loss (a byte copy of that evaluation's `ckpt.pt`, not a second serialisation), and every reader
-  of the run uses it where it differs (inference/run_files.py). Non-finite weights, and weights whose validation is
-  not finite, are never saved (training/divergence.py).
+- litgpt's shape: `setup` builds a `Session` and a `LoopState`; `train_step` is one optimizer step; `validate` and
+  `save` are their own functions; the loop reads in one screen.
+- Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the progress bar
+  and writes checkpoints; every rank agrees on when to stop.
+- Nothing waits for the device between steps but the checks at log steps, evaluations and checkpoints.
 - A signal stops the run after its step; during an evaluation, a snapshot or the closing sample it stops that wait at
-  once (training/signals.py), and the run saves as it would after a step.
-- `train.early_stop` ends a run whose validation has turned (training/early_stop.py: counted at each evaluation).
-- Evaluations are cheap enough to run often (`train.eval_steps` batches per split); TensorBoard's samples and
-  attention maps, which cost more, are drawn only every `train.snapshot_interval` steps (`snapshot_due`).
+  once, and the run saves as it would after a step.
+- Evaluations are cheap enough to run often; TensorBoard's samples and attention maps, which cost more, are drawn
+  only every `train.snapshot_interval` steps (`snapshot_due`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from cli.overrides import shell_path
-from common.errors import Interrupted, UserError
-from inference.checkpoint import (
-    BEST_NAME,
-    CKPT_NAME,
-    Checkpoint,
-    TrainingState,
-    copy_checkpoint,
-    save_checkpoint,
-    strip_compile_prefix,
-)
+from common.errors import Interrupted
+from inference.checkpoint import BEST_NAME, CKPT_NAME
 from model.counts import num_parameters
-from model.hangul.held_rows import dense_state_dict
-from training import distributed, early_stop_loop
-from training.config import TrainJob
-from training.divergence import LossWatch, TrainingDiverged, all_finite
+from training import distributed, early_stop
+from training.checkpoints import save
 from training.early_stop import EARLY
-from training.evaluation import bits_per_char, estimate_loss
-from training.memory_fit import fit_memory
-from training.progress import progress_bar
-from training.rng_state import capture_rng
-from training.run_start import eval_batches, nothing_left, start_notes
-from training.sample import sample_chars
-from training.setup import LoopState, Session, setup
-from training.signals import stop_at_once, stop_signals
+from training.evaluation import bits_per_char, estimate, evaluate, reader_model
+from training.guards.divergence import LossWatch, TrainingDiverged
+from training.guards.memory import fit_memory
+from training.guards.signals import stop_at_once, stop_signals
+from training.reporting.progress import progress_bar
+from training.reporting.sample import sample_chars
+from training.runner.steps import StepRunner
+from training.session import LoopState, Session, nothing_left, setup, start_notes
+from training.settings.config import TrainJob
 from training.step import StepResult
-from training.step_runner import StepRunner
 
 COMPLETED = ("max_steps", "max_epochs", "max_seconds", EARLY)
 LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
@@ -74,11 +65,11 @@ class TrainResult:
     stopped: str  # what ended the run: max_steps, max_epochs, max_seconds, early_stop, SIGINT, SIGTERM
     sample: str = ""
     average: str = ""  # train.average: the closing line saying how many updates the average had
-    closing: str = ""  # an early stop; where validation stood best, when the end is worse (early_stop_loop.py)
+    closing: str = ""  # an early stop; where validation stood best, when the end is worse (early_stop.py)
 
 
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
-    with stop_signals():  # one set of handlers from the setup to the closing sample (training/signals.py)
+    with stop_signals():  # one set of handlers from the setup to the closing sample (training/guards/signals.py)
         return run_training(job, Path(run_dir))
 
 
@@ -86,14 +77,14 @@ def run_training(job: TrainJob, run_dir: Path) -> TrainResult:
     with stop_at_once():  # the setup's waits (the first token-cache build) end at a signal, nothing half-written
         s, state = setup(job, run_dir)
     started = time.perf_counter()
-    start_notes(s, state)  # training/run_start.py: the evaluation batches capped, nothing left to train
-    # Counts steps, or seconds when train.max_seconds will stop the run first (training/progress.py).
+    start_notes(s, state)  # the evaluation batches capped, nothing left to train
+    # Counts steps, or seconds when train.max_seconds will stop the run first (training/reporting/progress.py).
     bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, disable=not s.dist.is_main)
     s.raw_model.train()
     state.stopped = s.step_limit  # unless the clock or a signal ends the run first
     state.watch = LossWatch(state.step)
     try:
-        if not nothing_left(s, state) and early_stop_loop.start(s, state):  # False: an early stop resumed as it was
+        if not nothing_left(s, state) and early_stop.start(s, state):  # False: an early stop resumed as it was
             with fit_memory(s.raw_model, s.job.train, s.device, s.dtype, bool(s.optimizer.state)):  # a line, not OOM
                 loop(s, state, bar, StepRunner(s))
     except TrainingDiverged:
@@ -105,11 +96,15 @@ def run_training(job: TrainJob, run_dir: Path) -> TrainResult:
 
 def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
     """Steps, logging, evaluations and checkpoints until a limit or a signal; nothing here waits for the device
-    but the checks at log steps, evaluations and checkpoints (training/divergence.py)."""
+    but the checks at log steps, evaluations and checkpoints (training/guards/divergence.py)."""
     job = s.job
     with stop_signals() as signals:  # train()'s
         while s.max_steps is None or state.step < s.max_steps:
-            result = runner.step(state)
+            try:
+                result = runner.step(state)
+            except Interrupted as e:  # a signal during a compile's warm-up, which changes nothing a checkpoint holds
+                stop(s, state, bar, e.signal_name)
+                break
             state.watch.add(result.loss)
             bar.update(1)
             log_step(s, state, result, bar)
@@ -127,13 +122,13 @@ def loop(s: Session, state: LoopState, bar: tqdm, runner: StepRunner) -> None:
             if state.step % job.train.eval_interval == 0 or last:
                 try:
                     validate(s, state, last)
-                except Interrupted as e:  # a signal during the evaluation or the snapshot (training/signals.py)
+                except Interrupted as e:  # a signal during the evaluation or the snapshot (training/guards/signals.py)
                     stop(s, state, bar, e.signal_name)
                     break
             if halt:
                 state.stopped = "max_seconds" if out_of_time else state.stopped
                 break
-            if early_stop_loop.stops_here(state):  # train.early_stop: validation has turned
+            if early_stop.stops_here(state):  # train.early_stop: validation has turned
                 break
 
 
@@ -165,28 +160,15 @@ def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> Non
     bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
-def reader_model(s: Session, raw: torch.nn.Module) -> torch.nn.Module:
-    """The weights the run's readers use: the average once it holds one (train.average), else `raw`."""
-    return s.average.model if s.average is not None and s.average.updates else raw
 
 
-def estimate(s: Session, model: torch.nn.Module, split: str) -> float:
-    """Mean loss of `model` on the same fixed batches of the `train` or `val` split at every evaluation."""
-    t = s.job.train
-    tokens, seed = (s.train_tokens, s.job.seed + 1) if split == "train" else (s.val_tokens, s.job.seed + 2)
-    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, eval_batches(s), s.device,
-                         s.autocast, seed=seed)
 
 
-def evaluate(s: Session) -> tuple[float, float]:
-    """Mean loss on fixed batches of the training and validation splits, with the readers' weights."""
-    model = reader_model(s, s.eval_model)
-    return estimate(s, model, "train"), estimate(s, model, "val")
 
 
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved); then the snapshot. A
-    signal cuts the evaluation and the snapshot short (training/signals.py: `Interrupted`), never the save."""
+    signal cuts the evaluation and the snapshot short (training/guards/signals.py: `Interrupted`), never the save."""
     state.watch.check(state.step)
     with stop_at_once():
         train_est, val_loss = evaluate(s)
@@ -200,7 +182,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     s.logger.flush()
     if s.dist.is_main:
         tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
-    early_stop_loop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
+    early_stop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)
     save(s, state, CKPT_NAME, also=BEST_NAME if improved else None)
@@ -219,29 +201,6 @@ def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool
     return last or last_snapshot is None or step - last_snapshot >= interval
 
 
-def save(s: Session, state: LoopState, name: str, also: str | None = None) -> None:
-    """Write the checkpoint `name`, and give it the second name `also` (best.pt) without writing it twice."""
-    state.watch.check(state.step)
-    if not s.dist.is_main:
-        return
-    if not all_finite(s.raw_model) or s.average is not None and not all_finite(s.average.model):
-        state.watch.refuse_unfinite(state.step, "the model weights")
-    average = s.average
-    training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
-                             state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
-                             average.updates if average else 0, state.early.record())
-    config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {})}
-    ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
-                      s.tokens_per_char, config, training, average.dense_state() if average else None)
-    try:
-        save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
-        if also:
-            copy_checkpoint(s.run_dir / name, s.run_dir / also)
-        state.watch.saved_step = state.step
-    except UserError:
-        for bar in list(getattr(tqdm, "_instances", ())):  # so the error starts its own line
-            bar.close()
-        raise
 
 
 def closing_evaluation(s: Session, state: LoopState) -> None:
@@ -258,15 +217,15 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     """The final evaluation if none ran, the closing sample, HParams, and the result line's numbers."""
     t = s.job.train
     sample = ""
-    try:
-        with stop_at_once():  # a signal cuts the final evaluation and the sample short; the checkpoint is written
+    try:  # a run a signal stopped has said so already (stop); it has no closing evaluation or sample
+        with stop_at_once() if state.stopped in COMPLETED else contextlib.nullcontext():
             if math.isnan(state.val_loss) and state.stopped in COMPLETED:  # zero steps run (resumed at the end)
                 closing_evaluation(s, state)
             if s.dist.is_main and state.stopped in COMPLETED and t.sample_chars > 0:
                 model = reader_model(s, s.raw_model)
                 sample = sample_chars(model, s.tokenizer, s.val_tokens, t.sample_chars, s.device, s.job.seed)
                 s.logger.text("samples/final", sample, state.step)
-    except Interrupted as e:
+    except Interrupted as e:  # a signal cuts the final evaluation and the sample short; the checkpoint is written
         stop(s, state, None, e.signal_name)
     s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
                   f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)
@@ -275,6 +234,7 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
                "hparam/params": num_parameters(s.raw_model)}
     auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
+    auto.update({f"{dtype}_step_ms": ms for dtype, ms in s.measured.get("precision", {}).get("step_ms", {}).items()})
     s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
                       "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto, "init": s.init_record or {}},
                      metrics, state.step)
@@ -283,4 +243,4 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
     train_loss = math.nan if state.watch.last is None else float(state.watch.last)
     return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
                        state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "",
-                       early_stop_loop.closing(s, state))
+                       early_stop.closing(s, state))

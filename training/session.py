@@ -3,11 +3,11 @@
 Design choices:
 - `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
 - Every check that can fail runs before anything is deleted, written or printed (old TensorBoard events go last).
-- On resume, training/resume_settings.py decides each setting: what the user typed, if the checkpoint can
+- On resume, training/settings/resume.py decides each setting: what the user typed, if the checkpoint can
   honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
-- Resuming from another file than the run's `ckpt.pt` (say `best.pt`) would overwrite that newer
-  `ckpt.pt` at the first save: it is kept under its own name, `ckpt.step<N>.pt`, and the start says so.
-- A checkpoint without a usable training state is refused in one line that says what it can still be used for.
+- A resumed run whose checkpoint has reached its limit already (`train.max_steps` at or below its step, the steps
+  `train.max_epochs` comes to, or the time `train.max_seconds` gives, used up) trains nothing: it says so, and is
+  evaluated as it stands, as `train.max_steps=0` documents; it exits 0.
 """
 
 from __future__ import annotations
@@ -24,30 +24,31 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cli.overrides import shell_path
-from common.atomic_files import atomic_rename
 from common.device import autocast, enable_fast_matmul, pick_device
 from common.errors import UserError
 from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
 from data.sampler import BatchSampler
-from inference.checkpoint import CKPT_NAME, Checkpoint, load_checkpoint, resolve_checkpoint, usable
+from inference.checkpoint import Checkpoint
 from model import AttentionLanguageModel
 from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import Tokenizer, tokenizer_from_dict
 from training import distributed
-from training.auto_settings import AutoDropout, apply_auto_dropout
-from training.averaging import WeightAverage, refuse_empty_average, weight_average
-from training.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
-from training.divergence import LossWatch
-from training.early_stop import EarlyStop
-from training.idle_settings import refuse_idle_at_start, refuse_long_warmup
+from training.checkpoints import keep_newer_checkpoint, open_resume, restore_training, seed_everything
+from training.early_stop import EarlyStop, refuse_idle_patience
+from training.evaluation import eval_note
+from training.guards.divergence import LossWatch
+from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
-from training.optim import make_optimizer
-from training.optimizer_layout import match_optimizer_layout
-from training.precision import run_dtype
-from training.resume_settings import apply_checkpoint_settings, summary
-from training.rng_state import restore_rng, seed_everything
-from training.tb_logger import RunLogger
+from training.optim.averaging import WeightAverage, refuse_empty_average, weight_average
+from training.optim.factory import make_optimizer
+from training.reporting.tensorboard import RunLogger
+from training.settings import settle
+from training.settings.auto import AutoDropout, apply_auto_dropout
+from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
+from training.settings.idle import refuse_long_warmup
+from training.settings.precision import measured_dtype
+from training.settings.resume import summary, typed_command_line
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Session:
     val_tokens: np.ndarray
     tokens_per_char: float
     raw_model: AttentionLanguageModel
-    model: nn.Module  # raw_model, wrapped in DDP; compiled by the loop's StepRunner where train.compile chose it
+    model: nn.Module  # raw_model, or its DDP wrapper: what a step runs (the runner compiles its own handle to it)
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     sampler: BatchSampler
@@ -74,6 +75,7 @@ class Session:
     auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
     init_record: dict | None = None  # train.init_from: the source checkpoint, its step, the tokens added
     average: WeightAverage | None = None  # train.average: the weights' average, kept beside them
+    measured: dict = field(default_factory=dict)  # what auto measured at start (precision), recorded in checkpoints
 
     def autocast(self):
         return autocast(self.device, self.dtype)
@@ -88,7 +90,7 @@ class LoopState:
     step: int = 0
     best_val_loss: float = math.inf
     val_loss: float = math.nan  # nan until the first evaluation
-    watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (training/divergence.py)
+    watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (guards/divergence.py)
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     tokens_per_sec: float = 0.0
     stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | early_stop | SIGINT | SIGTERM
@@ -122,14 +124,6 @@ def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple
     return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
-def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | None:
-    """The checkpoint to continue, or None for a new run (refused if the folder holds one already)."""
-    if job.train.resume:
-        return usable(load_checkpoint(resolve_checkpoint(job.train.resume, key="train.resume")))
-    if is_main and (run_dir / CKPT_NAME).exists() and not job.train.overwrite:
-        raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={shell_path(run_dir)} to continue "
-                        "it, train.overwrite=true to start over, or another hydra.run.dir")
-    return None
 
 
 def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | None) -> tuple[Corpus, InitSource | None]:
@@ -175,52 +169,8 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
 
 
-def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, sampler: BatchSampler,
-                     world_size: int, resumed: Checkpoint, model: nn.Module) -> LoopState:
-    saved = resumed.training
-    if saved is None:
-        raise UserError(resumed.resume_refusal())
-    part = "optimizer"
-    try:
-        fresh = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        optimizer.load_state_dict(match_optimizer_layout(saved.optimizer, optimizer, model))
-        for group, settings in zip(optimizer.param_groups, fresh, strict=True):  # this run's betas; saved moments
-            group.update(settings)
-        part = "gradient scaler"
-        if saved.scaler:
-            scaler.load_state_dict(saved.scaler)
-        if world_size == saved.world_size:  # another world size draws other batches anyway
-            part = "sampler"
-            sampler.load_state_dict(saved.sampler)
-            part = "random-number"
-            restore_rng(saved.rng)
-        part = "step"
-        return LoopState(int(saved.step), float(saved.best_val_loss), elapsed_before=float(saved.elapsed_seconds),
-                         last_log=(time.perf_counter(), int(saved.step)), early=EarlyStop.restored(saved.early_stop))
-    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
-        raise UserError(f"checkpoint {resumed.path} has an unusable {part} state ({type(e).__name__}: "
-                        f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
-                        "sampled (generate.py) and scored (evaluate.py), or start a new run") from None
 
 
-def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
-    """Resuming from another file than the run's ckpt.pt: keep that ckpt.pt under its own name, so the first
-    save does not overwrite it. Returns the line that says so."""
-    current = run_dir / CKPT_NAME
-    if not current.is_file() or resumed.path is None or current.resolve() == resumed.path.resolve():
-        return None
-    try:
-        step = str(load_checkpoint(current).step)
-    except UserError:
-        step = "unreadable"
-    kept = run_dir / f"ckpt.step{step}.pt"
-    n = 1
-    while kept.exists():
-        n += 1
-        kept = run_dir / f"ckpt.step{step}.{n}.pt"
-    atomic_rename(current, kept)
-    return (f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
-            f"(step {step}) is kept as {kept.name}")
 
 
 def commit_run_dir(job: TrainJob, run_dir: Path, resumed: Checkpoint | None, changed: list[str],
@@ -256,32 +206,36 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
     resumed = open_resume(job, run_dir, dist.is_main)
     source = load_source(job)
-    changed = apply_checkpoint_settings(job, resumed) if resumed else []
-    dtype, precision = run_dtype(job, device)  # a resume keeps its checkpoint's; the line: once every check passed
-    refuse_idle_at_start(job, resumed)  # training/idle_settings.py, once the settings are final
+    changed, dtype, precision = settle(job, resumed, device)  # the precision line: once every check has passed
     refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
     corpus, init = load_data(job, resumed, source)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
-    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)
+    with building_fits(job.model.with_vocab(corpus.tokenizer.vocab_size), t, device, dtype or torch.bfloat16):
+        raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)  # a line, not OOM
     hold_syllable_rows(job, raw_model, train_tokens)
+    measured = {}
+    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: the faster of the two, timed here
+        dtype, precision, measured["precision"] = measured_dtype(job, raw_model, train_tokens, device, dist)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
-    refuse_long_warmup(job, resumed, max_steps)  # training/idle_settings.py, once epochs are steps
-    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype)
+    refuse_long_warmup(job, resumed, max_steps)  # training/settings/idle.py, once epochs are steps
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype,
+                              measured.get("precision", {}).get("tokens_per_sec"))
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
                            t.input_noise)
-    state = restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model) if resumed else \
-        LoopState(last_log=(time.perf_counter(), 0))
+    state = LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)) \
+        if resumed else LoopState(last_log=(time.perf_counter(), 0))
+    refuse_idle_patience(job, state, max_steps, resumed is not None, typed_command_line())
     if dist.rank:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
     if dist.enabled:
         print_first_batch(sampler, dist)
-    model = raw_model  # compiled, if at all, once the loop has chosen (training/step_runner.py)
+    model = raw_model  # compiled, if at all, once the loop has chosen (training/runner/steps.py)
     if dist.enabled:
         model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
     commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto.line(len(train_tokens)) if auto else None))
@@ -295,6 +249,46 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
                       len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
                       logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto,
-                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average)
+                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average,
+                      measured or (resumed.config.get("measured", {}) if resumed else {}))
     return session, state
 
+
+
+def start_notes(s: Session, state: LoopState) -> None:
+    """The lines a run prints once, before its first step (rank 0): the evaluation batches capped, nothing to train."""
+    if not s.dist.is_main:
+        return
+    for line in (eval_note(s), nothing_left_line(s, state)):
+        if line:
+            print(line, flush=True)
+
+
+def nothing_left(s: Session, state: LoopState) -> bool:
+    """Whether the run's limit is reached before its first step (a resumed run); the time budget's limit then
+    stops it (`state.stopped`)."""
+    t = s.job.train
+    if s.max_steps is not None and state.step >= s.max_steps:
+        return True
+    if t.max_seconds and state.step and state.elapsed_before >= t.max_seconds:
+        state.stopped = "max_seconds"
+        return True
+    return False
+
+
+def nothing_left_line(s: Session, state: LoopState) -> str | None:
+    t = s.job.train
+    if not nothing_left(s, state):
+        return None
+    if s.max_steps is not None and state.step >= s.max_steps:
+        if s.step_limit == "max_epochs":
+            epochs = f"train.max_epochs={t.max_epochs}" if t.max_epochs is not None else \
+                f"the default of {DEFAULT_EPOCHS:g} passes (train.max_epochs=null)"
+            limit, more = f"{epochs}, {s.max_steps} steps over this training split,", "train.max_epochs"
+        else:
+            limit, more = f"train.max_steps={s.max_steps}", "train.max_steps"
+    else:
+        limit, more = f"train.max_seconds={t.max_seconds:g}, used up ({state.elapsed_before:.0f} s trained),", \
+            "train.max_seconds"
+    return (f"nothing to train: the checkpoint resumed is at step {state.step}, and {limit} ends the run there; it is "
+            f"evaluated as it stands (raise {more} to train on)")

@@ -1,7 +1,10 @@
-"""A batch that cannot fit is refused before it is allocated, in one line that says what would fit.
+"""A model or a batch that cannot fit is refused before it is allocated, in one line that says what would fit.
 
 Design choices:
-- Before the first step (and before auto dropout's speed measurement, training/auto_settings.py, which runs
+- Before the model is built, what building it and training it will take is counted from its settings alone
+  (`matrix_parameters`: the weights, an average of them, their gradients and optimizer state, one sequence's
+  step): a model too big is one line naming what it needs, what there is, and the settings that make it smaller.
+- Before the first step (and before auto dropout's speed measurement, training/settings/auto.py, which runs
   steps of the run's batch), one step's memory is estimated from the model, the batch, the context and the vocabulary:
   the gradients, the optimizer's state (unless a resume loaded it already), the weights' low-precision copies
   under autocast, and the activations a backward pass keeps (each block's, the attention weights where a kernel
@@ -26,13 +29,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from common.errors import UserError
 from model.config import ModelConfig
-from training.config import TrainConfig
+from model.counts import matrix_parameters
+
+if TYPE_CHECKING:
+    from training.settings.config import TrainConfig
 
 GiB = 1 << 30
 MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room
@@ -71,8 +78,13 @@ def estimate(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torc
              optimizer_loaded: bool = False) -> StepMemory:
     """One step's memory still to be allocated once the model is built (see the module docstring);
     `optimizer_loaded`: a resume has loaded the optimizer's state already."""
-    c = model.config
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return step_memory(model.config, params, t, device, dtype, optimizer_loaded)
+
+
+def step_memory(c: ModelConfig, params: int, t: TrainConfig, device: torch.device, dtype: torch.dtype,
+                optimizer_loaded: bool = False) -> StepMemory:
+    """`estimate` for a model of `params` trainable parameters with the settings `c`."""
     low = dtype != torch.float32
     compute_bytes = 2 if low else 4
     states = 0 if optimizer_loaded else (1 if t.optimizer == "muon" else 2)  # Muon: one momentum for matrices
@@ -149,6 +161,46 @@ def refuse_unfit_batch(model: nn.Module, t: TrainConfig, device: torch.device, d
     need = memory.total(t.batch_size)
     if need > available:
         raise refusal(t, device, need, available, memory.largest_batch(available))
+
+
+def refuse_unfit_model(c: ModelConfig, t: TrainConfig, device: torch.device, dtype: torch.dtype) -> None:
+    """Before the model is built: one UserError when its weights (and an average of them), their gradients and
+    optimizer state and one sequence's step cannot fit in what the device has (where it says)."""
+    available = available_bytes(device)
+    if available is None:
+        return
+    params = matrix_parameters(c)
+    weights = params * 4 * (2 if t.average != "none" else 1)
+    need = weights + step_memory(c, params, t, device, dtype).total(1)
+    if need > available:
+        raise model_refusal(c, device, need, available)
+
+
+def model_refusal(c: ModelConfig, device: torch.device, need: int | None, available: int | None) -> UserError:
+    """The one line for a model too big to train here: what it needs (or that the allocator refused it), what there
+    is, and the settings that make it smaller."""
+    where = "CPU" if device.type == "cpu" else str(device)
+    shape = (f"model.embedding_size={c.embedding_size} model.head_size={c.head_size} model.num_blocks={c.num_blocks} "
+             f"model.context_length={c.context_length}")
+    what = f"about {_gib(need)}, and the {where} has {_gib(available)} available" if need is not None and \
+        available is not None else f"more than the {where}'s allocator could give"
+    size = f"{matrix_parameters(c) / 1e6:,.0f} million parameters"
+    return UserError(f"the model does not fit in memory: {shape} ({size}) needs, with its gradients, optimizer state "
+                     f"and one sequence's step, {what}; make it smaller: a lower model.embedding_size, "
+                     "model.head_size or model.num_blocks, a shorter model.context_length, or model=small")
+
+
+@contextmanager
+def building_fits(c: ModelConfig, t: TrainConfig, device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """The model built inside: refused before it is allocated when it cannot fit, and an allocator's out-of-memory
+    error while it is built turned into the same one line."""
+    refuse_unfit_model(c, t, device, dtype)
+    try:
+        yield
+    except RuntimeError as e:
+        if not is_out_of_memory(e):
+            raise
+        raise model_refusal(c, device, None, None) from None
 
 
 def is_out_of_memory(e: BaseException) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from common.errors import ConfigError
-from training.resume_settings import CONFIGS
+from training.settings.resume import CONFIGS
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
             _chosen(job, "train.warmup_steps"):
         return
     if resumed is not None:
-        from training.resume_settings import typed_command_line
+        from training.settings.resume import typed_command_line
 
         if "train.warmup_steps" not in (typed_command_line() or ()):
             return
@@ -161,7 +161,7 @@ def refuse_idle_at_start(job: Any, resumed: Any) -> None:
     """At setup, once every setting is final and before the corpus is read: a resumed run's typed keys (its others
     are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed."""
     if resumed is not None:
-        from training.resume_settings import typed_command_line
+        from training.settings.resume import typed_command_line
 
         refuse_idle_settings(job, only=typed_command_line() or ())
     elif job.train.init_from:

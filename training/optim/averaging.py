@@ -23,6 +23,8 @@ Design choices:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn, get_swa_multi_avg_fn
@@ -30,7 +32,9 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn, get_swa_m
 from common.errors import UserError
 from inference.checkpoint import Checkpoint
 from model.hangul.held_rows import dense_state_dict, held_state_dict
-from training.config import TrainConfig, TrainJob
+
+if TYPE_CHECKING:
+    from training.settings.config import TrainConfig, TrainJob
 
 
 class WeightAverage:

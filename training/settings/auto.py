@@ -41,10 +41,10 @@ from common.device import autocast
 from data.sampler import BatchSampler
 from model.switches import set_dropout
 from training import distributed
-from training.config import TrainConfig, TrainJob
-from training.memory_fit import fit_memory
-from training.optim import make_optimizer
-from training.resume_settings import typed_command_line
+from training.guards.memory import fit_memory
+from training.optim.factory import make_optimizer
+from training.settings.config import TrainConfig, TrainJob
+from training.settings.resume import typed_command_line
 
 MAX_DROPOUT = 0.2
 DROPOUT_PER_DOUBLING = 0.05  # added for every doubling of the passes beyond train.auto_dropout_after
@@ -126,15 +126,19 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
 
 def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
                        tokens_per_step: int, dist: distributed.DistInfo, device: torch.device,
-                       dtype: torch.dtype) -> AutoDropout | None:
+                       dtype: torch.dtype, measured: float | None = None) -> AutoDropout | None:
     """Resolve `model.dropout: null` for this run and set it on the model and in the job (so the checkpoint records
-    it); None when the user gave a value. Its `line` is printed once every check of the start has passed."""
+    it); None when the user gave a value. Its `line` is printed once every check of the start has passed.
+    `measured`: this run's tokens/s per process, timed already (training/settings/precision.py)."""
     if job.model.dropout is not None:
         return None
     t = job.train
     batches = BatchSampler(train_tokens, job.model.context_length, t.batch_size, device, job.seed + 7919, dist.rank)
 
     def speed() -> float:
+        if measured is not None:
+            return measured
+
         def optimizer_for(m: nn.Module) -> torch.optim.Optimizer:
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
         with fit_memory(model, t, device, dtype):  # a batch that cannot fit: one line before it is allocated

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError
-from training.compile_plan import compile_setting
+from training.runner.plan import compile_setting
 
 # Settings a checkpoint cannot honour a change of: every model.* key but these two (they leave the parameters
 # as they are; the rest decide shapes or how the weights were made), and these. model.* values are read from
@@ -42,7 +42,7 @@ def is_fixed(key: str) -> bool:
 
 NEVER_INHERITED = ("train.resume", "train.overwrite", "device")  # about this start, not about the run
 GROUPS = ("model", "data", "train")
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 _command_line: list[str] | None = None
 

@@ -17,12 +17,16 @@ Design choices:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from common.device import has_native_bf16
-from training.config import TrainConfig
-from training.muon import MuonAdamW
+from training.optim.muon import MuonAdamW
+
+if TYPE_CHECKING:
+    from training.settings.config import TrainConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -100,7 +104,7 @@ def set_muon_weight_decay(optimizer: torch.optim.Optimizer, scale: float) -> Non
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the schedule's learning rate; groups with an `lr_scale` take that multiple of it. A rate held in a device
-    tensor (an optimizer step replayed in a CUDA graph reads it there: training/graph_step.py) is filled in place."""
+    tensor (an optimizer step replayed in a CUDA graph reads it there: training/runner/graph.py) is filled in place."""
     for group in optimizer.param_groups:
         value = lr * group.get("lr_scale", 1.0)
         if isinstance(group["lr"], torch.Tensor):

@@ -7,8 +7,8 @@ regrouped the same way: every moment is kept, and training goes on as if the lay
 
 Design choices:
 - Parameters are matched by name. A saved state lists its parameters by index in each group, in the order the
-  optimizer factory (training/optim.py) listed the model's parameters; the other layout lists the same names with
-  each `qkv` in place of its heads (`other_layout_names`), which gives each saved index its name.
+  optimizer factory (training/optim/factory.py) listed the model's parameters; the other layout lists the same
+  names with each `qkv` in place of its heads (`other_layout_names`), which gives each saved index its name.
 - Anything that does not fit that picture is returned as it is, for `Optimizer.load_state_dict` to refuse in the
   one line restore_training gives every unusable optimizer state.
 """

@@ -8,8 +8,8 @@ Design choices:
   byte, when no checkpoint was written.
 - A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
   atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity, so a rename is
-  not a save. The run lock (training/run_lock.py) makes this process the folder's only writer.
-- A folder without a record before (a new run) keeps Hydra's; `training/hydra_setup.py` removes a folder a failed
+  not a save. The run lock (cli/run_lock.py) makes this process the folder's only writer.
+- A folder without a record before (a new run) keeps Hydra's; `cli/hydra_setup.py` removes a folder a failed
   start left with nothing else in it.
 """
 

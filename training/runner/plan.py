@@ -2,18 +2,21 @@
 
 Design choices:
 - A step can run four ways: eager; `inductor` (torch.compile's default mode: fewer, fused kernels); `graph` (CUDA:
-  the whole step captured once as a CUDA graph and replayed, training/graph_step.py: a small model on a GPU is
-  bound by launching its ~200 kernels one by one, and a replay launches them all at once); and both.
+  the whole step captured once as a CUDA graph and replayed, training/runner/graph.py: a small model on a GPU is
+  bound by launching its kernels one by one, and a replay launches them all at once); and both.
 - `true` asks for the fastest way the device has: on CUDA inductor and the graph, elsewhere inductor.
-- `auto` (the default) compiles only where the run is long enough to pay back the warm-up. It times a few eager
-  steps (real steps of the run), estimates what is left of the run in eager seconds (its step limit at that speed,
-  or its clock), and takes a way when what it saves, `left x (1 - 1/speedup)`, is at least `PAYBACK` times its
-  warm-up. The speedups and warm-ups are measured ones (docs/en/training.md gives them and the commands):
-  - a CUDA graph costs a capture (well under a second) and removes the launch overhead: taken for any run
-    longer than a few seconds;
-  - inductor on CUDA adds fused kernels under the graph for a run long enough to pay its compile;
-  - inductor on a CPU pays only with bfloat16 on a CPU that has bf16 instructions (about 1.6x a step, against
-    about 1.07x in float32, where it never pays back a warm-up of tens of seconds); MPS stays eager (unmeasured).
+- `auto` (the default) compiles only where the run is long enough to pay back the warm-up, by what it measures:
+  it times a few eager steps (real steps of the run), estimates what is left of the run in eager seconds, and takes
+  a way when what it saves, `left x (1 - 1/speedup)`, is at least `PAYBACK` times its warm-up. The speedup and the
+  warm-up are this machine's own where a run measured them before (training/runner/measured.py: a warm inductor
+  cache costs a share of a cold one), else the priors below (docs/en/training.md gives the measurements and the
+  rule). A busy machine compiles slower: the warm-up is scaled by the load per core. A run that early stopping may
+  end sooner is charged half of what is left. Inductor needs `MIN_INDUCTOR_STEPS` steps left at the least: no
+  warm-up measured anywhere pays back in fewer.
+- After the warm-up the compiled steps are timed against the eager ones: a compiled step that is not `KEEP` times
+  faster goes back to eager, in one line that gives both speeds, and the speedup is recorded for the next run.
+- A CPU compiles only in bfloat16 on a CPU with bf16 instructions (in float32 inductor gains too little to pay back
+  its warm-up); MPS stays eager (unmeasured).
 - The choice is one line (`compile: ...`), printed where a choice was made: every run on a GPU, a CPU run that
   autocasts, and every run that compiles; a float32 CPU run says nothing, as its precision line does.
 - Under torchrun every rank takes the same choice (any rank's yes is every rank's), and no CUDA graph is used: the
@@ -22,6 +25,7 @@ Design choices:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -32,9 +36,12 @@ from common.device import has_native_bf16
 COMPILE_VALUES = ("false", "true", "auto")
 SPELLINGS = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false",
              "auto": "auto"}
-PROBE_STEPS = 4  # eager steps timed before auto decides (the first, which allocates, is not timed)
+PROBE_STEPS = 8  # eager steps timed before auto decides (the first, which allocates, is not timed)
+COMPARE_STEPS = 12  # compiled steps timed after the warm-up, against the eager ones
 PAYBACK = 2.0  # what compiling must save, in multiples of its warm-up
-GRAPH_SPEEDUP, GRAPH_WARMUP = 3.0, 0.5  # a CUDA graph of a launch-bound step; its capture, seconds
+KEEP = 1.1  # a compiled step this much faster than an eager one is kept, else the run goes back to eager
+MIN_INDUCTOR_STEPS = 1000
+GRAPH_SPEEDUP, GRAPH_WARMUP = 3.0, 0.5  # priors: a CUDA graph of a launch-bound step; its capture, seconds
 CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP = 1.3, 20.0  # inductor's kernels under the graph; its compile
 CUDA_INDUCTOR_ALONE = 1.15  # inductor without a graph (the launches stay)
 CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP = 1.6, 25.0  # bf16 on a CPU with bf16 instructions
@@ -63,6 +70,30 @@ class Way:
 
 
 EAGER = Way()
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What inductor is expected to give and cost in this run: a step `speedup` times faster, a `warmup` in seconds,
+    and where the numbers come from (`source`, said in the choice's line)."""
+
+    speedup: float
+    warmup: float
+    source: str
+
+
+def prior_costs(device: torch.device) -> Costs:
+    if device.type == "cpu":
+        return Costs(CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP, "not measured on this machine yet")
+    return Costs(CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP, "not measured on this machine yet")
+
+
+def load_factor() -> float:
+    """How much slower than alone a compile runs now: the processes waiting per core, at least 1."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
 
 
 def graph_blocker(device: torch.device, distributed: bool, mtp: bool) -> str | None:
@@ -99,23 +130,32 @@ def pays(left_seconds: float, speedup: float, warmup: float) -> bool:
     return left_seconds * (1.0 - 1.0 / speedup) >= PAYBACK * warmup
 
 
-def measured_way(device: torch.device, left_seconds: float, blocker: str | None,
-                 inductor_ok: bool = True) -> tuple[Way, str]:
-    """auto's choice for a run with `left_seconds` of eager steps left (measured), and the reason. `inductor_ok`:
-    False where inductor cannot build the run's kernels (bfloat16 on a card that only emulates it)."""
-    left = f"about {left_seconds:,.0f} s of eager steps left"
+def inductor_pays(left_seconds: float, steps_left: float, costs: Costs) -> bool:
+    """Whether inductor pays back its warm-up (slowed by the load) in what is left; never where its steps were
+    measured less than `KEEP` times faster, which a run would only give back after the warm-up."""
+    return costs.speedup >= KEEP and steps_left >= MIN_INDUCTOR_STEPS and \
+        pays(left_seconds, costs.speedup, costs.warmup * load_factor())
+
+
+def measured_way(device: torch.device, left_seconds: float, steps_left: float, blocker: str | None,
+                 costs: Costs, inductor_ok: bool = True) -> tuple[Way, str]:
+    """auto's choice for a run with `left_seconds` of eager steps (`steps_left` steps) left to charge, and the
+    reason. `inductor_ok`: False where inductor cannot build the run's kernels (bfloat16 on a card that emulates it)."""
+    left = f"about {left_seconds:,.0f} s of eager steps left to pay it back"
+    expected = (f"steps about {costs.speedup:.2g}x faster compiled, a warm-up of about {costs.warmup:.0f} s "
+                f"({costs.source})")
     if device.type == "cpu":
-        if pays(left_seconds, CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP):
-            return Way(inductor=True), (f"train.compile=auto; {left}, bfloat16 steps about "
-                                        f"{CPU_BF16_INDUCTOR_SPEEDUP:g}x faster compiled on this CPU")
-        return EAGER, f"train.compile=auto; {left}, too few to pay back inductor's warm-up"
+        if inductor_pays(left_seconds, steps_left, costs):
+            return Way(inductor=True), f"train.compile=auto; {left}, {expected}"
+        return EAGER, f"train.compile=auto; {left}, too few for inductor's warm-up ({expected})"
+    alone = Costs(min(costs.speedup, CUDA_INDUCTOR_ALONE), costs.warmup, costs.source)
     if blocker is not None:  # CUDA without a graph: inductor alone, where it pays
-        if inductor_ok and pays(left_seconds, CUDA_INDUCTOR_ALONE, CUDA_INDUCTOR_WARMUP):
+        if inductor_ok and inductor_pays(left_seconds, steps_left, alone):
             return Way(inductor=True), f"train.compile=auto; {left}; no CUDA graph: {blocker}"
         return EAGER, f"train.compile=auto; {left}, too few to pay back inductor's warm-up; no CUDA graph: {blocker}"
     if not pays(left_seconds, GRAPH_SPEEDUP, GRAPH_WARMUP):
         return EAGER, f"train.compile=auto; {left}, too few to pay back a CUDA graph's capture"
-    inductor = inductor_ok and pays(left_seconds / GRAPH_SPEEDUP, CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP)
+    inductor = inductor_ok and inductor_pays(left_seconds / GRAPH_SPEEDUP, steps_left, costs)
     more = "" if inductor else "; inductor only for a run long enough to pay its compile"
     return Way(inductor=inductor, graph=True), f"train.compile=auto; {left}{more}"
 

@@ -7,7 +7,7 @@ Design choices:
 - Ranges are checked in each dataclass's `__post_init__`, which runs when the composed config becomes an
   object (`OmegaConf.to_object`), again before any work. Every key is checked whether or not another key
   makes it unused, and a key given a value of its own that another key makes unused is refused
-  (training/idle_settings.py).
+  (training/settings/idle.py).
 - The YAML files stay the place users read the defaults; the dataclass defaults match them.
 """
 
@@ -23,9 +23,9 @@ from common.errors import ConfigError
 from data.config import DataConfig
 from inference.config import WEIGHTS
 from model.config import ModelConfig
-from training.compile_plan import compile_setting
-from training.idle_settings import refuse_idle_settings
-from training.schedule import SCHEDULES
+from training.optim.schedule import SCHEDULES
+from training.runner.plan import compile_setting
+from training.settings.idle import refuse_idle_settings
 
 OPTIMIZERS = ("adamw", "muon")
 SYLLABLE_ROWS = ("seen", "all")

@@ -6,7 +6,7 @@ Design choices:
 - The graph holds every micro-batch's forward and backward (under autocast without its weight cache, which a
   replay could not refill) and, where the optimizer can be replayed, the clipping and the update: AdamW with no
   loss scaler, fused and `capturable`, its learning rate a device tensor that the loop fills before each replay
-  (training/optim.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
+  (training/optim/factory.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
   overflowed), run eagerly after each replay on the gradients the graph wrote.
 - Inputs are static buffers: each step copies its batches into them, then replays. Outputs (the loss, the gradient
   norm) are written into static tensors and the step returns copies of them, so nothing reads a graph's output
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from training import step as step_module
-from training.setup import LoopState, Session
+from training.session import LoopState, Session
 from training.step import StepResult, apply_gradients, begin_step, end_step
 
 WARMUP_STEPS = 2  # eager steps on the side stream before the capture
@@ -106,9 +106,9 @@ def optimizer_in_graph(s: Session) -> bool:
 class GraphStep:
     """Steps of a `Session` run as one captured graph (see the module docstring). Call it as `train_step`."""
 
-    def __init__(self, s: Session, backend) -> None:
+    def __init__(self, s: Session, backend, model: torch.nn.Module) -> None:
         t = s.job.train
-        self.s, self.backend = s, backend
+        self.s, self.backend, self.model = s, backend, model
         shape = (t.grad_accum_steps, t.batch_size, s.raw_model.context_length)
         self.x = torch.zeros(shape, dtype=torch.long, device=s.device)
         self.y = torch.zeros(shape, dtype=torch.long, device=s.device)
@@ -124,10 +124,7 @@ class GraphStep:
             self._capture()
         s = self.s
         lr, progress, _ = begin_step(s, state)
-        for micro in range(self.x.shape[0]):
-            x, y = s.sampler.next_batch()
-            self.x[micro].copy_(x)
-            self.y[micro].copy_(y)
+        self._fill()
         if warming:  # the very step the capture will record, run eagerly: inductor compiles for these inputs
             self.warmed += 1
             with self.backend.side():
@@ -139,6 +136,27 @@ class GraphStep:
             grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
         end_step(s, state, progress)
         return StepResult(self.loss.clone(), lr, grad_norm.clone())
+
+    def _fill(self) -> None:
+        """The step's batches copied into the static inputs."""
+        for micro in range(self.x.shape[0]):
+            x, y = self.s.sampler.next_batch()
+            self.x[micro].copy_(x)
+            self.y[micro].copy_(y)
+
+    def compile_pass(self) -> None:
+        """The recorded forward and backward once, on batches put back afterwards and with no update, so that inductor
+        compiles for exactly the captured inputs here, before the warm-up steps (training/runner/steps.py runs it
+        where a signal may cut it short)."""
+        s = self.s
+        position = s.sampler.state_dict()
+        self._fill()
+        s.sampler.load_state_dict(position)
+        try:
+            with self.backend.side():
+                self._forward_backward()
+        finally:
+            s.optimizer.zero_grad(set_to_none=True)
 
     def _capture(self) -> None:
         s = self.s
@@ -158,18 +176,23 @@ class GraphStep:
     def _body(self) -> None:
         """What the graph records: every micro-batch's forward and backward, the loss, and (where it can be
         replayed) clipping and the optimizer's step."""
-        s, accum = self.s, self.x.shape[0]
-        total = torch.zeros((), device=s.device)
-        for micro in range(accum):
-            with self._autocast():
-                loss = step_module.compute_loss(s.model, self.x[micro], self.y[micro])
-            s.scaler.scale(loss / accum).backward()
-            total += loss.detach()
-        self.loss.copy_(total / accum)
+        s = self.s
+        self._forward_backward()
         if self.optimizer_inside:
             clip = s.job.train.grad_clip or float("inf")
             self.grad_norm.copy_(torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip))
             s.optimizer.step()
+
+    def _forward_backward(self) -> None:
+        """Every micro-batch's forward and backward on the static inputs; their mean loss into `self.loss`."""
+        s, accum = self.s, self.x.shape[0]
+        total = torch.zeros((), device=s.device)
+        for micro in range(accum):
+            with self._autocast():
+                loss = step_module.compute_loss(self.model, self.x[micro], self.y[micro])
+            s.scaler.scale(loss / accum).backward()
+            total += loss.detach()
+        self.loss.copy_(total / accum)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         s = self.s

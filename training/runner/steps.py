@@ -1,0 +1,257 @@
+"""The loop's steps, run the way `train.compile` chose (training/runner/plan.py): eager, compiled, as a CUDA graph.
+
+Design choices:
+- `auto` needs the run's own speed: the first steps run eagerly (they are real steps), a few of them are timed, and
+  the choice follows from what is left of the run and from what compiling cost and gave on this machine before
+  (training/runner/measured.py). `true` and `false` choose at the first step.
+- Inductor compiles on a pass of its own, before the first compiled step: one forward and backward on the step's
+  batch, put back afterwards, with no update and the random streams as they were. A signal ends that pass at once
+  and the loop saves the step reached, which the pass has not moved.
+- The warm-up happens inside the loop, so it counts against `train.max_seconds` like any step; the run says what it
+  chose and why, and then how long the warm-up took.
+- Under auto the compiled steps are then timed against the eager ones: not `KEEP` times faster, the run goes back to
+  eager and says so with both speeds; either way the numbers are recorded for the next run on this machine.
+- What cannot be built is said in one line and the steps go on without it: a CUDA graph whose capture fails runs
+  compiled or eager, a model inductor cannot compile runs eager.
+- Evaluation, snapshots and the closing sample use the raw model, eagerly (`Session.eval_model`): never the compiled
+  training graph, which would compile again for evaluation's mode, and never a replay.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from common.device import has_native_bf16
+from training import distributed, early_stop
+from training.guards.signals import stop_at_once
+from training.runner import measured
+from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable, release
+from training.runner.plan import (
+    COMPARE_STEPS,
+    EAGER,
+    KEEP,
+    PROBE_STEPS,
+    Way,
+    compile_setting,
+    fixed_way,
+    graph_blocker,
+    measured_way,
+    worth_a_line,
+)
+from training.session import LoopState, Session
+from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
+
+
+def inductor_cache() -> str | None:
+    """Where inductor keeps its compiled kernels between runs (TORCHINDUCTOR_CACHE_DIR, else its default)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return cache_dir()
+    except (ImportError, OSError):  # a torch without the helper
+        return None
+
+
+class StepRunner:
+    """Calls `train_step`, or its compiled or graphed form, for each step of the loop."""
+
+    def __init__(self, s: Session, graph_backend=None, way: Way | None = None):
+        """`way`: a way chosen by the caller (the benchmarks), instead of train.compile's."""
+        t = s.job.train
+        self.s = s
+        self.model = s.model  # what the steps run: the session's model, compiled here where the way says
+        self.blocker = graph_blocker(s.device, s.dist.enabled, bool(t.mtp_weights))
+        self.graph_backend = graph_backend  # session -> backend; None: a real CUDA graph (tests pass a stand-in)
+        self.way: Way | None = None
+        self.graph: GraphStep | None = None
+        self.probed = 0  # auto's eager steps so far
+        self.eager_times: list[float] = []  # seconds of auto's timed eager steps
+        self.compiled_times: list[float] | None = None  # seconds of the compiled steps timed against them
+        self.warming: float | None = None  # when the chosen way started to warm up
+        self.compiled = False  # inductor has compiled the step (or failed to)
+        self.record: dict = {}  # the chosen way's key and warm-up, for training/runner/measured.py
+        self.setting = compile_setting(t.compile)
+        fixed = fixed_way(self.setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by caller")
+        if fixed is not None:
+            self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
+
+    def step(self, state: LoopState) -> StepResult:
+        if self.way is None:
+            return self._probe(state)
+        if self.warming is not None and self.way.inductor and not self.compiled:
+            self._compile(state)
+        if self.graph is None:
+            return self._timed(lambda: self._compiled_step(state))
+        try:
+            result = self._timed(lambda: self.graph(state))
+        except GraphUnavailable as e:
+            self.graph = None
+            self._say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
+            return self._compiled_step(state)
+        except Exception as e:  # noqa: BLE001 - the graph's warm-up steps are the first compiled ones
+            if self.graph.captured or not self.way.inductor:
+                raise
+            self._drop_inductor(e)
+            return train_step(self.s, state, self.model)
+        if self.graph.captured and self.warming is not None:
+            self._ready(state, f"graph captured in {self.graph.capture_seconds:.2f} s")
+        return result
+
+    def _probe(self, state: LoopState) -> StepResult:
+        """An eager step of auto's timing; after PROBE_STEPS of them (the first, which allocates, untimed) the choice
+        is made."""
+        started = self._now()
+        result = train_step(self.s, state, self.model)
+        if self.probed:
+            self.eager_times.append(self._now() - started)
+        self.probed += 1
+        if len(self.eager_times) >= PROBE_STEPS:
+            self._decide(state, statistics.median(self.eager_times))
+        return result
+
+    def _decide(self, state: LoopState, per_step: float) -> None:
+        s = self.s
+        left = self._left_seconds(state, per_step)
+        early, t = state.early, s.job.train
+        if early.patience is not None and early_stop.can_act(early, state.best_val_loss, early.patience,
+                                                            early_stop.evaluations_left(state.step, s.max_steps,
+                                                                                        t.eval_interval)):
+            left /= 2  # early stopping may end the run sooner than its limit
+        inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
+        key = measured.record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
+                                  s.raw_model.config, t.batch_size)
+        costs = measured.costs(key, s.device, inductor_cache())
+        way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
+        if s.dist.enabled:  # every rank compiles, or none
+            way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
+        self._adopt(way, why)
+
+    def _left_seconds(self, state: LoopState, per_step: float) -> float:
+        s = self.s
+        by_steps = (s.max_steps - state.step) * per_step if s.max_steps is not None else math.inf
+        by_clock = s.job.train.max_seconds - state.elapsed() if s.job.train.max_seconds else math.inf
+        return max(0.0, min(by_steps, by_clock))
+
+    def _adopt(self, way: Way, why: str, said: bool = False) -> None:
+        s = self.s
+        self.way = way
+        if not said and worth_a_line(s.device, s.dtype, way):
+            self._say(f"compile: {way.name} ({why})")
+        if way == EAGER:
+            return
+        self.warming = time.perf_counter()
+        cache = inductor_cache()
+        key = measured.record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
+        before = measured.read(key) or {}
+        warm = cache is not None and before.get("cache") == cache and "warmup_s" in before  # compiled here before
+        self.record = {"key": key, "cache": cache, "warm": warm}
+        if way.inductor:
+            self.model = torch.compile(s.model)
+        if way.graph:
+            backend = self.graph_backend(s) if self.graph_backend else CudaGraph(s.device)
+            self.graph = GraphStep(s, backend, self.model)
+
+    def _compile(self, state: LoopState) -> None:
+        """Inductor compiles the model's forward and backward on this step's batch, put back afterwards, with no
+        update and the random streams as they were: a signal ends the compile at once (the loop then saves the step
+        reached, which nothing here has moved), and a model inductor cannot build runs eagerly."""
+        s, self.compiled = self.s, True
+        try:
+            with torch.random.fork_rng(devices=[s.device] if s.device.type == "cuda" else []), stop_at_once():
+                if self.graph is not None:
+                    self.graph.compile_pass()
+                else:
+                    position = s.sampler.state_dict()
+                    x, y = s.sampler.next_batch()
+                    s.sampler.load_state_dict(position)
+                    try:
+                        micro_batch(s, self.model, x, y, mtp_weights_at(s.job.train, run_progress(s, state)), 1)
+                    finally:
+                        s.optimizer.zero_grad(set_to_none=True)
+        except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
+            self._drop_inductor(e)
+            if self.graph is None:
+                self.warming = None
+
+    def _compiled_step(self, state: LoopState) -> StepResult:
+        if self.warming is None or not self.way.inductor:
+            return train_step(self.s, state, self.model)
+        try:  # the first compiled step may still compile more: a failure there leaves the step to be run eagerly
+            result = train_step(self.s, state, self.model)
+        except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
+            self._drop_inductor(e)
+            self.warming = None
+            return train_step(self.s, state, self.model)
+        self._ready(state, f"compiled kernels cached in {inductor_cache() or 'inductor cache folder'}")
+        return result
+
+    def _drop_inductor(self, e: Exception) -> None:
+        """Inductor failed on its first steps: the session's model (under DDP, its wrapper) runs them again."""
+        self.model = self.s.model
+        if self.graph is not None:
+            self.graph.model = self.model
+        self.s.optimizer.zero_grad(set_to_none=True)
+        self.way = Way(graph=self.way.graph)
+        self._say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
+                  "on without it")
+
+    def _ready(self, state: LoopState, detail: str) -> None:
+        self._now()  # the warm-up's last kernels have finished
+        seconds = time.perf_counter() - self.warming
+        self._say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
+        self.warming = None
+        if self.way.inductor:
+            self.record["warmup_s"] = round(seconds, 2)
+            self.compiled_times = [] if self.eager_times else None  # compared where auto timed eager steps
+            if self.compiled_times is None:
+                self._write_record()
+
+    def _timed(self, run: Callable[[], StepResult]) -> StepResult:
+        """A compiled step, timed while auto compares compiled steps with eager ones."""
+        if self.compiled_times is None or self.warming is not None:
+            return run()
+        started = self._now()
+        result = run()
+        self.compiled_times.append(self._now() - started)
+        if len(self.compiled_times) >= COMPARE_STEPS:
+            self._compare()
+        return result
+
+    def _compare(self) -> None:
+        """Keep the compiled steps where they are `KEEP` times faster than the eager ones, else go back to eager."""
+        s = self.s
+        eager, compiled = (distributed.agreed_max(statistics.median(times), s.dist, s.device)
+                           for times in (self.eager_times, self.compiled_times))
+        self.compiled_times = None
+        speedup = eager / max(compiled, 1e-12)
+        self.record.update(speedup=round(speedup, 3), eager_ms=round(1000 * eager, 2),
+                           compiled_ms=round(1000 * compiled, 2))
+        self._write_record()
+        both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
+        if speedup >= KEEP:
+            self._say(f"compile: kept: {both}")
+            return
+        self._say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
+                  "next run on this machine")
+        if self.graph is not None:
+            release(s)
+        self.model, self.graph, self.way = s.model, None, EAGER
+
+    def _write_record(self) -> None:
+        if self.s.dist.is_main and self.record.get("key"):
+            measured.write(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
+
+    def _now(self) -> float:
+        if self.s.device.type == "cuda":
+            torch.cuda.synchronize(self.s.device)
+        return time.perf_counter()
+
+    def _say(self, line: str) -> None:
+        if self.s.dist.is_main:
+            tqdm.write(line)
