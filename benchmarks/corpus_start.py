@@ -10,22 +10,22 @@ pays). Prints one JSON object: seconds for each, the ratio folder/file, and whet
 
 Design choices:
 - The split is by lines into files of about equal size: what a blog export or a folder of notes looks like.
-- The warm time is the one users feel run after run; it is the one the issue's target compares.
+- The warm time is the one users feel run after run, so it is the one the ratio compares.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
 
 
 def split_into_files(corpus: Path, count: int, out: Path) -> tuple[Path, Path]:
@@ -75,29 +75,19 @@ def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import script_parser
-    from common.errors import UserError
-
-    ap = script_parser("corpus_start.py", __doc__, "\n\nThe corpus")
-    ap.add_argument("--corpus", required=True, help="a text file")
-    ap.add_argument("--files", type=int, default=500, help="how many files the folder holds (default 500)")
-    ap.add_argument("--repeat", type=int, default=3, help="warm loads timed; the fastest counts (default 3)")
-    ap.add_argument("--out", default="runs/corpus_start", help="where the folder, file and caches go")
-    args = ap.parse_args(argv)
-    if not Path(args.corpus).expanduser().is_file():
-        raise UserError(f"--corpus {args.corpus}: no such file")
-    if args.files < 2 or args.repeat < 1:
-        raise UserError("--files must be at least 2 and --repeat at least 1")
-    return args
+    ap = opt.script_parser("corpus_start.py", __doc__, "\n\nThe corpus")
+    ap.add_argument("--corpus", required=True, check=opt.text_file, help="a text file")
+    ap.add_argument("--files", default=500, check=opt.count(2), help="how many files the folder holds (default 500)")
+    ap.add_argument("--repeat", default=3, check=opt.count(), help="warm loads timed; the fastest counts (default 3)")
+    ap.add_argument("--out", default="runs/corpus_start", check=opt.out_folder,
+                    help="where the folder, file and caches go")
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    result = measure(Path(args.corpus).expanduser(), args.files, Path(args.out), args.repeat)
-    print(json.dumps(result, ensure_ascii=False), flush=True)
+    opt.print_json(measure(Path(args.corpus).expanduser(), args.files, Path(args.out), args.repeat))
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -8,32 +8,29 @@ Design choices:
   with torch's masks (one random draw per element), dropout with ours. The torch side swaps torch's
   `F.dropout` in for `model.dropout`'s function for the duration of its timer only, so the three sides run
   the same code otherwise (the attention weights go through the same math path).
-- `modern` is recipe=modern's model (rotary positions, RMSNorm, squared ReLU, qk-norm, zero-initialised
-  projections, PyTorch's init) at batch 16; `lecture` the default model. The step is forward, backward and
-  a fused AdamW update on one random batch, as in `bench.py`'s training section.
+- `modern` is recipe=modern's model (benchmarks/presets.py's `MODERN`: rotary positions, RMSNorm, squared ReLU,
+  qk-norm, zero-initialised projections, PyTorch's init) at batch 16; `lecture` the default model. The step is
+  forward, backward and a fused AdamW update on one random batch, as in `bench.py`'s training section.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 
-MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=True, init="torch")
+from benchmarks import options as opt
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import OneLineArgumentParser
-
-    ap = OneLineArgumentParser(prog="python -m benchmarks.dropout_speed", description=__doc__.split("\n\n")[0])
+    ap = opt.script_parser("python -m benchmarks.dropout_speed", __doc__)
     ap.add_argument("--model", choices=("modern", "lecture"), default="modern")
-    ap.add_argument("--batch", type=int, default=16, help="sequences per step (default 16, recipe=modern's)")
-    ap.add_argument("--dropout", type=float, default=0.08, help="the rate (default 0.08: auto's on the novels)")
+    ap.add_argument("--batch", default=16, check=opt.count(), help="sequences per step (default 16, recipe=modern's)")
+    ap.add_argument("--dropout", default=0.08, check=opt.FRACTION,
+                    help="the rate, between 0 and 1 (default 0.08: auto's on the novels)")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CPUs with native bf16), float32, bfloat16")
-    ap.add_argument("--vocab-size", type=int, default=1500)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=5, help="steps per timed round")
+    ap.add_argument("--vocab-size", default=1500, check=opt.count())
+    ap.add_argument("--rounds", default=5, check=opt.count())
+    ap.add_argument("--steps", default=5, check=opt.count(), help="steps per timed round")
     return ap.parse_args(argv)
 
 
@@ -58,34 +55,28 @@ def with_torch_masks(timer: Callable[[], float]) -> Callable[[], float]:
 def main(argv: list[str]) -> None:
     import torch
 
+    from benchmarks.presets import MODERN, seeded_model
     from benchmarks.timing import median_alternating
     from benchmarks.training_speed import training_timer
     from common.device import resolve_dtype
-    from common.errors import UserError
-    from model import AttentionLanguageModel
 
     args = parse_args(argv)
-    if not 0 < args.dropout < 1:
-        raise UserError(f"--dropout must be between 0 and 1, got {args.dropout}")
     device = torch.device("cpu")
     dtype = resolve_dtype(args.dtype, device, key="--dtype")
     options = MODERN if args.model == "modern" else {}
 
     def timer(p: float) -> Callable[[], float]:
-        torch.manual_seed(0)
-        m = AttentionLanguageModel(vocab_size=args.vocab_size, dropout=p, **options)
-        return training_timer(m, args.batch, device, dtype, args.steps)
+        return training_timer(seeded_model(args.vocab_size, dropout=p, **options), args.batch, device, dtype,
+                              args.steps)
 
     timers = {"none": timer(0.0), "torch_masks": with_torch_masks(timer(args.dropout)), "ours": timer(args.dropout)}
     tps = median_alternating(timers, args.rounds)
-    print(json.dumps({"model": args.model, "batch": args.batch, "dropout": args.dropout, "dtype": str(dtype),
-                      "threads": torch.get_num_threads(),
-                      **{f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()},
-                      "ours_over_torch_masks": round(tps["ours"] / tps["torch_masks"], 3),
-                      "ours_over_none": round(tps["ours"] / tps["none"], 3)}))
+    opt.print_json({"model": args.model, "batch": args.batch, "dropout": args.dropout, "dtype": str(dtype),
+                    "threads": torch.get_num_threads(),
+                    **{f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()},
+                    "ours_over_torch_masks": round(tps["ours"] / tps["torch_masks"], 3),
+                    "ours_over_none": round(tps["ours"] / tps["none"], 3)})
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -17,75 +17,52 @@ Design choices:
   type it). Both are scored as a user's `evaluate.py ckpt=<run>` scores them: their best validated weights.
 - Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for the reviews in
   nsmc_dev.txt, reviews of films the training part never mentions.
-- Runs go one after another; the load average before each is recorded (benchmarks/ladder.py warns).
+- Runs go one after another; the machine's state before each is recorded (benchmarks/runs.py warns).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.ladder import RESULT, evaluate, machine_before_run  # noqa: E402
+from benchmarks import options as opt  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
+from benchmarks.runs import evaluate, keep, machine_before_run, sample, trained  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    import math
-
-    from benchmarks.heldout import check_fraction
-    from benchmarks.options import OneLineArgumentParser
-    from common import config_checks as checks
     from common.errors import UserError
 
-    ap = OneLineArgumentParser(prog="finetune.py", description=__doc__.split("\n\nA source run")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", help="the text the source run trains on")
-    ap.add_argument("--source-run", default=None, help="an existing run to fine-tune instead of training one")
-    ap.add_argument("--source-seconds", type=float, default=300.0, help="the source run's budget (default 300)")
-    ap.add_argument("--target", required=True, help="the new text (its tail is held out)")
-    ap.add_argument("--seconds", type=float, default=60.0, help="budget of each side on the target (default 60)")
-    ap.add_argument("--seeds", type=int, default=1, help="seeds per side (default 1: 1337)")
+    ap = opt.script_parser("finetune.py", __doc__, "\n\nA source run")
+    ap.add_argument("--source", check=opt.text_file, help="the text the source run trains on")
+    ap.add_argument("--source-run", default=None, check=opt.run_or_checkpoint,
+                    help="an existing run to fine-tune instead of training one")
+    ap.add_argument("--source-seconds", default=300.0, check=opt.SECONDS, help="the source run's budget (default 300)")
+    ap.add_argument("--target", required=True, check=opt.text_file, help="the new text (its tail is held out)")
+    ap.add_argument("--seconds", default=60.0, check=opt.SECONDS, help="budget of each side on the target (default 60)")
+    ap.add_argument("--seeds", default=1, check=opt.count(), help="seeds per side (default 1: 1337)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to both sides")
     ap.add_argument("--prompt", default="이 영화", help="the samples' prompt (default: 이 영화)")
-    ap.add_argument("--heldout", type=float, default=0.05, help="fraction of the target held out (default 0.05)")
-    ap.add_argument("--out", default="runs/finetune", help="runs, splits and results go here")
+    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
+                    help="fraction of the target held out (default 0.05)")
+    ap.add_argument("--out", default="runs/finetune", check=opt.out_folder, help="runs, splits and results go here")
     args = ap.parse_args(argv)
-    if not Path(args.target).expanduser().is_file():
-        raise UserError(f"--target {args.target}: no such file")
-    if args.source_run is None and not (args.source and Path(args.source).expanduser().is_file()):
+    if args.source_run is None and args.source is None:
         raise UserError("give --source FILE (trained once) or --source-run DIR (an existing run)")
-    if args.seeds < 1 or not args.seconds > 0 or not args.source_seconds > 0:
-        raise UserError("--seeds, --seconds and --source-seconds must be positive")
-    for flag in ("seconds", "source_seconds"):  # as train.py checks train.max_seconds: finite too
-        checks.number_in("--" + flag.replace("_", "-"), getattr(args, flag), 0, math.inf, low_open=True)
-    check_fraction(args.heldout)
     return args
 
 
 def train(overrides: list[str], run_dir: Path) -> dict:
     """One `train.py` run; its closing numbers from the result line, or the error's last line."""
-    cmd = [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    m = RESULT.search(proc.stdout)
-    if proc.returncode or m is None:
-        return {"error": (proc.stderr.strip().splitlines() or ["no result line"])[-1]}
-    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"]}
-
-
-def sample(run_dir: Path, prompt: str) -> str:
-    cmd = [sys.executable, str(ROOT / "generate.py"), f"ckpt={run_dir}", f"prompt={prompt}", "max_new_tokens=120",
-           "seed=1337"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else f"(generate.py failed: {proc.stderr.strip()[-200:]})"
+    done = trained(overrides, run_dir)
+    return done if "error" in done else {k: done[k] for k in ("steps", "seconds", "stopped")}
 
 
 def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
@@ -100,11 +77,11 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
     record.update(machine_before_run())
-    trained = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET,
-                     *args.set.split()], run_dir)
-    if "error" in trained:
-        raise SystemExit(f"error: the source run failed: {trained['error']}")
-    record.update(trained)
+    result = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET,
+                    *args.set.split()], run_dir)
+    if "error" in result:
+        raise SystemExit(f"error: the source run failed: {result['error']}")
+    record.update(result)
     done.write_text(json.dumps(record, ensure_ascii=False))
     return run_dir, record
 
@@ -117,12 +94,12 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
         overrides.append(f"train.init_from={source}")
     record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
               **machine_before_run()}
-    trained = train(overrides + args.set.split(), run_dir)
-    if "error" in trained:
-        return {**record, **trained}
+    result = train(overrides + args.set.split(), run_dir)
+    if "error" in result:
+        return {**record, **result}
     scored = evaluate(run_dir, heldout)
-    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "unknown_chars": scored.get("unknown_chars"), "sample": sample(run_dir, args.prompt),
+    return {**record, **result, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
+            "unknown_chars": scored.get("unknown_chars"), "sample": sample(run_dir, args.prompt, 120, "seed=1337"),
             **({"error": scored["error"]} if "error" in scored else {})}
 
 
@@ -151,23 +128,17 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     source, source_record = source_run(args, out)
-    print(json.dumps({"source": source_record}, ensure_ascii=False), flush=True)
+    opt.print_json({"source": source_record})
     paths = split_heldout(args.target, out / "splits", args.heldout)
     results = []
-    with open(out / "results.jsonl", "a", encoding="utf-8") as log:
-        for seed in range(1337, 1337 + args.seeds):
-            for side in SIDES:
-                result = one_side(side, seed, source, paths, args)
-                results.append(result)
-                line = json.dumps(result, ensure_ascii=False)
-                print(line, flush=True)
-                log.write(line + "\n")
+    for seed in range(1337, 1337 + args.seeds):
+        for side in SIDES:
+            results.append(one_side(side, seed, source, paths, args))
+            keep(results[-1], out / "results.jsonl")
     report = table(results)
     (out / "finetune.md").write_text(report, encoding="utf-8")
     print(report)
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

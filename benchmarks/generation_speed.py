@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.presets import model_kwargs
+from benchmarks.presets import MODERN, seeded_model
 from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
 from model.decode import DecodeStep
@@ -31,7 +31,7 @@ from model.streaming import default_window_shift, new_cache, stream
 PROMPT_TOKENS = 8
 BREAKDOWN_ROUNDS = 5
 BATCHES = (1, 8)
-KINDS = {"learned": {}, "rope": dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, init="torch")}
+KINDS = {"learned": {}, "rope": {**MODERN, "zero_init_proj": False}}  # rope: modern's, its projections drawn
 
 
 def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
@@ -41,21 +41,16 @@ def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_to
     def generate() -> None:
         g = torch.Generator(device=prompt.device).manual_seed(0)
         for _ in stream(model, prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g,
-                              window_shift=window_shift):
+                        window_shift=window_shift):
             pass
 
     generate()
     return lambda: prompt.shape[0] * new_tokens / seconds(generate, prompt.device)
 
 
-def _model(preset: dict[str, int], vocab: int, device: torch.device, **options) -> AttentionLanguageModel:
-    torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset), **options).to(device).eval()
-
-
 def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
     """Tokens/s of cached and uncached generation, their ratios, and the cached path's breakdown."""
-    model = _model(preset, vocab, device)
+    model = seeded_model(vocab, preset, device).eval()
     prompt = torch.randint(0, vocab, (1, PROMPT_TOKENS), device=device)
     tps = median_alternating({"cached": generation_timer(model, prompt, new_tokens, True),
                               "uncached": generation_timer(model, prompt, new_tokens, False),
@@ -74,7 +69,7 @@ def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.d
     """The `generation` report: {kind: {batch_N: {cached, crop, ratio}, per_token_us: {...}}}."""
     report: dict = {"new_tokens": new_tokens, "prompt_tokens": 1}
     for kind, options in KINDS.items():
-        model = _model(preset, vocab, device, **options)
+        model = seeded_model(vocab, preset, device, **options).eval()
         timers = {}
         for b in BATCHES:
             prompt = torch.randint(0, vocab, (b, 1), device=device)

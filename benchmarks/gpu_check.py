@@ -18,52 +18,45 @@ minutes on an H100 or H200 (two 40-s runs and three compiles are most of it).
 
 from __future__ import annotations
 
-from cli.entry import run_cli
+from cli.entry import run_cli  # first: a Ctrl-C while the imports run is one line (cli/entry.py)
 
 import argparse
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.options import ROOT, OneLineArgumentParser
+from benchmarks import options as opt
 from common.errors import UserError
 
 PARTS = ("shakespeare", "default_size", "real_loop", "sampling")
-CORPUS = ROOT / "data" / "corpus" / "ko_default.txt"
+CORPUS = opt.ROOT / "data" / "corpus" / "ko_default.txt"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = OneLineArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nanogpt", type=Path, help="a checkout of github.com/karpathy/nanoGPT (its model.py)")
-    ap.add_argument("--seconds", type=float, default=40.0, help="the real loop's train.max_seconds (default 40)")
-    ap.add_argument("--rounds", type=int, default=5, help="timing rounds, the sides taking turns (default 5)")
+    ap = opt.script_parser("python -m benchmarks.gpu_check", __doc__)
+    ap.add_argument("--nanogpt", check=opt.NANOGPT, help="a checkout of github.com/karpathy/nanoGPT (its model.py)")
+    ap.add_argument("--seconds", default=40.0, check=opt.SECONDS, help="the real loop's train.max_seconds (default 40)")
+    ap.add_argument("--rounds", default=5, check=opt.count(), help="timing rounds, the sides taking turns (default 5)")
     ap.add_argument("--skip", action="append", default=[], choices=PARTS, help="leave a part out (repeatable)")
     args = ap.parse_args(argv)
-    if args.nanogpt is not None and not (args.nanogpt.expanduser() / "model.py").is_file():
-        raise UserError(f"--nanogpt {args.nanogpt}: no model.py there; give a checkout of karpathy/nanoGPT")
-    if args.seconds <= 0 or args.rounds < 1:
-        raise UserError("--seconds must be positive and --rounds at least 1")
+    args.nanogpt = Path(args.nanogpt).expanduser() if args.nanogpt else None
     return args
 
 
 def train_run(folder: Path, name: str, *overrides: str) -> dict:
     """One `python train.py device=cuda ...` on the built-in corpus: steps made, validation losses, compile lines."""
+    from benchmarks.ladder_checks import WHOLE_BUDGET
+    from benchmarks.runs import last_line, train_py
     from benchmarks.tb_read import read_scalars
     from inference.checkpoint import load_checkpoint
-    from training.settings.config import TrainConfig
 
-    extra = ["train.early_stop=null"] if "early_stop" in TrainConfig.__dataclass_fields__ else []  # every step runs
     run, started = folder / name, time.perf_counter()
-    r = subprocess.run([sys.executable, "train.py", "device=cuda", *overrides, f"hydra.run.dir={run}", *extra],
-                       cwd=ROOT, capture_output=True, text=True)
+    r, _ = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
     if r.returncode != 0:
-        return {"failed": (r.stderr.strip().splitlines() or [str(r.returncode)])[-1][:300]}
+        return {"failed": last_line(r.stderr, str(r.returncode))[:300]}
     return {"steps": load_checkpoint(run / "ckpt.pt").step, "wall_s": round(time.perf_counter() - started, 1),
             "val_loss": {step: round(v, 4) for step, v in read_scalars(run).get("val/loss", [])},
             "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")]}
@@ -93,15 +86,12 @@ def sampling() -> dict:
     import torch
 
     from benchmarks.graph_sampling import sampling_speeds
+    from benchmarks.presets import seeded_model
     from data.corpus import load_corpus
-    from model import AttentionLanguageModel
-    from model.config import ModelConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         vocab = load_corpus(CORPUS, cache_dir=Path(tmp)).tokenizer.vocab_size
-    torch.manual_seed(0)
-    model = AttentionLanguageModel(ModelConfig(vocab_size=vocab)).cuda()
-    return sampling_speeds(model, torch.device("cuda"))
+    return sampling_speeds(seeded_model(vocab, device="cuda"), torch.device("cuda"))
 
 
 def main(argv: list[str]) -> None:
@@ -131,7 +121,7 @@ def main(argv: list[str]) -> None:
             result[name] = {"failed": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
         result.setdefault("part_seconds", {})[name] = round(time.perf_counter() - started, 1)
         print(f"gpu_check: {name} done in {result['part_seconds'][name]} s", file=sys.stderr, flush=True)
-    print(json.dumps(result, ensure_ascii=False))
+    opt.print_json(result)
 
 
 if __name__ == "__main__":

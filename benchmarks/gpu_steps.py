@@ -17,7 +17,6 @@ Design choices:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import sys
 import tempfile
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.timing import median_alternating, sync
+from benchmarks.timing import median_alternating, seconds, sync
 from model.counts import flops_per_token
 
 SHAKESPEARE = dict(num_blocks=6, embedding_size=384, num_heads=6, context_length=256, batch=64)
@@ -34,32 +33,15 @@ STEPS_PER_ROUND = 20
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense, per card
 
 
-def nanogpt_module(checkout: Path):
-    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(checkout).expanduser() / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def nanogpt_step(module, size: dict, vocab: int, dtype: torch.dtype | None, compiled: bool) -> Callable[[], None]:
+def nanogpt_step(checkout: Path, size: dict, vocab: int, dtype: torch.dtype | None,
+                 compiled: bool) -> Callable[[], None]:
     """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
-    torch.manual_seed(0)
-    config = module.GPTConfig(block_size=size["context_length"], vocab_size=vocab, n_layer=size["num_blocks"],
-                              n_head=size["num_heads"], n_embd=size["embedding_size"], dropout=0.0, bias=False)
-    model = module.GPT(config).cuda()
-    run = torch.compile(model) if compiled else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
+    from benchmarks.training_speed import clipped_step
+
+    model = nanogpt_model(nanogpt_module(checkout), vocab, size).cuda()
     x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device="cuda")
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-            _, loss = run(x, x)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    return clipped_step(model, x, x, torch.compile(model) if compiled else None, dtype)
 
 
 def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path) -> list[str]:
@@ -92,19 +74,10 @@ def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int
     for step in steps.values():
         for _ in range(5):
             step()
-    sync(device)
 
     def timer(step: Callable[[], None]) -> Callable[[], float]:
-        def run() -> float:
-            import time
-
-            sync(device)
-            started = time.perf_counter()
-            for _ in range(STEPS_PER_ROUND):
-                step()
-            sync(device)
-            return STEPS_PER_ROUND * tokens_per_step / (time.perf_counter() - started)
-        return run
+        return lambda: STEPS_PER_ROUND * tokens_per_step / seconds(lambda: [step() for _ in range(STEPS_PER_ROUND)],
+                                                                   device)
 
     return median_alternating({name: timer(step) for name, step in steps.items()}, rounds)
 
@@ -154,9 +127,8 @@ def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, ro
             steps[name], models[name] = ours_step(overrides, way, folder / name)
         vocab = models["ours_eager"].config.vocab_size
         if checkout is not None:
-            module = nanogpt_module(checkout)
-            steps["nanogpt_eager"] = nanogpt_step(module, size, vocab, amp, compiled=False)
-            steps["nanogpt_compiled"] = nanogpt_step(module, size, vocab, amp, compiled=True)
+            steps["nanogpt_eager"] = nanogpt_step(checkout, size, vocab, amp, compiled=False)
+            steps["nanogpt_compiled"] = nanogpt_step(checkout, size, vocab, amp, compiled=True)
         kernels = {k: kernels_per_step(steps[k]) for k in ("ours_eager", "nanogpt_eager") if k in steps}
         speed = tokens_per_second(steps, size["batch"] * size["context_length"], rounds)
         out = {"size": {**size, "vocab_size": vocab, "dtype": dtype},

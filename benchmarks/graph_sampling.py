@@ -20,9 +20,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from benchmarks.presets import model_kwargs
+from benchmarks.presets import model_kwargs, seeded_model
 from benchmarks.timing import median_alternating, seconds
-from model import AttentionLanguageModel
 from model.streaming import stream
 
 PROMPT_TOKENS = 8
@@ -56,6 +55,5 @@ def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 50
 def bench_gpu_sampling(preset: dict[str, int], vocab: int, device: torch.device, rounds: int,
                        new_tokens: int) -> dict:
     """bench.py's `gpu_sampling` section: `sampling_speeds` of the lecture model at `preset`'s size."""
-    torch.manual_seed(0)
-    model = AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset)).to(device)
+    model = seeded_model(vocab, preset, device)
     return {"config": model_kwargs(preset), **sampling_speeds(model, device, new_tokens, rounds)}

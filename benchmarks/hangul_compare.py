@@ -23,16 +23,15 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
 
 VARIANTS = {
     "char": "data.tokenizer=char",
@@ -45,37 +44,18 @@ VARIANTS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.heldout import check_fraction
-    from benchmarks.options import OneLineArgumentParser
-    from common import config_checks as checks
-    from common.errors import UserError
-
-    ap = OneLineArgumentParser(prog="hangul_compare.py", description=__doc__.split("\n\nFor every")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH")
-    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget of each run (default 300)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all)")
+    ap = opt.script_parser("hangul_compare.py", __doc__, "\n\nFor every")
+    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
+    ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS),
+                    help="comma-separated (default: all)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
-    ap.add_argument("--seeds", default="1337", help="comma-separated; each variant runs once per seed and the table "
-                    "gives the mean and the spread (default 1337)")
-    ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/hangul", help="runs, splits and results go here")
-    args = ap.parse_args(argv)
-    for spec in args.corpus:
-        name, _, path = spec.partition("=")
-        if not name or not Path(path).expanduser().is_file():
-            raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
-    try:
-        args.seeds = [int(x) for x in args.seeds.split(",")]
-    except ValueError:
-        raise UserError(f"--seeds {args.seeds!r}: give comma-separated integers, such as 1337,1338") from None
-    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
-    if unknown or not args.seconds > 0:
-        raise UserError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)}); --seconds > 0"
-                        if unknown else "--seconds must be positive")
-    checks.number_in("--seconds", args.seconds, 0, math.inf, low_open=True)  # as train.py checks train.max_seconds
-    check_fraction(args.heldout)
-    return args
+    ap.add_argument("--seeds", default="1337", check=opt.counts(0), help="comma-separated; each variant runs once per "
+                    "seed and the table gives the mean and the spread (default 1337)")
+    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
+                    help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default="runs/hangul", check=opt.out_folder, help="runs, splits and results go here")
+    return ap.parse_args(argv)
 
 
 def char_nats(run_dir: Path, text: str, batch: int = 16) -> list[float]:
@@ -122,15 +102,10 @@ def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
         {f"chars_{g}": len(v) for g, v in groups.items()}
 
 
-def sample(run_dir: Path) -> str:
-    cmd = [sys.executable, str(ROOT / "generate.py"), f"ckpt={run_dir}", "prompt=그날 밤", "max_new_tokens=80"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else "(generate.py failed)"
-
-
 def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
             args: argparse.Namespace) -> dict:
-    from benchmarks.ladder import machine_before_run, run_facts, train_rung
+    from benchmarks.ladder import train_rung
+    from benchmarks.runs import machine_before_run, run_facts, sample
     from data.text import iter_text_chunks
 
     train, heldout = paths
@@ -144,7 +119,8 @@ def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen
     text = "".join(iter_text_chunks(heldout))
     facts = run_facts(run_dir)
     facts.pop("tokens_per_step", None)
-    return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir)}
+    return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen),
+            "sample": sample(run_dir, "그날 밤", 80)}
 
 
 def _mean_spread(values: list[float | None]) -> str:
@@ -181,6 +157,7 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
     from benchmarks.ladder_checks import say_whole_budget
+    from benchmarks.runs import keep, results
     from data.text import iter_text_chunks
 
     args = parse_args(argv)
@@ -188,30 +165,24 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "results.jsonl"
-    done = [json.loads(line) for line in log_file.read_text().splitlines()] if log_file.is_file() else []
-    results = []
+    done, table_rows = results(log_file), []
     for spec in args.corpus:
         name, _, path = spec.partition("=")
         paths = split_heldout(Path(path).expanduser(), out / "splits", args.heldout)
         seen = Counter("".join(iter_text_chunks(paths[0])))
-        for seed, variant in ((s, v) for s in args.seeds for v in args.variants.split(",")):
+        for seed, variant in ((s, v) for s in args.seeds for v in args.variants):
             key = (name, variant, seed, args.seconds, args.set)
             old = [r for r in done if (r["corpus"], r["variant"], r.get("seed", 1337), r["seconds_budget"], r["set"])
                    == key and "error" not in r]
             if old:
-                results.append(old[-1])
+                table_rows.append(old[-1])
                 continue
-            r = one_run(name, variant, seed, paths, seen, args)
-            print(json.dumps(r, ensure_ascii=False), flush=True)
-            with open(log_file, "a", encoding="utf-8") as log:
-                log.write(json.dumps(r, ensure_ascii=False) + "\n")
-            results.append(r)
-    report = table(results)
+            table_rows.append(one_run(name, variant, seed, paths, seen, args))
+            keep(table_rows[-1], log_file)
+    report = table(table_rows)
     (out / "hangul.md").write_text(report, encoding="utf-8")
     print(report)
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -1,7 +1,7 @@
 """The hangul section of bench.py: `char` against `hangul` with jamo input and the staged head, same model size.
 
 Design choices:
-- The two sides differ only in what issue 23 changes: the char side is the lecture model over the corpus's
+- The two sides differ only in the Hangul-aware parts: the char side is the lecture model over the corpus's
   character vocabulary; the hangul side reads the hangul tokenizer's ids of the same corpus (every syllable
   plus the corpus's other characters) with `embedding="jamo"` and `head="jamo"`. Everything else (size,
   batch, dtype float32) is the same, so the ratio is the price of the Hangul-aware parts.
@@ -12,8 +12,8 @@ Design choices:
   syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`, model/hangul/held_rows.py).
   `hangul_all_rows` trains all 11,172 rows of both per-syllable tables (`train.syllable_rows=all`): the
   difference is what holding the rows saves.
-- `target_hangul_over_char` (0.9) is issue 23's goal for the training ratio, printed beside it so a reader
-  of the JSON need not look it up.
+- `target_hangul_over_char` (0.9) is the training ratio the Hangul-aware parts are held to, printed beside it so a
+  reader of the JSON need not look it up.
 """
 
 from __future__ import annotations
@@ -21,21 +21,15 @@ from __future__ import annotations
 import torch
 
 from benchmarks.generation_speed import PROMPT_TOKENS, generation_timer
-from benchmarks.presets import model_kwargs
+from benchmarks.presets import seeded_model
 from benchmarks.timing import median_alternating
 from benchmarks.training_speed import training_timer
-from model import AttentionLanguageModel
 from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import build_tokenizer
 
 TARGET_RATIO = 0.9
 HANGUL = dict(embedding="jamo", head="jamo")
 SIDES = {"char": {}, "hangul": HANGUL, "hangul_all_rows": HANGUL}
-
-
-def _model(preset: dict[str, int], vocab: int, device: torch.device, **options) -> AttentionLanguageModel:
-    torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=vocab, dropout=0.0, **model_kwargs(preset), **options).to(device)
 
 
 def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds: int, steps: int,
@@ -45,7 +39,8 @@ def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds
     ids = {kind: torch.from_numpy(t.encode(text).astype("int64")) for kind, t in tokenizers.items()}
     kind = {side: "char" if side == "char" else "hangul" for side in SIDES}
     vocabs = {side: tokenizers[kind[side]].vocab_size for side in SIDES}
-    models = {side: _model(preset, vocabs[side], device, **options) for side, options in SIDES.items()}
+    models = {side: seeded_model(vocabs[side], preset, device, dropout=0.0, **options)
+              for side, options in SIDES.items()}
     compact_syllable_rows(models["hangul"], ids["hangul"].unique())
     train = median_alternating({side: training_timer(m, preset["batch"], device, torch.float32, steps,
                                                      ids[kind[side]]) for side, m in models.items()}, rounds)

@@ -19,25 +19,25 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import OneLineArgumentParser
-
-    ap = OneLineArgumentParser(prog="hangul_stages.py", description=__doc__.split("\n\nEvery model")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories or checkpoint files")
-    ap.add_argument("--text", required=True, help="held-out text to score")
-    ap.add_argument("--train", required=True, help="the text the runs trained on (which characters were seen)")
-    ap.add_argument("--chars", type=int, default=60000, help="score the first N characters of --text (default 60000)")
+    ap = opt.script_parser("hangul_stages.py", __doc__, "\n\nEvery model")
+    ap.add_argument("runs", nargs="+", metavar="RUN", check=opt.run_or_checkpoint,
+                    help="run directories or checkpoint files")
+    ap.add_argument("--text", required=True, check=opt.text_file, help="held-out text to score")
+    ap.add_argument("--train", required=True, check=opt.text_file,
+                    help="the text the runs trained on (which characters were seen)")
+    ap.add_argument("--chars", default=60000, check=opt.count(),
+                    help="score the first N characters of --text (default 60000)")
     return ap.parse_args(argv)
 
 
@@ -107,21 +107,16 @@ def stage_bits(model, tokenizer, text: str, seen: set[str], batch: int = 8) -> d
 def main(argv: list[str]) -> None:
     import torch
 
-    from common.errors import UserError
     from data.text import iter_text_chunks
     from inference.loading import load_run
 
     args = parse_args(argv)
-    if args.chars <= 0:
-        raise UserError("--chars must be positive")
     text = "".join(iter_text_chunks(Path(args.text)))[:args.chars]
     seen = set("".join(iter_text_chunks(Path(args.train))))
     for run_dir in args.runs:
         run = load_run(Path(run_dir), torch.device("cpu"))
-        print(json.dumps({"run": run_dir, **stage_bits(run.model, run.tokenizer, text, seen)}), flush=True)
+        opt.print_json({"run": run_dir, **stage_bits(run.model, run.tokenizer, text, seen)})
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -21,73 +21,71 @@ Design choices:
   the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
 - Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
   nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail. A run is scored as a user's
-  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it differs from ckpt.pt); the row
+  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it is better than ckpt.pt); the row
   records which (`scored`) and, where that was best.pt, the last weights' score beside it (`heldout_bpc_last`).
 - Every run has the whole budget: early stopping (`train.early_stop`, on by default for a time budget) is off
   (benchmarks/ladder_checks.py), and the campaign says so when it starts.
-- Runs go one after another, never in parallel; the 1-minute load average before each run is recorded and
-  a warning printed when the machine is not idle. So is the machine's speed on a fixed matrix product
-  (`reference_speed`), since a machine that looks idle can still slow down between one run and the next.
+- Runs go one after another, never in parallel; the machine's state before each is recorded, with a warning when
+  it is not idle (benchmarks/runs.py's `machine_before_run`).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
+
+from benchmarks import options as opt  # noqa: E402
+from benchmarks.runs import evaluate, keep, last_line, machine_before_run, results, run_facts, trained  # noqa: E402
+
 RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")
-RESULT = re.compile(r"run: \S+\s+step (?P<step>\d+)\s+val loss \S+\s+val bpc \S+\s+(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
+
+
+def is_recipe(name: str) -> bool:
+    return (ROOT / "configs" / "recipe" / f"{name}.yaml").is_file()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from benchmarks.ladder_checks import check_numbers
-    from benchmarks.options import OneLineArgumentParser
     from common.errors import UserError
 
-    ap = OneLineArgumentParser(prog="ladder.py", description=__doc__.split("\n\nEvery run")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH")
-    ap.add_argument("--seconds", type=float, default=None, help="wall-clock budget of each run (default 300)")
-    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds (not with it)")
-    ap.add_argument("--seeds", type=int, default=2, help="seeds per rung (default 2: 1337, 1338)")
-    ap.add_argument("--rungs", default=",".join(RUNGS), help="comma-separated recipes (default: the ladder)")
+    ap = opt.script_parser("ladder.py", __doc__, "\n\nEvery run")
+    ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
+    ap.add_argument("--seconds", default=None, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
+    ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds (not with it)")
+    ap.add_argument("--seeds", default=2, check=opt.count(), help="seeds per rung (default 2: 1337, 1338)")
+    ap.add_argument("--rungs", default=",".join(RUNGS), check=opt.chosen(is_recipe, "the recipes in configs/recipe/"),
+                    help="comma-separated recipes (default: the ladder)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=RECIPE:OVERRIDES",
                     help="an extra rung: a recipe with space-separated overrides, e.g. "
                          "'modern+gate=modern:model.attention_gate=true' (repeatable)")
-    ap.add_argument("--nanogpt", default=None, help="a nanoGPT checkout: train it beside the rungs")
-    ap.add_argument("--heldout", type=float, default=0.05, help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/ladder", help="runs, splits and results go here (default runs/ladder)")
+    ap.add_argument("--nanogpt", default=None, check=opt.NANOGPT, help="a nanoGPT checkout: train it beside the rungs")
+    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
+                    help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default="runs/ladder", check=opt.out_folder,
+                    help="runs, splits and results go here (default runs/ladder)")
     ap.add_argument("--docs", action="store_true",
                     help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
                     "table only)")
     args = ap.parse_args(argv)
     names = [spec.partition("=")[0] for spec in args.corpus]
-    for spec, name in zip(args.corpus, names, strict=True):
-        path = spec.partition("=")[2]
-        if not re.fullmatch(r"[\w.-]+", name) or not Path(path).expanduser().is_file():
-            raise UserError(f"--corpus {spec!r}: give NAME=PATH with an existing text file")
+    for name in names:
         if names.count(name) > 1:  # the rows of two texts under one name would be averaged together
             raise UserError(f"--corpus: the name {name} is given {names.count(name)} times; give each corpus its own")
-    unknown = [r for r in args.rungs.split(",") if not (ROOT / "configs" / "recipe" / f"{r}.yaml").is_file()]
-    if unknown:
-        raise UserError(f"--rungs: no recipe {', '.join(unknown)} in configs/recipe/")
     check_numbers(args)
     args.variants = {}
     for spec in args.variant:
         name, _, rest = spec.partition("=")
         recipe, _, overrides = rest.partition(":")
-        if not re.fullmatch(r"[\w.+-]+", name) or not (ROOT / "configs" / "recipe" / f"{recipe}.yaml").is_file():
+        if not re.fullmatch(r"[\w.+-]+", name) or not is_recipe(recipe):
             raise UserError(f"--variant {spec!r}: give NAME=RECIPE:OVERRIDES with a recipe of configs/recipe/")
         args.variants[name] = (recipe, overrides.split())
     return args
@@ -98,76 +96,29 @@ def budget(args: argparse.Namespace) -> str:
     return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
 
 
-def cpu_busy(seconds: float = 2.0) -> float | None:
-    """The share of all CPUs busy over the next `seconds` (from /proc/stat; None where there is none). The
-    campaign itself sleeps meanwhile, so this is what other programs use: unlike the load average, it does not
-    still count the run that just ended."""
-    def sample() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
-
-
-def reference_speed(reps: int = 150, rounds: int = 3) -> float:
-    """GFLOP/s of one fixed float32 matrix product on this process's threads, now. An idle machine can still
-    change speed (a host's other tenants, its clock): runs hours apart compare only if this held still."""
-    import torch
-
-    from benchmarks.timing import mean_seconds, median_alternating
-
-    a, b = torch.randn(256, 1024), torch.randn(1024, 1024)
-    a @ b  # warm-up
-    seconds = median_alternating({"matmul": mean_seconds(lambda: a @ b, reps)}, rounds)["matmul"]
-    return round(2 * 256 * 1024 * 1024 / seconds / 1e9, 1)
-
-
-def machine_before_run() -> dict:
-    """The load average (which still counts the previous run), the CPU share other programs use now, and the
-    machine's speed on a fixed matrix product."""
-    busy = cpu_busy()
-    if busy is not None and busy > 0.1:
-        print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)
-    return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy, "reference_gflops": reference_speed()}
-
-
-def evaluate(ckpt: Path, heldout: Path) -> dict:
-    cmd = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={ckpt}", f"data.path={heldout}", "progress=false"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": (proc.stderr.strip().splitlines() or ["evaluate.py failed"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.Namespace) -> dict:
     """One `train.py` run of a recipe; its closing numbers from the result line and TensorBoard."""
     from benchmarks.ladder_checks import run_overrides
+    from benchmarks.runs import median_tokens_per_sec
     from benchmarks.tb_read import read_scalars
 
     recipe, extra = getattr(args, "variants", {}).get(rung, (rung, []))  # hangul_compare passes no variants
-    cmd = [sys.executable, str(ROOT / "train.py"), *run_overrides(recipe, extra, args, str(train), seed),
-           f"hydra.run.dir={run_dir}", "train.overwrite=true"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    m = RESULT.search(proc.stdout)
-    if proc.returncode or m is None:
-        return {"error": (proc.stderr.strip().splitlines() or ["no result line"])[-1]}
-    tps = sorted(v for _, v in read_scalars(run_dir).get("train/tokens_per_sec", []))
-    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"],
-            "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None}
+    done = trained(run_overrides(recipe, extra, args, str(train), seed), run_dir)
+    if "error" in done:
+        return done
+    return {**{k: done[k] for k in ("steps", "seconds", "stopped")},
+            "tokens_per_sec": median_tokens_per_sec(read_scalars(run_dir))}
 
 
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
+    import json
+
     cmd = [sys.executable, str(ROOT / "benchmarks" / "nanogpt_peer.py"), "--nanogpt", args.nanogpt, "--corpus",
            str(train), "--heldout", str(heldout), "--seed", str(seed), "--out", str(out)]
     cmd += ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
-        return {"error": (proc.stderr.strip().splitlines() or ["nanogpt_peer.py failed"])[-1]}
+        return {"error": last_line(proc.stderr, "nanogpt_peer.py failed")}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
             "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
@@ -188,35 +139,19 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
               "heldout": args.heldout, "corpus_sha256": fingerprint, **machine_before_run()}
     if rung == "nanogpt":
         return {**record, **run_peer(seed, train, heldout, run_dir, args)}
-    trained = train_rung(rung, seed, train, run_dir, args)
-    if "error" in trained:
-        return {**record, **trained}
+    done = train_rung(rung, seed, train, run_dir, args)
+    if "error" in done:
+        return {**record, **done}
     scored = evaluate(run_dir, heldout)
     last = evaluate(run_dir / "ckpt.pt", heldout) if scored.get("chosen") == "best" else {}
     facts = run_facts(run_dir)
     if facts.get("tokens_per_step"):
-        facts["tokens"] = trained["steps"] * facts.pop("tokens_per_step")
-    return {**record, **trained, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
+        facts["tokens"] = done["steps"] * facts.pop("tokens_per_step")
+    return {**record, **done, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
             "weights": scored.get("weights"), "average_updates": scored.get("average_updates"),
             "scored": scored.get("chosen"), "scored_step": scored.get("step"), "heldout_bpc_last": last.get("bpc"),
             **facts,
             **({"error": scored["error"]} if "error" in scored else {})}
-
-
-def run_facts(run_dir: Path) -> dict:
-    """Parameters, tokens per step and the dropout the run trained with, from its checkpoint."""
-    import torch
-
-    from inference.loading import load_run
-    from model.counts import num_parameters
-
-    try:
-        run = load_run(run_dir, torch.device("cpu"))
-    except Exception:  # noqa: BLE001 - facts are a nicety; the run's error, if any, is reported elsewhere
-        return {}
-    t = run.checkpoint.config.get("train", {})
-    tokens = t.get("batch_size", 0) * run.model.context_length * t.get("grad_accum_steps", 1)
-    return {"params": num_parameters(run.model), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -231,8 +166,8 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     out = Path(args.out)
     results_file = out / "results.jsonl"
-    done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.is_file() else []
-    rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs.split(",") + list(args.variants)
+    done = results(results_file)
+    rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
     say_whole_budget(budget(args))
     failed = []
@@ -243,9 +178,7 @@ def main(argv: list[str]) -> None:
                 if any(same_run(d, want) for d in done):
                     continue
                 record = one_run(name, rung, seed, split, args)
-                print(json.dumps(record, ensure_ascii=False), flush=True)
-                with results_file.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                keep(record, results_file)
                 done.append(record)
                 failed += [record] if "error" in record else []
     report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
@@ -271,6 +204,4 @@ def prepare(args: argparse.Namespace, rungs: list[str], done: list[dict], out: P
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -2,8 +2,8 @@
 runs something other than what its table will say, and never merges rows measured on different settings.
 
 Design choices:
-- Budgets and fractions are range-checked by the checks the single-run scripts use (common/config_checks.py), with
-  the flag's name in the message: `--seconds` as `train.max_seconds`, `--steps` as `train.max_steps`, `--heldout` as
+- Budgets and fractions are range-checked as the flags are parsed (benchmarks/options.py), as train.py checks the
+  keys they become: `--seconds` as `train.max_seconds`, `--steps` as `train.max_steps`, `--heldout` as
   `data.val_fraction`. A campaign has one budget: `--seconds` with `--steps`, or an override (`--set`, a variant)
   that sets a limit of its own, is refused; so is an override of what the ladder sets per run (the recipe, the seed,
   the corpus, the run folder), which would otherwise win silently over it.
@@ -18,30 +18,22 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
-from benchmarks.heldout import check_fraction
+from benchmarks.options import ROOT
 from common import config_checks as checks
 from common.errors import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
 BUDGET_KEYS = ("train.max_steps", "train.max_seconds", "train.max_epochs")
 LADDER_KEYS = ("recipe", "seed", "data.path", "train.resume", "train.overwrite", "hydra.run.dir")
 DEFAULT_SECONDS = 300.0
 
 
 def check_numbers(args: argparse.Namespace) -> None:
-    """The budget, the seeds and the held-out fraction, as train.py checks the keys they become."""
+    """One budget, `--seconds` or `--steps` (each range-checked as it is parsed); 300 s where neither is given."""
     if args.seconds is not None and args.steps is not None:
         raise UserError(f"--seconds {args.seconds:g} and --steps {args.steps} are two budgets; give one (every run of "
                         "a campaign gets the same)")
-    if args.seconds is not None:
-        checks.number_in("--seconds", args.seconds, 0, math.inf, low_open=True)
-    if args.steps is not None:
-        checks.positive_int("--steps", args.steps)
-    checks.positive_int("--seeds", args.seeds)
-    check_fraction(args.heldout)
     if args.steps is None and args.seconds is None:
         args.seconds = DEFAULT_SECONDS
 

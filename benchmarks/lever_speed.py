@@ -15,13 +15,12 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
+from benchmarks import options as opt
+
+DEFAULT_CORPUS = opt.SHARED_CORPUS
 LEVERS = {
     "modern": "",
     "modern+ema": "train.average=ema train.ema_half_life=100",
@@ -37,31 +36,24 @@ LEVERS["modern+stack"] = " ".join(LEVERS[lever] for lever in STACK)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = opt.script_parser("python -m benchmarks.lever_speed", __doc__)
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.is_file() else None,
-                    help="training text (default: the shared novels, else the built-in corpus)")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (default 5)")
-    ap.add_argument("--steps", type=int, default=5, help="training steps per side and round (default 5)")
+                    check=opt.text_file, help="training text (default: the shared novels, else the built-in corpus)")
+    ap.add_argument("--rounds", default=5, check=opt.count(), help="alternating timing rounds (default 5)")
+    ap.add_argument("--steps", default=5, check=opt.count(), help="training steps per side and round (default 5)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every side")
-    ap.add_argument("--only", default="", help="comma-separated levers (default: all of them)")
+    ap.add_argument("--only", default="", check=opt.chosen([x for x in LEVERS if x != "modern"]),
+                    help="comma-separated levers (default: all of them)")
     return ap.parse_args(argv)
 
 
 def session(overrides: list[str], run_dir: Path):
-    """A training session of train.py's own set-up for `overrides` (training/session.py)."""
-    from cli.entry import config_object
-
-    from hydra import compose, initialize_config_dir
-
-    from cli.hydra_setup import register_resolvers
+    """A training session of train.py's own set-up for `overrides` (training/session.py), composed and checked as
+    train.py composes it (benchmarks/ladder_checks.py)."""
+    from benchmarks.ladder_checks import composed_job
     from training.session import setup
-    from training.settings.config import TrainJob, register_configs
 
-    register_resolvers()
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        cfg = compose("train", overrides=overrides)
-    return setup(config_object(cfg, TrainJob), run_dir)
+    return setup(composed_job(overrides), run_dir)
 
 
 def step_timer(s, state, steps: int, device):
@@ -79,7 +71,7 @@ def step_timer(s, state, steps: int, device):
 
 def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
-    at once slowed the later ones in a first version, whatever their lever)."""
+    at once slow the later ones, whatever their lever)."""
     from benchmarks.timing import median_alternating
 
     timers = {}
@@ -94,14 +86,8 @@ def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
-    from common.errors import UserError
-
     args = parse_args(argv)
-    levers = [x for x in args.only.split(",") if x] or [x for x in LEVERS if x != "modern"]
-    unknown = [x for x in levers if x not in LEVERS or x == "modern"]
-    if unknown or args.rounds < 1 or args.steps < 1:
-        raise UserError(f"--only: choose from {', '.join(x for x in LEVERS if x != 'modern')}" if unknown else
-                        "--rounds and --steps must be positive")
+    levers = args.only or [x for x in LEVERS if x != "modern"]
     out: dict[str, object] = {"tokens_per_sec": {}, "over_modern": {}}
     for lever in levers:
         tps = pair_speed(lever, args)
@@ -109,10 +95,8 @@ def main(argv: list[str]) -> None:
         out["tokens_per_sec"][f"modern (beside {lever})"] = round(tps["modern"], 1)
         out["over_modern"][lever] = round(tps[lever] / tps["modern"], 3)
     out.update(rounds=args.rounds, steps=args.steps, corpus=args.corpus, set=args.set)
-    print(json.dumps(out, ensure_ascii=False, indent=1))
+    opt.print_json(out, indent=1)
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -13,6 +13,7 @@ Design choices:
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.options import ROOT
+
 HANGUL_FIRST = 0xAC00
 ALPHABET = 2350  # as many syllables as the KS X 1001 common set has (the first ones in code-point order)
 CHUNK_CHARS = 1 << 20
@@ -51,22 +53,26 @@ def write_synthetic_corpus(path: Path, megabytes: int, seed: int = 0) -> None:
             written += len(chunk.encode("utf-8"))
 
 
+def vm_hwm_kb(pid: int) -> int | None:
+    """A process's peak resident memory in KiB, from /proc/<pid>/status (None without /proc, or once it is gone)."""
+    try:
+        found = re.search(r"^VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
 def child_peak_rss_kb(cmd: list[str]) -> tuple[int, str]:
     """Run `cmd`; return its own peak resident memory in KiB, and its stderr if it failed (else "")."""
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors, text=True)
-        status, peak = Path(f"/proc/{proc.pid}/status"), 0
+        peak = 0
         while proc.poll() is None:
-            try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peak = max(peak, int(line.split()[1]))
-            except (OSError, ValueError):
-                pass  # the process ended between poll() and the read
+            peak = max(peak, vm_hwm_kb(proc.pid) or 0)  # None: the process ended between poll() and the read
             time.sleep(0.02)
         errors.seek(0)
         err = errors.read()
-    if peak == 0 and not status.parent.exists():
+    if peak == 0 and not Path(f"/proc/{proc.pid}").exists():
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         peak //= 1024 if sys.platform == "darwin" else 1
     return peak, err if proc.returncode else ""

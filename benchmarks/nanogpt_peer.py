@@ -26,45 +26,33 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import script_parser
-
-    ap = script_parser("nanogpt_peer.py", __doc__, "\n\nDesign")
-    ap.add_argument("--nanogpt", required=True, help="a checkout of github.com/karpathy/nanoGPT")
-    ap.add_argument("--corpus", required=True, help="the training text (its first 90%% trains, the rest validates)")
-    ap.add_argument("--heldout", required=True, help="text none of the runs trained on, scored at the end")
-    ap.add_argument("--seconds", type=float, default=300.0, help="wall-clock budget (default 300)")
-    ap.add_argument("--steps", type=int, default=None, help="a step budget instead of --seconds")
-    ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--out", default="runs/peer/nanogpt", help="where its bins and checkpoint go")
+    ap = opt.script_parser("nanogpt_peer.py", __doc__, "\n\nDesign")
+    ap.add_argument("--nanogpt", required=True, check=opt.NANOGPT, help="a checkout of github.com/karpathy/nanoGPT")
+    ap.add_argument("--corpus", required=True, check=opt.text_file,
+                    help="the training text (its first 90%% trains, the rest validates)")
+    ap.add_argument("--heldout", required=True, check=opt.text_file,
+                    help="text none of the runs trained on, scored at the end")
+    ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget (default 300)")
+    ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds")
+    ap.add_argument("--seed", default=1337, check=opt.count(0))
+    ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder,
+                    help="where its bins and checkpoint go")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
-    return checked(ap.parse_args(argv))
-
-
-def checked(args: argparse.Namespace) -> argparse.Namespace:
-    from common.errors import UserError
-
-    if not (Path(args.nanogpt).expanduser() / "model.py").is_file():
-        raise UserError(f"--nanogpt {args.nanogpt}: no model.py there; clone github.com/karpathy/nanoGPT first")
-    for name in ("corpus", "heldout"):
-        if not Path(getattr(args, name)).expanduser().is_file():
-            raise UserError(f"--{name} {getattr(args, name)}: not found or not a file")
-    if not args.seconds > 0:
-        raise UserError(f"--seconds must be > 0, got {args.seconds}")
-    return args
+    return ap.parse_args(argv)
 
 
 SETTINGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, bias=False, dropout=0.0, batch_size=8,
@@ -84,11 +72,26 @@ def settings(overrides: list[str]) -> dict:
     return s
 
 
-def import_nanogpt(folder: Path):
-    spec = importlib.util.spec_from_file_location("nanogpt_model", folder / "model.py")
+def nanogpt_module(checkout: str | Path):
+    """nanoGPT's model.py, imported from its checkout (never copied into this project)."""
+    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(checkout).expanduser() / "model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: float = 0.0, seed: int = 0):
+    """nanoGPT's GPT at a size in our names (num_blocks, num_heads, embedding_size, context_length), seeded; the
+    parameter count it prints goes to stderr (stdout is a benchmark's JSON)."""
+    import contextlib
+
+    import torch
+
+    torch.manual_seed(seed)
+    config = module.GPTConfig(block_size=size["context_length"], vocab_size=vocab, n_layer=size["num_blocks"],
+                              n_head=size["num_heads"], n_embd=size["embedding_size"], dropout=dropout, bias=bias)
+    with contextlib.redirect_stdout(sys.stderr):
+        return module.GPT(config)
 
 
 def write_bins(corpus: Path, out: Path):
@@ -110,10 +113,9 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
     import numpy as np
     import torch
 
-    torch.manual_seed(seed)
-    model = gpt_module.GPT(gpt_module.GPTConfig(block_size=s["block_size"], vocab_size=vocab_size,
-                                                n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"],
-                                                dropout=s["dropout"], bias=s["bias"]))
+    size = {"num_blocks": s["n_layer"], "num_heads": s["n_head"], "embedding_size": s["n_embd"],
+            "context_length": s["block_size"]}
+    model = nanogpt_model(gpt_module, vocab_size, size, s["bias"], s["dropout"], seed)
     optimizer = model.configure_optimizers(s["weight_decay"], s["learning_rate"], (s["beta1"], s["beta2"]), "cpu")
     B, T = s["batch_size"], s["block_size"]
 
@@ -190,19 +192,15 @@ def main(argv: list[str]) -> None:
     s = settings(args.set)
     out = Path(args.out)
     tokenizer = write_bins(Path(args.corpus).expanduser(), out)
-    gpt_module = import_nanogpt(Path(args.nanogpt).expanduser())
-    model, steps, seconds = train(gpt_module, s, tokenizer.vocab_size, out, args.seconds, args.steps, args.seed)
+    model, steps, seconds = train(nanogpt_module(args.nanogpt), s, tokenizer.vocab_size, out, args.seconds,
+                                  args.steps, args.seed)
     tps = steps * s["batch_size"] * s["block_size"] / seconds
     result = score(model.eval(), tokenizer, Path(args.heldout).expanduser(), s["block_size"])
-    print(json.dumps({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds,
-                      "seconds_run": round(seconds, 1),
-                      "steps": steps, "tokens": steps * s["batch_size"] * s["block_size"],
-                      "tokens_per_sec": round(tps, 1),
-                      "heldout_loss": result["loss"], "heldout_bpc": result["bpc"], "heldout_chars": result["chars"],
-                      "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None, "settings": s}), flush=True)
+    opt.print_json({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds, "seconds_run": round(seconds, 1),
+                "steps": steps, "tokens": steps * s["batch_size"] * s["block_size"], "tokens_per_sec": round(tps, 1),
+                "heldout_loss": result["loss"], "heldout_bpc": result["bpc"], "heldout_chars": result["chars"],
+                "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None, "settings": s})
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

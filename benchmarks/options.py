@@ -1,20 +1,28 @@
-"""The command line of `bench.py`: parsing and checking every flag before anything slow is imported.
+"""Every benchmark's command line: one parser, one way of checking a path or a number, and `bench.py`'s flags.
 
 Design choices:
 - This module imports neither torch nor the model, so a mistyped flag is reported at once; the checks
   that need torch (is there a GPU, does it do bf16) live in `benchmarks.run`.
 - Every mistake, argparse's own usage errors included, becomes a `UserError`: the entry script's
   `run_cli` prints it as one `error:` line and exits with code 2, like the other entry scripts.
+- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, once
+  parsing is done, so a message shows the value as it was typed (common/config_checks.py) and every module refuses
+  a missing file, a file where a folder is needed, a count below one or a NaN with the same words.
 - `--quick` and `--smoke` are shorthands that only change defaults; flags given explicitly still win.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
+import sys
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.config_checks import refusal, shown_value
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,20 +30,169 @@ SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
 PRESET_NAMES = ("default", "shakespeare", "tiny")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+NAME = re.compile(r"[\w.-]+")  # a corpus's or a run's name: it becomes a folder's
+Check = Callable[[str, str], object]  # (the flag, the text typed) -> the value, or a UserError
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors raise `UserError` instead of printing the usage and exiting."""
+    """An ArgumentParser whose usage errors raise `UserError` instead of printing the usage and exiting, and whose
+    arguments may carry a `check` run on the text typed once parsing is done."""
+
+    def __init__(self, *args, **kwargs):
+        self._checks: list[tuple[argparse.Action, Check]] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, check: Check | None = None, **kwargs):  # noqa: D102 - argparse's, plus `check`
+        action = super().add_argument(*args, **kwargs)
+        if check is not None:
+            self._checks.append((action, check))
+        return action
+
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse's, then the checks
+        parsed = super().parse_args(args, namespace)
+        for action, check in self._checks:
+            value, flag = getattr(parsed, action.dest), (action.option_strings or [action.metavar or action.dest])[0]
+            if isinstance(value, list):
+                setattr(parsed, action.dest, [check(flag, v) if isinstance(v, str) else v for v in value])
+            elif isinstance(value, str):
+                setattr(parsed, action.dest, check(flag, value))
+        return parsed
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         raise UserError(f"{message} ({self.prog} --help lists the options)")
 
 
-def script_parser(prog: str, doc: str, until: str) -> OneLineArgumentParser:
+def script_parser(prog: str, doc: str, until: str = "\n\n") -> OneLineArgumentParser:
     """The parser of a benchmark script run on its own: its docstring up to `until` as the description."""
     return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
 
+
+def run_script(main: Callable[[list[str]], object]) -> None:
+    """A benchmark's `__main__`: `main(sys.argv[1:])`, its mistakes one `error:` line (cli/entry.py)."""
+    from cli.entry import run_cli
+
+    run_cli(lambda: main(sys.argv[1:]))
+
+
+def print_json(result: object, indent: int | None = None) -> None:
+    """A benchmark's answer: one JSON object on stdout, Korean as it is."""
+    print(json.dumps(result, ensure_ascii=False, indent=indent), flush=True)
+
+
+# -- checks of one flag's text, shown as typed -------------------------------------------------------------------
+
+def _parsed(text: str, kind: type) -> float | int | None:
+    try:
+        return kind(text) if text == text.strip() else None
+    except ValueError:
+        return None
+
+
+def number(low: float = 0.0, high: float = math.inf, integer: bool = False) -> Check:
+    """A number in (low, high), finite; `integer`: a whole one (`count` names the usual ones)."""
+    def fits(text: str) -> bool:
+        value = _parsed(text, int if integer else float)
+        return value is not None and math.isfinite(value) and low < value < high
+
+    if integer:
+        need = {0: "a positive integer", -1: "an integer >= 0"}.get(int(low), f"an integer >= {int(low) + 1}")
+    else:
+        need = f"a finite number {f'> {low:g}' if high == math.inf else f'in ({low:g}, {high:g})'}"
+
+    def check(flag: str, text: str) -> float | int:
+        if not fits(text):
+            raise refusal(flag, text, f"it must be {need}", fits)
+        return _parsed(text, int if integer else float)
+
+    return check
+
+
+def count(minimum: int = 1) -> Check:
+    """A whole number of at least `minimum`."""
+    return number(minimum - 1, integer=True)
+
+
+SECONDS = number()  # a budget: finite and positive, as train.py checks train.max_seconds
+FRACTION = number(0.0, 1.0)  # as train.py checks data.val_fraction
+
+
+def counts(minimum: int = 0) -> Check:
+    """Comma-separated whole numbers, each at least `minimum` (`1337,1338`) -> a list."""
+    one = count(minimum)
+
+    def check(flag: str, text: str) -> list[int]:
+        try:
+            return [one(flag, part) for part in text.split(",")]
+        except UserError:
+            raise refusal(flag, text, f"give comma-separated integers >= {minimum}") from None
+
+    return check
+
+
+def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Check:
+    """Comma-separated names, each of `known` (or passing it, with `what` naming them) -> a list (an empty text: an
+    empty list)."""
+    def check(flag: str, text: str) -> list[str]:
+        names = text.split(",") if text else []
+        unknown = [n for n in names if not (known(n) if callable(known) else n in known)]
+        if unknown:
+            known_ones = what or ", ".join(known)
+            raise UserError(f"{flag}: unknown {', '.join(map(shown_value, unknown))} (known: {known_ones})")
+        return names
+
+    return check
+
+
+def text_file(flag: str, text: str) -> str:
+    """An existing file (a corpus, held-out text)."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise UserError(f"{flag} {shown_value(text)}: {'a directory, not a file' if path.is_dir() else 'not found'}; "
+                        "pass a text file")
+    return text
+
+
+def named_text_file(flag: str, text: str) -> str:
+    """NAME=PATH: a name for a folder and an existing file."""
+    name, _, path = text.partition("=")
+    if not NAME.fullmatch(name) or not Path(path).expanduser().is_file():
+        raise UserError(f"{flag} {text!r}: give NAME=PATH with an existing text file (NAME of letters, digits, . _ -)")
+    return text
+
+
+def out_folder(flag: str, text: str) -> str:
+    """Where results go: a folder, or a path where one can be made (no file on the way)."""
+    path = Path(text).expanduser()
+    there = next((p for p in (path, *path.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise UserError(f"{flag} {shown_value(text)}: {there} is a file, not a folder; name a folder (it is made "
+                        "where missing)")
+    return text
+
+
+def run_or_checkpoint(flag: str, text: str) -> str:
+    """A trained run's folder or a checkpoint file."""
+    path = Path(text).expanduser()
+    if not (path.is_dir() or path.is_file()):
+        raise UserError(f"{flag} {shown_value(text)}: no such run folder or checkpoint")
+    return text
+
+
+def checkout(needed: str, what: str) -> Check:
+    """A folder holding `needed` (nanoGPT's model.py, a kochar-gpt checkout's generate.py); `what` names it."""
+    def check(flag: str, text: str) -> str:
+        if not (Path(text).expanduser() / needed).is_file():
+            raise UserError(f"{flag} {shown_value(text)}: no {needed} there; give {what}")
+        return text
+
+    return check
+
+
+NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone it yourself)")
+
+
+# -- bench.py --------------------------------------------------------------------------------------------------------
 
 @dataclass
 class BenchOptions:
@@ -52,23 +209,33 @@ class BenchOptions:
     generation_only: bool = False
 
 
+def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) -> Check:
+    def check(flag: str, text: str) -> str:
+        if not (fits(text) if fits else text in choices):
+            raise UserError(f"unknown {flag} {shown_value(text)}; use one of: {', '.join(choices)}")
+        return text
+
+    return check
+
+
 def build_parser(description: str | None = None, prog: str = "bench.py") -> OneLineArgumentParser:
     ap = OneLineArgumentParser(prog=prog, description=description,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)",
+                    check=_one_of(("auto", "cpu", "cuda", "cuda:N", "mps"), DEVICE_PATTERN.fullmatch))
     ap.add_argument("--preset", default=None, help=f"model size: {', '.join(PRESET_NAMES)} "
-                    "(default: 'default' on the CPU, 'default' and 'shakespeare' on CUDA)")
+                    "(default: 'default' on the CPU, 'default' and 'shakespeare' on CUDA)", check=_one_of(PRESET_NAMES))
     ap.add_argument("--dtype", default="auto", help="training precision measured besides float32: "
-                    f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 where the device supports it)")
-    ap.add_argument("--rounds", type=int, default=None, help="alternating timing rounds (default 5)")
-    ap.add_argument("--steps", type=int, default=None, help="training steps per timed round (default 5)")
-    ap.add_argument("--new-tokens", type=int, default=None, help="tokens generated per timed round (default 500)")
-    ap.add_argument("--memory-mb", type=int, default=None,
+                    f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 where the device supports it)",
+                    check=_one_of(DTYPE_CHOICES))
+    ap.add_argument("--rounds", default=None, check=count(), help="alternating timing rounds (default 5)")
+    ap.add_argument("--steps", default=None, check=count(), help="training steps per timed round (default 5)")
+    ap.add_argument("--new-tokens", default=None, check=count(), help="tokens generated per timed round (default 500)")
+    ap.add_argument("--memory-mb", default=None, check=count(0),
                     help="synthetic corpus size for the memory test in MB, 0 = off (default 100)")
-    ap.add_argument("--vocab-size", type=int, default=None,
-                    help="model vocabulary (default: that of the corpus)")
-    ap.add_argument("--corpus", default=None, help="text file for the tokenizer benchmark and the vocabulary "
-                    "(default: ../shared/corpora/koconovel_dev.txt if present, else the built-in corpus)")
+    ap.add_argument("--vocab-size", default=None, check=count(), help="model vocabulary (default: that of the corpus)")
+    ap.add_argument("--corpus", default=None, check=text_file, help="text file for the tokenizer benchmark and the "
+                    "vocabulary (default: ../shared/corpora/koconovel_dev.txt if present, else the built-in corpus)")
     ap.add_argument("--quick", action="store_true", help="2 rounds, no memory test")
     ap.add_argument("--generation-only", action="store_true",
                     help="only the `generation` report: cached against crop-and-recompute, both position kinds")
@@ -86,39 +253,12 @@ def _defaults(args: argparse.Namespace) -> dict[str, object]:
     return {"rounds": 5, "steps": 5, "new_tokens": 500, "memory_mb": 100, "preset": None}
 
 
-def _check_count(flag: str, value: int | None, minimum: int) -> None:
-    if value is not None and value < minimum:
-        raise UserError(f"{flag} must be >= {minimum}, got {value}")
-
-
-def _check_choices(args: argparse.Namespace) -> None:
-    if not DEVICE_PATTERN.fullmatch(args.device):
-        raise UserError(f"unknown --device {args.device}; use auto, cpu, cuda, cuda:N or mps")
-    if args.preset is not None and args.preset not in PRESET_NAMES:
-        raise UserError(f"unknown --preset {args.preset}; use one of: {', '.join(PRESET_NAMES)}")
-    if args.dtype not in DTYPE_CHOICES:
-        raise UserError(f"unknown --dtype {args.dtype}; use one of: {', '.join(DTYPE_CHOICES)}")
-
-
-def _corpus_path(value: str | None, smoke: bool) -> Path | None:
-    """The corpus to read, or None for the built-in one."""
-    if value is None:
-        return None if smoke or not SHARED_CORPUS.is_file() else SHARED_CORPUS
-    path = Path(value).expanduser()
-    if not path.is_file():
-        what = "a directory, not a file" if path.is_dir() else "not found"
-        raise UserError(f"--corpus {value}: {what}; pass a text file")
-    return path
-
-
 def parse_options(argv: list[str], description: str | None = None) -> BenchOptions:
     """Parse and check `bench.py`'s arguments; any mistake raises `UserError`."""
     args = build_parser(description).parse_args(argv)
-    _check_choices(args)
-    defaults = _defaults(args)
-    for flag, minimum in (("rounds", 1), ("steps", 1), ("new_tokens", 1), ("memory_mb", 0), ("vocab_size", 1)):
-        _check_count("--" + flag.replace("_", "-"), getattr(args, flag), minimum)
-    pick = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
-    return BenchOptions(device=args.device, dtype=args.dtype, vocab_size=args.vocab_size,
-                        corpus=_corpus_path(args.corpus, args.smoke), smoke=args.smoke,
-                        generation_only=args.generation_only, **pick)
+    pick = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in _defaults(args).items()}
+    corpus = Path(args.corpus).expanduser() if args.corpus else None  # None: the built-in one
+    if corpus is None and not args.smoke and SHARED_CORPUS.is_file():
+        corpus = SHARED_CORPUS
+    return BenchOptions(device=args.device, dtype=args.dtype, vocab_size=args.vocab_size, corpus=corpus,
+                        smoke=args.smoke, generation_only=args.generation_only, **pick)

@@ -1,4 +1,4 @@
-"""Model sizes the speed benchmark measures.
+"""Model sizes the speed benchmarks measure, and the one way they build a model.
 
 Design choices:
 - `default` is the size the speed table of docs/en/speed.md reports (the project's own default benchmark
@@ -6,17 +6,33 @@ Design choices:
   `tiny` exists only so a smoke test can run every benchmark in seconds.
 - `batch` sits next to the model's keyword arguments because it belongs to the measurement, and the
   JSON output reports the whole dict under `config`.
+- Every side of a comparison is built by `seeded_model` from seed 0, so two sides differ only in what they are
+  asked to differ in.
 """
 
 from __future__ import annotations
+
+import torch
+
+from model import AttentionLanguageModel
 
 PRESETS: dict[str, dict[str, int]] = {
     "default": dict(context_length=128, embedding_size=128, head_size=128, num_heads=4, num_blocks=4, batch=32),
     "shakespeare": dict(context_length=256, embedding_size=384, head_size=384, num_heads=6, num_blocks=6, batch=64),
     "tiny": dict(context_length=32, embedding_size=32, head_size=32, num_heads=2, num_blocks=2, batch=4),
 }
+# recipe=modern's model: rotary positions, RMSNorm, squared ReLU, qk-norm, zero-initialised projections, torch's init
+MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=True, init="torch")
 
 
 def model_kwargs(preset: dict[str, int]) -> dict[str, int]:
     """The preset without `batch`: the keyword arguments of `AttentionLanguageModel`."""
     return {k: v for k, v in preset.items() if k != "batch"}
+
+
+def seeded_model(vocab: int, preset: dict[str, int] | None = None, device: torch.device | str | None = None,
+                 **options) -> AttentionLanguageModel:
+    """The model over `vocab` ids at `preset`'s size (the model's defaults without one), with `options`, built from
+    seed 0 on `device`."""
+    torch.manual_seed(0)
+    return AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset or {}), **options).to(device)

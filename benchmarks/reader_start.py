@@ -21,7 +21,6 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,8 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
+
+from benchmarks import options as opt  # noqa: E402
 
 NEW_TOKENS = 20  # enough that a character is printed whatever the tokenizer (the jamo one spells a syllable in 3)
 
@@ -67,22 +68,21 @@ def imports_dynamo(root: Path, run: Path) -> bool:
 
 def train_run(out: Path, steps: int) -> Path:
     """A small trained run (the default model, `steps` steps on the built-in corpus) in `out`, reused if there."""
+    from benchmarks.runs import last_line, train_py
+    from common.errors import UserError
+
     run = out / "run"
     if (run / "ckpt.pt").is_file():
         return run
-    r = subprocess.run([sys.executable, "train.py", "device=cpu", f"train.max_steps={steps}",
-                        f"train.eval_interval={steps}", "train.eval_steps=2", "train.sample_chars=0",
-                        "train.sample_tokens=0", "train.attention_tokens=0", "train.overwrite=true",
-                        f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True)
+    r, _ = train_py(["device=cpu", f"train.max_steps={steps}", f"train.eval_interval={steps}", "train.eval_steps=2",
+                     "train.sample_chars=0", "train.sample_tokens=0", "train.attention_tokens=0"], run)
     if r.returncode != 0:
-        from common.errors import UserError
-
-        raise UserError(f"training the run failed: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise UserError(f"training the run failed: {last_line(r.stderr, 'no output')}")
     return run
 
 
 def check_costs(run: Path) -> dict[str, float]:
-    """Milliseconds each start-up check of issue 54 costs on `run`, in this process (this checkout's code): the
+    """Milliseconds each start-up check of a reader costs on `run`, in this process (this checkout's code): the
     weights' structure (its meta build included: a fresh process pays it once), the export header's expected
     tensors, the logits of the reader's model, the probe model of train.resume and train.init_from, and the memory
     estimate of a training step at train.batch_size=8."""
@@ -132,33 +132,24 @@ def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
     return result
 
 
-def _checkout(path: str, flag: str) -> Path:
-    from common.errors import UserError
-
-    root = Path(path).expanduser().resolve()
-    if not (root / "generate.py").is_file():
-        raise UserError(f"{flag} {path}: no generate.py there (give a checkout of kochar-gpt)")
-    return root
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import script_parser
-    from common.errors import UserError
-
-    ap = script_parser("reader_start.py", __doc__, "\n\nEach timing")
-    ap.add_argument("--run", help="a trained run folder or checkpoint (default: train a small one into --out)")
-    ap.add_argument("--root", default=str(ROOT), help="the checkout whose generate.py is timed (default: this one)")
-    ap.add_argument("--baseline", help="another checkout, timed in turns with --root (e.g. main, for 'before')")
-    ap.add_argument("--repeat", type=int, default=5, help="launches per checkout; medians are reported (default 5)")
-    ap.add_argument("--steps", type=int, default=20, help="training steps of the run made without --run (default 20)")
-    ap.add_argument("--out", default="runs/reader_start", help="where the run made without --run goes")
+    checkout = opt.checkout("generate.py", "a checkout of kochar-gpt")
+    ap = opt.script_parser("reader_start.py", __doc__, "\n\nEach timing")
+    ap.add_argument("--run", check=opt.run_or_checkpoint,
+                    help="a trained run folder or checkpoint (default: train a small one into --out)")
+    ap.add_argument("--root", default=str(ROOT), check=checkout,
+                    help="the checkout whose generate.py is timed (default: this one)")
+    ap.add_argument("--baseline", check=checkout,
+                    help="another checkout, timed in turns with --root (e.g. main, for 'before')")
+    ap.add_argument("--repeat", default=5, check=opt.count(),
+                    help="launches per checkout; medians are reported (default 5)")
+    ap.add_argument("--steps", default=20, check=opt.count(),
+                    help="training steps of the run made without --run (default 20)")
+    ap.add_argument("--out", default="runs/reader_start", check=opt.out_folder,
+                    help="where the run made without --run goes")
     args = ap.parse_args(argv)
-    if args.repeat < 1 or args.steps < 1:
-        raise UserError("--repeat and --steps must be at least 1")
-    if args.run is not None and not (Path(args.run).expanduser().is_dir() or Path(args.run).expanduser().is_file()):
-        raise UserError(f"--run {args.run}: no such run folder or checkpoint")
-    args.root = _checkout(args.root, "--root")
-    args.baseline = None if args.baseline is None else _checkout(args.baseline, "--baseline")
+    args.root = Path(args.root).expanduser().resolve()
+    args.baseline = None if args.baseline is None else Path(args.baseline).expanduser().resolve()
     return args
 
 
@@ -166,10 +157,8 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     run = Path(args.run).expanduser().resolve() if args.run else train_run(Path(args.out).resolve(), args.steps)
     roots = {"root": args.root, **({"baseline": args.baseline} if args.baseline else {})}
-    print(json.dumps(measure(roots, run, args.repeat), ensure_ascii=False), flush=True)
+    opt.print_json(measure(roots, run, args.repeat))
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -17,25 +17,24 @@ Design choices:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.options import OneLineArgumentParser
-
-    ap = OneLineArgumentParser(prog="python -m benchmarks.row_scores", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--held", default="1500,2600,4000,6000", help="comma-separated held-row counts")
-    ap.add_argument("--positions", type=int, default=16 * 128, help="positions per step (default 2048)")
-    ap.add_argument("--width", type=int, default=128, help="embedding size (default 128)")
+    ap = opt.script_parser("python -m benchmarks.row_scores", __doc__)
+    ap.add_argument("--held", default="1500,2600,4000,6000", check=opt.counts(1),
+                    help="comma-separated held-row counts")
+    ap.add_argument("--positions", default=16 * 128, check=opt.count(), help="positions per step (default 2048)")
+    ap.add_argument("--width", default=128, check=opt.count(), help="embedding size (default 128)")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CPUs with native bf16), float32, bfloat16")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=10, help="forward and backward passes per timed round")
+    ap.add_argument("--rounds", default=5, check=opt.count())
+    ap.add_argument("--reps", default=10, check=opt.count(), help="forward and backward passes per timed round")
     return ap.parse_args(argv)
 
 
@@ -74,7 +73,7 @@ def main(argv: list[str]) -> None:
     dtype = resolve_dtype(args.dtype, torch.device("cpu"), key="--dtype")
     report = {"positions": args.positions, "width": args.width, "dtype": str(dtype).removeprefix("torch."),
               "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * NUM_FINALS, "held": {}}
-    for held in (int(x) for x in args.held.split(",")):
+    for held in args.held:
         sides = timers(held, args.positions, args.width, dtype, args.reps)
         for timer in sides.values():  # warm-up
             timer()
@@ -82,10 +81,8 @@ def main(argv: list[str]) -> None:
         report["held"][held] = {"gather_ms": round(ms["gather"] * 1000, 3),
                                 "product_ms": round(ms["product"] * 1000, 3),
                                 "product_speedup": round(ms["gather"] / ms["product"], 2)}
-    print(json.dumps(report))
+    opt.print_json(report)
 
 
 if __name__ == "__main__":
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -29,20 +29,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import options as opt  # noqa: E402
+
 HALF_HEAD = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
 
 
 def _tiny_run(folder: Path) -> None:
-    import torch
-
+    from benchmarks.presets import seeded_model
     from inference.checkpoint import Checkpoint, save_checkpoint
-    from model import AttentionLanguageModel
     from tokenizer import KoreanCharTokenizer
 
     tok = KoreanCharTokenizer.from_text("옛날에 한 마을에 착한 나무꾼이 살았다.\n")
-    torch.manual_seed(0)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32,
-                               num_heads=4, num_blocks=2)
+    m = seeded_model(tok.vocab_size, dict(context_length=32, embedding_size=32, head_size=32, num_heads=4,
+                                          num_blocks=2))
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict()), folder / "ckpt.pt")
 
@@ -108,30 +110,28 @@ def _big_body(port: int) -> int:
     return int(head.split()[1]) if head else 0
 
 
-def _peak_rss_mb(pid: int) -> float | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    m = re.search(r"VmHWM:\s+(\d+) kB", status)
-    return round(int(m.group(1)) / 1024, 1) if m else None
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="serve_stress.py", description=__doc__.split("\n\nDesign")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--connections", type=int, default=300, help="half-open connections held (default 300)")
-    ap.add_argument("--set", action="append", default=[], help="a serve.py key=value (repeatable)")
-    args = ap.parse_args(argv)
-    if args.connections < 1 or any("=" not in kv for kv in args.set):
-        ap.error("--connections must be >= 1 and --set takes key=value")
-    return args
+    ap = opt.script_parser("serve_stress.py", __doc__, "\n\nDesign")
+    ap.add_argument("--connections", default=300, check=opt.count(),
+                    help="half-open connections held (default 300)")
+    ap.add_argument("--set", action="append", default=[], check=_key_value, help="a serve.py key=value (repeatable)")
+    return ap.parse_args(argv)
+
+
+def _key_value(flag: str, text: str) -> str:
+    from common.errors import UserError
+
+    if "=" not in text:
+        raise UserError(f"{flag} {text!r}: give a serve.py setting as key=value")
+    return text
 
 
 def main(argv: list[str]) -> dict:
-    args = parse_args(argv)
     import resource
 
+    from benchmarks.memory import vm_hwm_kb
+
+    args = parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 256)), hard))
     with tempfile.TemporaryDirectory(prefix="serve-stress-") as tmp:
@@ -150,17 +150,16 @@ def main(argv: list[str]) -> dict:
                 s.close()
             after = _ordinary(port)
             big = _big_body(port)
+            peak = vm_hwm_kb(proc.pid)
             return {"connections": args.connections, "baseline_max_s": round(max(baseline), 3),
                     "while_open_max_s": round(max(during), 3),
                     "half_open_all_closed_s": closed_after and round(closed_after, 1),
                     "after_max_s": round(max(after), 3), "body_300mb_status": big,
-                    "server_peak_rss_mb": _peak_rss_mb(proc.pid), "settings": args.set}
+                    "server_peak_rss_mb": None if peak is None else round(peak / 1024, 1), "settings": args.set}
         finally:
             proc.terminate()
             proc.wait(20)
 
 
 if __name__ == "__main__":
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    print(json.dumps(main(sys.argv[1:])))
+    opt.run_script(lambda argv: opt.print_json(main(argv)))

@@ -11,10 +11,11 @@ how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, 
 tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
 
 Design choices:
-- The model's step is the same for every model measured: forward with targets, backward, `clip_grad_norm_(1.0)`, a
-  fused AdamW step and `zero_grad(set_to_none=True)`, at the default size (4 blocks, 128 wide, 4 heads, context
-  128, batch 8, 1,480 ids as in the GPU issue's measurements), float32, dropout 0, after two warm-up steps. The
-  backward is counted alone the same way: `loss.backward()` after a forward with targets, gradients unset.
+- The model's step is the same for every model measured (benchmarks/training_speed.py's `clipped_step`): forward
+  with targets, backward, `clip_grad_norm_(1.0)`, a fused AdamW step and `zero_grad(set_to_none=True)`, at the
+  default size (4 blocks, 128 wide, 4 heads, context 128, batch 8, 1,480 ids: about the vocabulary of the novels
+  in ../shared/corpora), float32, dropout 0, after two warm-up steps. The backward is counted alone the same way:
+  `loss.backward()` after a forward with targets, gradients unset.
 - train.py's step is `training.step.train_step` on a session `training/session.py` built from the default config
   (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
   train.py adds to it (the loss kept on the device, the learning rate set).
@@ -24,10 +25,7 @@ Design choices:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.util
-import json
 import sys
 import tempfile
 from collections import Counter
@@ -39,8 +37,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
+
+from benchmarks import options as opt  # noqa: E402
 
 SIZE = dict(num_blocks=4, embedding_size=128, num_heads=4, context_length=128)  # configs/model/small.yaml's
 BATCH, VOCAB = 8, 1480
@@ -89,17 +89,11 @@ class HostSyncs(TorchFunctionMode):
 
 def model_step_ops(model: torch.nn.Module) -> int:
     """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    from benchmarks.training_speed import clipped_step
+
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
-
-    def step() -> None:
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = clipped_step(model, x, y)
     for _ in range(2):
         step()
     with DispatchCount() as count:
@@ -127,21 +121,15 @@ def side_by_side(counts: dict[str, Counter[str]]) -> dict:
 
 
 def ours() -> torch.nn.Module:
-    from model import AttentionLanguageModel
+    from benchmarks.presets import seeded_model
 
-    torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=VOCAB, head_size=SIZE["embedding_size"], dropout=0.0, **SIZE)
+    return seeded_model(VOCAB, SIZE, head_size=SIZE["embedding_size"], dropout=0.0)
 
 
 def nanogpt(checkout: str, bias: bool) -> torch.nn.Module:
-    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(checkout).expanduser() / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    c = module.GPTConfig(block_size=SIZE["context_length"], vocab_size=VOCAB, n_layer=SIZE["num_blocks"],
-                         n_head=SIZE["num_heads"], n_embd=SIZE["embedding_size"], dropout=0.0, bias=bias)
-    with contextlib.redirect_stdout(sys.stderr):  # it prints its parameter count; stdout is the JSON's
-        return module.GPT(c)
+    from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
+
+    return nanogpt_model(nanogpt_module(checkout), VOCAB, SIZE, bias)
 
 
 def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
@@ -159,8 +147,9 @@ def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
 
 
 def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nanogpt", help="a checkout of github.com/karpathy/nanoGPT, counted beside this project")
+    ap = opt.script_parser("python -m benchmarks.step_ops", __doc__)
+    ap.add_argument("--nanogpt", check=opt.NANOGPT,
+                    help="a checkout of github.com/karpathy/nanoGPT, counted beside this project")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out = {"size": {**SIZE, "batch": BATCH, "vocab_size": VOCAB}, "ours_model_step": model_step_ops(ours())}
@@ -173,8 +162,8 @@ def main(argv: list[str]) -> None:
             out[f"{name}_model_step"] = model_step_ops(nanogpt(args.nanogpt, bias))
             backward[name] = backward_ops(nanogpt(args.nanogpt, bias))
     out["backward"] = side_by_side(backward)
-    print(json.dumps(out))
+    opt.print_json(out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    opt.run_script(main)

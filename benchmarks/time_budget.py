@@ -13,45 +13,37 @@ Design choices:
   tokens/s come from the run's TensorBoard events, which train.py writes anyway.
 - A failed run prints a JSON line with its error and the others still run: one bad override should not
   cost a long sweep.
-- Runnable as a file as well as a module: as a file, the repository root is put on sys.path first, and the
-  project's imports wait until then (inside the functions).
+- Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = re.compile(r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
-                    r"(?P<secs>[\d.]+)s")
+if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import options as opt  # noqa: E402
+
 RUN_NAME = re.compile(r"[\w.-]+")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The checked arguments (an argparse Namespace); any mistake raises `UserError`."""
-    from benchmarks.options import OneLineArgumentParser
     from common.errors import UserError
 
-    ap = OneLineArgumentParser(prog="time_budget.py", description=__doc__.split("\n\nDesign")[0],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True, help="the text file every run trains on")
-    ap.add_argument("--seconds", type=float, default=300, help="wall-clock budget of each run (default 300)")
+    ap = opt.script_parser("time_budget.py", __doc__, "\n\nDesign")
+    ap.add_argument("--corpus", required=True, check=opt.text_file, help="the text file every run trains on")
+    ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--run", action="append", required=True, help="NAME=space-separated train.py overrides")
-    ap.add_argument("--out", default="runs/budget", help="runs go to OUT/NAME (default runs/budget)")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads of each run (default: torch's choice)")
+    ap.add_argument("--out", default="runs/budget", check=opt.out_folder,
+                    help="runs go to OUT/NAME (default runs/budget)")
+    ap.add_argument("--threads", default=None, check=opt.count(), help="CPU threads of each run (default: torch's)")
     args = ap.parse_args(argv)
-    if not Path(args.corpus).expanduser().is_file():
-        raise UserError(f"--corpus {args.corpus}: not found or not a file; pass a text file")
-    if not args.seconds > 0:
-        raise UserError(f"--seconds must be > 0, got {args.seconds}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     for spec in args.run:
         name = spec.partition("=")[0]
         if not RUN_NAME.fullmatch(name):
@@ -61,25 +53,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
     """Train one configuration for the budget; its result line as a dict."""
+    from benchmarks.runs import median_tokens_per_sec, trained
     from benchmarks.tb_read import read_scalars
 
     env = None
     if args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     run_dir = Path(args.out) / name
-    cmd = [sys.executable, str(ROOT / "train.py"), f"data.path={Path(args.corpus).expanduser()}",
-           f"train.max_seconds={args.seconds}", "train.max_steps=1000000", "train.early_stop=null",
-           f"hydra.run.dir={run_dir}", "train.overwrite=true", *overrides.split()]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    m = RESULT.search(proc.stdout)
-    if proc.returncode or m is None:
-        return {"name": name, "error": (proc.stderr.strip().splitlines() or ["no result line"])[-1]}
+    done = trained([f"data.path={Path(args.corpus).expanduser()}", f"train.max_seconds={args.seconds}",
+                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], run_dir, env)
+    if "error" in done:
+        return {"name": name, **done}
     tags = read_scalars(run_dir)
-    tps = sorted(v for _, v in tags.get("train/tokens_per_sec", []))
     bpcs = [v for _, v in tags.get("val/bpc", [])]
-    return {"name": name, "overrides": overrides, "steps": int(m["step"]), "val_loss": float(m["loss"]),
-            "val_bpc": float(m["bpc"]), "best_val_bpc": min(bpcs) if bpcs else None,
-            "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None, "seconds": float(m["secs"])}
+    return {"name": name, "overrides": overrides, "steps": done["steps"], "val_loss": done["val_loss"],
+            "val_bpc": done["val_bpc"], "best_val_bpc": min(bpcs) if bpcs else None,
+            "tokens_per_sec": median_tokens_per_sec(tags), "seconds": done["seconds"]}
 
 
 def main(argv: list[str]) -> None:
@@ -89,12 +78,8 @@ def main(argv: list[str]) -> None:
     say_whole_budget(f"{args.seconds:g} s")
     for spec in args.run:
         name, _, overrides = spec.partition("=")
-        print(json.dumps(run_one(name, overrides, args), ensure_ascii=False), flush=True)
+        opt.print_json(run_one(name, overrides, args))
 
 
 if __name__ == "__main__":
-    if str(ROOT) not in sys.path:  # run as a file: only benchmarks/ is on the path
-        sys.path.insert(0, str(ROOT))
-    from cli.entry import run_cli
-
-    run_cli(lambda: main(sys.argv[1:]))
+    opt.run_script(main)

@@ -12,11 +12,12 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 
-from benchmarks.presets import model_kwargs
+from benchmarks.presets import seeded_model
 from benchmarks.timing import median_alternating, seconds
 from common.device import autocast
 from model import AttentionLanguageModel
@@ -76,18 +77,34 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
     return lambda: batch * context * steps / seconds(lambda: run(steps), device)
 
 
+def clipped_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, run: Callable | None = None,
+                 amp: torch.dtype | None = None) -> Callable[[], None]:
+    """One optimizer step as nanoGPT's train.py takes one: forward with targets (through `run`, `model` compiled,
+    where given; under `amp` autocast where given), backward, gradients clipped at 1.0, a fused AdamW step,
+    gradients unset."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = run or model
+
+    def step() -> None:
+        with torch.autocast(x.device.type, dtype=amp) if amp else contextlib.nullcontext():
+            _, loss = forward(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dtypes: list[str], rounds: int,
                    steps: int, peak_flops: float) -> dict:
     """Tokens/s per (attention, dtype), their ratios, the model's size and its achieved fp32 FLOP/s."""
-    timers, model = {}, None
+    timers = {}
     for attention in ("heads", "fused"):
         for dt in dtypes:
-            torch.manual_seed(0)
-            model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, attention=attention,
-                                           **model_kwargs(preset)).to(device)
+            model = seeded_model(vocab, preset, device, dropout=0.0, attention=attention)
             timers[f"{attention}_{dt}"] = training_timer(model, preset["batch"], device, getattr(torch, dt), steps)
-    torch.manual_seed(0)
-    model = AttentionLanguageModel(vocab_size=vocab, dropout=0.0, **model_kwargs(preset)).to(device)
+    model = seeded_model(vocab, preset, device, dropout=0.0)
     timers["fused_float32_ema"] = training_timer(model, preset["batch"], device, torch.float32, steps, average="ema")
     tps = median_alternating(timers, rounds)
     out: dict[str, object] = {"config": dict(preset)}

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.presets import model_kwargs
+from benchmarks.presets import seeded_model
 from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
-from model.config import ModelConfig
 from model.counts import num_parameters
 from model.streaming import stream
 
@@ -56,9 +55,8 @@ def bench_transformers_peer(preset: dict[str, int], vocab: int, rounds: int, new
     from inference.checkpoint import Checkpoint
     from tokenizer import KoreanCharTokenizer
 
-    torch.manual_seed(0)
     tokenizer = KoreanCharTokenizer([chr(0xAC00 + i) for i in range(vocab - 1)])
-    ours = AttentionLanguageModel(ModelConfig(vocab_size=vocab, **model_kwargs(preset))).eval()
+    ours = seeded_model(vocab, preset).eval()
     ckpt = Checkpoint(ours.config, ours.state_dict(), tokenizer.to_dict(), 1.0)
     with tempfile.TemporaryDirectory() as tmp:
         write_folder(ckpt, tokenizer, num_parameters(ours), Path(tmp) / "m", "benchmark", overwrite=False)

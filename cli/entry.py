@@ -54,6 +54,17 @@ def debug_enabled() -> bool:
     return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
+def _refuse_spaced_debug() -> None:
+    """KOCHAR_DEBUG with spaces around it (' 0' would turn tracebacks on) is one line before anything runs, as for
+    every variable the project reads (common/config_checks.py)."""
+    from common.config_checks import environment
+
+    try:
+        environment("KOCHAR_DEBUG")
+    except UserError as e:
+        fail(str(e))
+
+
 def fail(message: str, code: int = 2) -> None:
     from common.names import shown_name  # a file name that is not UTF-8 shows U+FFFD, as everywhere else
 
@@ -212,6 +223,7 @@ def run_hydra(main: Callable[[], object]) -> None:
     """Call a `@hydra.main` function so that Hydra's own errors (unknown key, bad override syntax, missing
     config group) end as one `error:` line and exit code 2, like our own user errors."""
     global _held_stderr
+    _refuse_spaced_debug()
     if debug_enabled():
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra prints the whole traceback only when asked this way
         main()
@@ -235,6 +247,7 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
     line naming what failed and the file holding its traceback (in `traceback_dir` when it still exists)."""
     if _held_stderr is not None:
         _held_stderr.release()  # the job has started: from here on stderr is live
+    _refuse_spaced_debug()
     if not debug_enabled():
         warnings.formatwarning = one_line_warning
     try:

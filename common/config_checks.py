@@ -1,16 +1,65 @@
 """Range checks shared by the config dataclasses' `__post_init__` methods, with messages that name the key.
 
 Types are Hydra's job (the dataclasses are its schema); these check what a type cannot say.
+
+Design choices:
+- A refused value is shown as it was typed (`shown_value`): bare where that is unambiguous, in quotes as Python
+  writes a string where it has spaces, is empty or holds characters a line cannot show. A message never shows
+  `cpu ` as `cpu`, and so never advises the very value that failed.
+- Surrounding spaces are refused, for every word a key takes and every environment variable the project reads
+  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still
+  has them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another is what made the
+  rule unpredictable. Where the value without them would do, the line says so and shows it.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Container
 
-from common.errors import ConfigError
+from common.errors import ConfigError, UserError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_SEED = 2**63 - 1
+
+
+def shown_value(value: object) -> str:
+    """`value` as a message shows it, as typed: bare, or quoted (Python's repr) where it has any whitespace, is empty,
+    or holds a character a line cannot show."""
+    text = str(value)
+    if isinstance(value, str) and (not text or not text.isprintable() or any(c.isspace() for c in text)):
+        return repr(text)
+    return text
+
+
+def refusal(key: str, value: object, need: str, accepted: Container[str] | Callable[[str], bool] = ()) -> ConfigError:
+    """The one line refusing `value` for `key`, shown as typed, and what the key takes (`need`); where the value
+    without its surrounding spaces is `accepted` (a container of words, or a test), the line says the spaces are the
+    fault and shows the value without them."""
+    text = str(value)
+    bare = text.strip()
+    fits = accepted(bare) if callable(accepted) else bare in accepted
+    if isinstance(value, str) and bare != text and fits:
+        return ConfigError(f"{key}={shown_value(value)} is invalid: the spaces around it are part of the value; "
+                           f"write {key}={bare}")
+    return ConfigError(f"{key}={shown_value(value)} is invalid: {need}")
+
+
+def environment(name: str, choices: dict[str, str] | None = None) -> str:
+    """The environment variable `name` ("" where unset). A value with surrounding spaces, or one not in `choices`
+    ({value: what it does}, where given), is one UserError showing it as set and what it may be."""
+    value = os.environ.get(name, "")
+    bare = value.strip()
+    if value == bare and (choices is None or value in choices or not value):
+        return value
+    spaces = ": the spaces around it are part of the value" if value != bare else ""
+    if choices:
+        ways = [f"{name}={v} ({what})" if v else f"leave it unset ({what})" for v, what in choices.items()]
+        use = "use " + (f"{', '.join(ways[:-1])} or {ways[-1]}" if len(ways) > 1 else ways[0])
+    else:
+        use = f"write {name}={bare}" if bare else f"unset {name}"
+    raise UserError(f"{name}={shown_value(value)} is not understood{spaces}; {use}")
 
 
 def positive_int(key: str, value: int | None, minimum: int = 1, optional: bool = False) -> None:
@@ -18,7 +67,8 @@ def positive_int(key: str, value: int | None, minimum: int = 1, optional: bool =
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         need = {0: "an integer >= 0", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ConfigError(f"{key}={value} is invalid: it must be {need}" + (" (or null)" if optional else ""))
+        raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be {need}"
+                          + (" (or null)" if optional else ""))
 
 
 def number_in(key: str, value: float | None, low: float, high: float, *, low_open: bool = False,
@@ -33,7 +83,7 @@ def number_in(key: str, value: float | None, low: float, high: float, *, low_ope
         hi = ")" if high_open else "]"
         span = f"> {low}" if high == math.inf and low_open else f">= {low}" if high == math.inf else \
             f"in {lo}{low}, {high}{hi}"
-        raise ConfigError(f"{key}={value} is invalid: it must be a finite number {span}"
+        raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be a finite number {span}"
                           + (" (or null)" if optional else ""))
 
 
@@ -41,19 +91,22 @@ def one_of(key: str, value: str | None, choices: tuple[str, ...], optional: bool
     if value is None and optional:
         return
     if value not in choices:
-        raise ConfigError(f"{key}={value} is invalid: use one of {', '.join(choices)}"
-                          + (" (or null)" if optional else ""))
+        raise refusal(key, value, f"use one of {', '.join(choices)}" + (" (or null)" if optional else ""), choices)
+
+
+def is_device(value: str) -> bool:
+    base, _, index = str(value).partition(":")
+    return base in DEVICES and (not index or base == "cuda" and index.isdigit())
 
 
 def device_name(key: str, value: str) -> None:
-    base, _, index = str(value).partition(":")
-    if base not in DEVICES or (index and not (base == "cuda" and index.isdigit())):
-        raise ConfigError(f"{key}={value} is invalid: use one of {', '.join(DEVICES)} (or cuda:N)")
+    if not is_device(value):
+        raise refusal(key, value, f"use one of {', '.join(DEVICES)} (or cuda:N)", is_device)
 
 
 def seed(key: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ConfigError(f"{key}={value} is invalid: it must be an integer in [0, 2**63 - 1]")
+        raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be an integer in [0, 2**63 - 1]")
 
 
 BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
@@ -76,8 +129,28 @@ def field_type(schema: type, dotted_key: str) -> object | None:
 
 
 def boolean_overrides(schema: type, overrides: list[str]) -> None:
-    """OmegaConf reads any integer as a boolean (2 means true); a boolean key takes only YAML's words."""
+    """OmegaConf reads any integer as a boolean (2 means true); a boolean key takes only YAML's words. A number or a
+    boolean quoted with spaces inside the quotes is refused as a word is (`refusal`), where OmegaConf drops them."""
+    import typing
+
     for override in overrides:
         key, sep, value = override.lstrip("+~").partition("=")
-        if sep and field_type(schema, key) is bool and value.strip().strip("'\"").lower() not in BOOLEAN_WORDS:
-            raise ConfigError(f"{key}={value} is invalid: it must be true or false (yes/no, on/off)")
+        kind = field_type(schema, key) if sep else None
+        quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "'\""
+        inner = value[1:-1] if quoted else value
+        if kind is bool:
+            fits, need = (lambda w: w.lower() in BOOLEAN_WORDS), "it must be true or false (yes/no, on/off)"
+        elif kind in (int, float) or set(typing.get_args(kind)) - {type(None)} in ({int}, {float}):
+            fits, need = _is_number, "it must be a number"
+        else:
+            continue
+        if inner != inner.strip() or not fits(inner) and kind is bool:
+            raise refusal(key, inner if quoted else value, need, fits)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from pathlib import Path
 
 import torch
 
-from common.config_checks import DEVICES
+from common.config_checks import DEVICES, environment, shown_value
 from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -23,7 +22,7 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """`auto` takes CUDA, then MPS, then the CPU."""
     base = str(name).split(":")[0]
     if base not in DEVICES:
-        raise UserError(f"unknown device={name}; use one of: {', '.join(DEVICES)}")
+        raise UserError(f"unknown device={shown_value(name)}; use one of: {', '.join(DEVICES)}")
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if base == "auto":
         base = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
@@ -45,11 +44,8 @@ def cpu_has_native_bf16() -> bool:
 
 def cpu_bf16_forced() -> bool | None:
     """KOCHAR_CPU_BF16's answer (1: yes, 0: no), or None where it is unset or empty; any other value is refused."""
-    value = os.environ.get(CPU_BF16_ENV, "")
-    if value not in ("", "0", "1"):
-        shown = value if value.isprintable() else ascii(value)  # the message stays one line
-        raise UserError(f"{CPU_BF16_ENV}={shown} is not understood; use {CPU_BF16_ENV}=1 (take the CPU's bfloat16 "
-                        f"path), {CPU_BF16_ENV}=0 (its float32 path) or leave it unset (detect the CPU's instructions)")
+    value = environment(CPU_BF16_ENV, {"1": "take the CPU's bfloat16 path", "0": "its float32 path",
+                                       "": "detect the CPU's instructions"})
     return None if value == "" else value == "1"
 
 
@@ -81,7 +77,7 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
     (docs/en/speed.md has the numbers).
     """
     if name not in ("auto", *DTYPES):
-        raise UserError(f"unknown {key}={name}; use one of: auto, {', '.join(DTYPES)}")
+        raise UserError(f"unknown {key}={shown_value(name)}; use one of: auto, {', '.join(DTYPES)}")
     if device.type == "cpu" and name == "float16":
         raise UserError(f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32")
     if name != "auto":

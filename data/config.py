@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from common import config_checks as checks
 from common.errors import ConfigError
 from tokenizer import TOKENIZER_KINDS
 
@@ -20,11 +21,11 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.val_fraction) and 0.0 < self.val_fraction < 1.0):
-            raise ConfigError(f"data.val_fraction={self.val_fraction} is invalid: it must be in (0, 1)")
+            raise ConfigError(f"data.val_fraction={checks.shown_value(self.val_fraction)} is invalid: it must be in "
+                              "(0, 1)")
         if self.val_files is not None:
             self.val_files = checked_val_files(self.val_files)
-        if self.tokenizer not in TOKENIZER_KINDS:
-            raise ConfigError(f"data.tokenizer={self.tokenizer} is invalid: use one of {', '.join(TOKENIZER_KINDS)}")
+        checks.one_of("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
 
 
 def checked_val_files(value: Any) -> int | list[str]:

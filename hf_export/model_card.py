@@ -76,8 +76,10 @@ def weights_words(ckpt: Checkpoint) -> str:
 
 def source_words(source: dict) -> str:
     """Which checkpoint the folder came from and why that one (inference/run_files.py), in English and Korean."""
+    note = source.get("note")  # why best.pt was passed over (inference/run_files.py)
     why = {"best": "the best validation of the run / 실행에서 검증 손실이 가장 낮았던 가중치",
-           "last": "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",
+           "last": f"the run's last weights / 마지막 가중치: {note}" if note else
+           "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",
            "named": "the file named on the command line / 명령줄에서 지정한 파일"}.get(source.get("chosen"), "")
     loss = source.get("val_loss")
     loss = f", val loss / 검증 손실 {loss:.4f}" if isinstance(loss, float) else ""

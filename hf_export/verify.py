@@ -20,6 +20,7 @@ import torch
 
 from common.errors import UserError
 from hf_format.deps import require
+from inference.checkpoint import another_checkpoint
 from model import AttentionLanguageModel
 
 TOLERANCE = 1e-3
@@ -45,8 +46,8 @@ def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "
     ours = model.eval()(ids)[0]
     if not bool(torch.isfinite(ours).all()):
         raise UserError(f"the weights of {source} compute logits that are not finite numbers (NaN or infinity): "
-                        "they cannot be exported; nothing was written; use an earlier checkpoint (best.pt) or train "
-                        "again")
+                        "they cannot be exported; nothing was written; "
+                        f"{another_checkpoint(source if isinstance(source, Path) else None)}")
     transformers = quiet_transformers()
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True).eval()
     diff = float((ours - theirs(ids).logits.float()).abs().max())

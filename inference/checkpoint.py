@@ -153,14 +153,23 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     return (None, missing) if missing else (TrainingState(**state), ())
 
 
+def another_checkpoint(path: str | Path | None) -> str:
+    """Advice for a checkpoint `path` that cannot be used: its run's other file (ckpt.pt, best.pt), never itself."""
+    others = [Path(path).parent / n for n in (CKPT_NAME, BEST_NAME) if path and n != Path(path).name]
+    other = next((p for p in others if p.is_file()), None)
+    if other is None:
+        return "use another run's checkpoint or train again"
+    return f"use its run's other checkpoint (ckpt={other}), another run's, or train again"
+
+
 def refuse_non_finite(ckpt: Checkpoint) -> None:
     """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
     averaged weights, where the run kept them, as well as the raw ones)."""
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
-                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; use an earlier "
-                            "checkpoint (best.pt) or train again")
+                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; "
+                            f"{another_checkpoint(ckpt.path)}")
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
@@ -168,7 +177,8 @@ def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
     (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
     refuse_non_finite(ckpt)
     for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
-        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)
+        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind,
+                                 another_checkpoint(ckpt.path))
     return ckpt
 
 
@@ -285,6 +295,6 @@ def _load_payload(path: Path, mmap: bool = False) -> Any:
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
         raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "
-                        "use another checkpoint (best.pt, or an earlier run) or train again") from None
+                        f"{another_checkpoint(path)}") from None
     except Exception as e:  # noqa: BLE001 - arbitrary bytes can fail the unpickler in any way
         raise UserError(f"{path} is not a kochar-gpt checkpoint (it cannot be read: {type(e).__name__})") from None

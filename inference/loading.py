@@ -1,6 +1,6 @@
 """From a run folder or checkpoint file to a model ready to sample, and its tokenizer.
 
-A run folder gives its best validated weights (best.pt where it differs from the last, ckpt.pt: inference/run_files.py);
+A run folder gives its best validated weights (best.pt where it is the run's and better than ckpt.pt: run_files.py);
 a file is read as named. `LoadedRun.line()` is every reader's first line: which weights, of which file, its step and
 validation loss, and why that file."""
 
@@ -12,7 +12,13 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models
+from inference.checkpoint import (
+    Checkpoint,
+    another_checkpoint,
+    load_checkpoint,
+    refuse_non_finite,
+    refuse_two_models,
+)
 from inference.run_files import RunFile, run_file
 from inference.weight_checks import refuse_non_finite_logits
 from inference.weights import WeightsUsed, choose_weights
@@ -95,5 +101,5 @@ def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root:
     model = model_from_checkpoint(checkpoint, used.kind)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
-    refuse_non_finite_logits(model, checkpoint.path, used.kind)  # finite weights can still overflow
+    refuse_non_finite_logits(model, checkpoint.path, used.kind, another_checkpoint(checkpoint.path))  # can overflow
     return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used, chosen)

@@ -4,35 +4,51 @@ Design choices:
 - A run folder holds `ckpt.pt`, the last weights (written at every evaluation and when a signal stops the run;
   `train.resume` continues from it), and `best.pt`, a byte copy of `ckpt.pt` at the evaluation with the lowest
   validation loss. Given a run folder, or nothing (the newest run under runs/), generate.py, evaluate.py,
-  serve.py, export.py and train.init_from read `best.pt` where it holds other weights than `ckpt.pt` (an earlier
-  step: validation has not improved since), else `ckpt.pt`. A run that memorises its text then never hands a
-  reader weights worse than the best it had.
+  serve.py, export.py and train.init_from read `best.pt` only where it is better: its recorded validation loss is
+  finite and lower than `ckpt.pt`'s, and it is this run's (`passed_over`). Otherwise they read `ckpt.pt`, and the
+  words of the file say why `best.pt` was passed over. A run that memorises its text then never hands a reader
+  weights worse than the best it had, and a `best.pt` that is another run's, left behind, or never validated is
+  never called the best.
+- "This run's" is what a checkpoint records that fixes what its validation loss measures: the model settings that
+  make the weights (all but `model.dropout` and `model.attention`, which a resumed run may change), the tokenizer
+  (its whole dict: the vocabulary), and the corpus: its config's `data.path`, `data.val_fraction`,
+  `data.val_files` and `data.tokenizer` (a file written before a key existed has its default), and the tokens per
+  character. Two losses compare only where all of these are the same.
+- A folder with `best.pt` but no `ckpt.pt` is refused in one line that names `best.pt`: there is nothing to
+  compare it with, so it cannot be called the best, and the user may still read it by naming it.
 - A file named on the command line is read as named: `ckpt=<run>/ckpt.pt` is how to get the last weights, and
   `ckpt=<run>/best.pt` the best ones whatever the last. Every reader says which file it read, its step and
   validation loss, and why (`RunFile.words()`), so the choice is never silent.
-- Whether the two files differ is decided by the step each holds, read from their headers (mapped, not read:
-  inference/checkpoint.py) once per version of each file, so the playground may ask on every request.
+- What the two files hold is read from their headers (mapped, not read: inference/checkpoint.py) once per version
+  of each file, so the playground may ask on every request.
 - A `best.pt` that cannot be read does not stop a reader: it reads `ckpt.pt` and says why.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
+from common.config_checks import shown_value
 from common.errors import UserError
+from data.config import DataConfig
 from inference.checkpoint import (
     BEST_NAME,
     CKPT_NAME,
+    Checkpoint,
     load_checkpoint,
     newest_checkpoint,
     refuse_two_models,
     resolve_checkpoint,
 )
 
-CHOSEN = ("best", "last", "named")  # best.pt over a later ckpt.pt | ckpt.pt (no other best) | the file named
+CHOSEN = ("best", "last", "named")  # best.pt over ckpt.pt | ckpt.pt (best.pt absent or passed over) | the file named
+RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/settings/resume.py's MODEL_CHANGEABLE
+CORPUS_KEYS = ("path", "val_fraction", "val_files", "tokenizer")  # the data keys that fix the validation text
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,9 @@ class Header:
 
     step: int
     val_loss: float  # the validation loss of its evaluation (nan: none yet, or no training state)
+    model: tuple = ()  # (key, value) of the model settings that make the weights
+    tokenizer: str = ""  # the tokenizer's dict, as sorted JSON
+    corpus: tuple = ()  # (key, value) of what fixes the validation text (CORPUS_KEYS, the tokens per character)
 
 
 @dataclass(frozen=True)
@@ -48,8 +67,8 @@ class RunFile:
     path: Path
     chosen: str  # one of CHOSEN
     header: Header
-    other: Header | None = None  # best: the last weights' (ckpt.pt); named ckpt.pt: best.pt's where it differs
-    note: str = ""  # why best.pt was not read although it is there (it cannot be read)
+    other: Header | None = None  # best: the last weights' (ckpt.pt); named ckpt.pt: best.pt's where it is better
+    note: str = ""  # why best.pt was not read although it is there (passed_over)
 
     def words(self, extra: str = "") -> str:
         """E.g. `runs/x/best.pt (step 500, val loss 3.8512: the best validation; ...)`; `extra` ends the brackets."""
@@ -68,9 +87,11 @@ class RunFile:
         return f"{self.path} ({detail})"
 
     def fields(self) -> dict:
-        """What a JSON answer carries about the file: its step and validation loss, and why it was read."""
+        """What a JSON answer carries about the file: its step and validation loss, and why it was read (`note`: why
+        best.pt was passed over, or None)."""
         loss = None if math.isnan(self.header.val_loss) else self.header.val_loss
-        return {"checkpoint": str(self.path), "chosen": self.chosen, "step": self.header.step, "val_loss": loss}
+        return {"checkpoint": str(self.path), "chosen": self.chosen, "step": self.header.step, "val_loss": loss,
+                "note": self.note or None}
 
 
 def _loss(h: Header) -> str:
@@ -78,7 +99,7 @@ def _loss(h: Header) -> str:
 
 
 def header(path: Path) -> Header:
-    """The step and validation loss `path` holds; unreadable is one UserError (as any reader would say)."""
+    """The step, validation loss and run of `path`; unreadable is one UserError (as any reader would say)."""
     path = Path(path)
     st = path.stat()
     return _header(str(path.resolve()), st.st_mtime_ns, st.st_size)
@@ -88,46 +109,94 @@ def header(path: Path) -> Header:
 def _header(path: str, mtime_ns: int, size: int) -> Header:  # keyed by the file's version: rewritten, read again
     ckpt = load_checkpoint(path, mmap=True)
     training = ckpt.training
-    return Header(ckpt.step, float(training.val_loss) if training is not None else math.nan)
+    val_loss = float(training.val_loss) if training is not None else math.nan
+    model = tuple((f"model.{k}", v) for k, v in ckpt.model_config.to_dict().items() if k not in RESUMABLE_MODEL_KEYS)
+    return Header(ckpt.step, val_loss, model, json.dumps(ckpt.tokenizer, sort_keys=True, default=str), _corpus(ckpt))
+
+
+def _corpus(ckpt: Checkpoint) -> tuple:
+    """What fixes the run's validation text, a key its config lacks taking DataConfig's default."""
+    data = ckpt.config.get("data") if isinstance(ckpt.config, dict) else None
+    data = data if isinstance(data, dict) else {}
+    defaults = {f.name: f.default for f in fields(DataConfig)}
+    values = {f"data.{k}": data.get(k, defaults[k]) for k in CORPUS_KEYS}
+    path = values["data.path"]
+    values["data.path"] = os.path.normpath(os.path.expanduser(path)) if isinstance(path, str) else path
+    values["data.val_files"] = json.dumps(values["data.val_files"], default=str)
+    return (*values.items(), ("tokens_per_char", float(ckpt.tokens_per_char)))
 
 
 def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> RunFile:
     """The file a reader reads for `ckpt`: a run folder (or None: the newest run under `runs_root`) gives best.pt
-    where it differs from ckpt.pt, else ckpt.pt; a file is read as named. A folder that also holds an exported model
-    is refused naming `key` (checkpoint.py's refuse_two_models)."""
+    where it is this run's and validated better than ckpt.pt, else ckpt.pt; a file is read as named. A folder that
+    also holds an exported model is refused naming `key` (checkpoint.py's refuse_two_models)."""
     if ckpt in (None, ""):
         return folder_file(newest_checkpoint(runs_root).parent, key)
     p = Path(ckpt).expanduser()
     if p.is_dir():
         return folder_file(p, key)
     path = resolve_checkpoint(p, runs_root, key)  # a missing file: the one line every reader gives
-    other = None
     best = path.parent / BEST_NAME
     if path.name == CKPT_NAME and best.is_file():
         mine, other = header(path), _readable_header(best)
-        other = other if other is not None and other.step != mine.step else None
-        return RunFile(path, "named", mine, other)
+        return RunFile(path, "named", mine, other if passed_over(other, mine) is None else None)
     return RunFile(path, "named", header(path))
 
 
 def folder_file(folder: Path, key: str = "ckpt") -> RunFile:
-    """best.pt where it holds another step than ckpt.pt, else ckpt.pt (a folder with best.pt alone: best.pt)."""
+    """best.pt where `passed_over` finds nothing against it, else ckpt.pt with the reason in `note`; a folder with
+    best.pt and no ckpt.pt is one UserError naming best.pt as `key` (ckpt=<folder>/best.pt reads it)."""
     refuse_two_models(folder, key)
     last, best = folder / CKPT_NAME, folder / BEST_NAME
+    if best.is_file() and not last.is_file():
+        raise UserError(f"no {CKPT_NAME} in run directory {folder}: its {BEST_NAME} cannot be compared with the run's "
+                        f"last weights, so it is not read as the run's best; name it to read it anyway: {key}={best}")
+    path = resolve_checkpoint(folder, key=key)  # no ckpt.pt either: the one line every reader gives
+    last_header = header(path)
     if not best.is_file():
-        path = resolve_checkpoint(folder, key=key)  # no ckpt.pt either: the one line every reader gives
-        return RunFile(path, "last", header(path))
+        return RunFile(path, "last", last_header)
     best_header = _readable_header(best)
-    if not last.is_file():
-        if best_header is None:
-            header(best)  # the reason it cannot be read, as one line
-        return RunFile(best, "best", best_header)
-    last_header = header(last)
-    if best_header is None:
-        return RunFile(last, "last", last_header, note=f"{BEST_NAME} is there but cannot be read, so {CKPT_NAME} was")
-    if best_header.step == last_header.step:
-        return RunFile(last, "last", last_header)
-    return RunFile(best, "best", best_header, last_header)
+    why = passed_over(best_header, last_header)
+    if why is None:
+        return RunFile(best, "best", best_header, last_header)
+    return RunFile(path, "last", last_header, note=why)
+
+
+def passed_over(best: Header | None, last: Header) -> str | None:
+    """Why a run's best.pt (`best`; None: unreadable) is not read beside its ckpt.pt (`last`): None where it is this
+    run's and its validation loss is finite and lower; "" where it holds ckpt.pt's own evaluation (a copy)."""
+    if best is None:
+        return f"{BEST_NAME} is there but cannot be read, so {CKPT_NAME} was"
+    why = f"{BEST_NAME} was passed over: "
+    for part, mine, theirs in (("tokenizer", best.tokenizer, last.tokenizer), ("model", best.model, last.model),
+                               ("corpus", best.corpus, last.corpus)):
+        if mine != theirs:
+            return why + f"it is another run's: its {part} differs{_differences(mine, theirs)}"
+    if best.step == last.step and (best.val_loss == last.val_loss or math.isnan(best.val_loss + last.val_loss)):
+        return ""
+    if not math.isfinite(best.val_loss):
+        return why + "it records no validation loss"
+    if not math.isfinite(last.val_loss):
+        return why + f"{CKPT_NAME} records no validation loss to compare it with"
+    if not best.val_loss < last.val_loss:
+        return why + (f"its val loss {best.val_loss:.4f} (step {best.step}) is not lower than {CKPT_NAME}'s "
+                      f"{last.val_loss:.4f}")
+    return None
+
+
+def _differences(mine: object, theirs: object) -> str:
+    """` (model.num_blocks=3, ckpt.pt's 2; ...)` for two (key, value) tuples; "" for anything else."""
+    if not isinstance(mine, tuple) or not isinstance(theirs, tuple):
+        return ""
+    other = dict(theirs)
+    parts = [f"{k}={_shown(v)}, {CKPT_NAME}'s {_shown(other.get(k))}" for k, v in mine if other.get(k) != v]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "null" if value is None else shown_value(value)
 
 
 def _readable_header(path: Path) -> Header | None:

@@ -166,9 +166,11 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 
 
 @torch.no_grad()
-def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "") -> None:
+def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "",
+                             advice: str = "use another checkpoint or train again") -> None:
     """One forward pass of `model` (on its device, in eval mode for the pass) on a few tokens spread over the
-    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`)."""
+    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`) and
+    ending in `advice` (inference/checkpoint.py's `another_checkpoint`: never the file that failed)."""
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)
     device = next(model.parameters()).device
@@ -182,8 +184,7 @@ def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "") 
     if not bool(torch.isfinite(logits).all()):
         raise UserError(f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
                         "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
-                        "sampled, scored, exported, resumed or fine-tuned from; use an earlier checkpoint (best.pt) "
-                        "or train again")
+                        f"sampled, scored, exported, resumed or fine-tuned from; {advice}")
 
 
 def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:

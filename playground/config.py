@@ -49,7 +49,8 @@ class ServeConfig:
             raise ConfigError("host is empty: use 127.0.0.1 (this machine only) or 0.0.0.0 (the network)")
         checks.positive_int("port", self.port, minimum=0)
         if self.port > 65535:
-            raise ConfigError(f"port={self.port} is invalid: it must be in [0, 65535] (0 = any free port)")
+            raise ConfigError(f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any "
+                              "free port)")
         checks.positive_int("max_new_tokens_limit", self.max_new_tokens_limit)
         checks.positive_int("max_prompt_chars", self.max_prompt_chars)
         checks.positive_int("cache_size", self.cache_size)
@@ -60,7 +61,8 @@ class ServeConfig:
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
             value = getattr(self, key)
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 3600:
-                raise ConfigError(f"{key}={value} is invalid: it must be a number of seconds in (0, 3600]")
+                raise ConfigError(f"{key}={checks.shown_value(value)} is invalid: it must be a number of seconds in "
+                                  "(0, 3600]")
         if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
             raise ConfigError(f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
                               "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'")

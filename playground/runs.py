@@ -11,8 +11,8 @@ Design choices:
 - Listing reads every checkpoint once and keeps its summary until the file changes (size or mtime), so
   reloading the page does not read weights again.
 - A run is found by its `ckpt.pt`, and read as every reader reads a run folder: its best validated weights,
-  `best.pt` where it differs from `ckpt.pt` (inference/run_files.py); the run list says which file (`checkpoint`,
-  `chosen`). A checkpoint file named by `ckpt=` is read as named.
+  `best.pt` where it is the run's and better than `ckpt.pt` (inference/run_files.py); the run list says which file
+  (`checkpoint`, `chosen`). A checkpoint file named by `ckpt=` is read as named.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class RunInfo:
     weights: str | None = None  # which of its weights the playground samples: averaged | raw | unknown
     average_updates: int | None = None  # the updates of that average (None: raw weights, or not recorded)
     checkpoint: str | None = None  # the file it reads: best.pt, ckpt.pt (or the file ckpt= named, kochar.json)
-    chosen: str | None = None  # why that file: best (best.pt over a later ckpt.pt) | last | named (None: exported)
+    chosen: str | None = None  # why that file: best (a better best.pt) | last | named (None: exported)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -218,7 +218,7 @@ class RunRegistry:
 
     def file(self, path: Path) -> RunFile | Path:
         """What is read for the run found at `path` (its ckpt.pt): the file every reader reads for its folder (best.pt
-        where it differs), the file ckpt= named, or an exported folder's record. Blocking: reads headers."""
+        where it is better), the file ckpt= named, or an exported folder's record. Blocking: reads headers."""
         if path.name == RECORD:
             return path
         if path == self.fixed and self.fixed_file:

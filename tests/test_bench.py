@@ -67,10 +67,10 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, *fragments: str) ->
     (["--rounds", "abc"], "--rounds"),
     (["--steps", "1.5"], "--steps"),
     (["--new-tokens", "many"], "--new-tokens"),
-    (["--steps", "-1"], "--steps must be >= 1"),
-    (["--rounds", "0"], "--rounds must be >= 1"),
-    (["--memory-mb", "-5"], "--memory-mb must be >= 0"),
-    (["--vocab-size", "0"], "--vocab-size must be >= 1"),
+    (["--steps", "-1"], "--steps=-1 is invalid: it must be a positive integer"),
+    (["--rounds", "0"], "--rounds=0 is invalid: it must be a positive integer"),
+    (["--memory-mb", "-5"], "--memory-mb=-5 is invalid: it must be an integer >= 0"),
+    (["--vocab-size", "0"], "--vocab-size=0 is invalid: it must be a positive integer"),
     (["--corpus", "/no/such/corpus.txt"], "not found"),
     (["--corpus", "."], "a directory"),
     (["--rounds"], "expected one argument"),
@@ -96,7 +96,8 @@ def test_bad_time_budget_value_is_one_error_line(script, small_corpus):
     corpus = ["--corpus", str(small_corpus)]
     assert_one_error_line(run(*script, "--corpus", "/no/such.txt", "--run", "a="), "--corpus")
     assert_one_error_line(run(*script, *corpus, "--seconds", "soon", "--run", "a="), "--seconds")
-    assert_one_error_line(run(*script, *corpus, "--seconds", "-3", "--run", "a="), "--seconds must be > 0")
+    assert_one_error_line(run(*script, *corpus, "--seconds", "-3", "--run", "a="),
+                          "--seconds=-3 is invalid: it must be a finite number > 0")
     assert_one_error_line(run(*script, *corpus, "--run", "=model=tiny"), "NAME=OVERRIDES")
     assert_one_error_line(run(*script, *corpus), "--run")
 

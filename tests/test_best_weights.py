@@ -1,6 +1,6 @@
-"""A longer run never hands a reader a worse model: readers take a run's best validated weights (best.pt
-where it differs from ckpt.pt) and say so, `ckpt=<run>/ckpt.pt` picks the last weights, the run's end says where it
-stood best, and `train.early_stop` stops a run whose validation has turned, which then counts as finished.
+"""A longer run never hands a reader a worse model: readers take a run's best validated weights (best.pt where it
+is the run's and better than ckpt.pt) and say so, `ckpt=<run>/ckpt.pt` picks the last weights, the run's end says
+where it stood best, and `train.early_stop` stops a run whose validation has turned, which then counts as finished.
 
 The memorising run: a tiny model at a high constant rate on a text whose training part is our test sentences six
 times over and whose validation part (the last tenth) is other sentences, also written for these tests. It learns

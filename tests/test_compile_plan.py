@@ -22,9 +22,15 @@ CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda", 0), torch.device("mps
 
 
 @pytest.mark.parametrize("value,setting", [(True, "true"), (False, "false"), ("True", "true"), ("off", "false"),
-                                           ("auto", "auto"), (" Auto ", "auto")])
+                                           ("auto", "auto"), ("Auto", "auto")])
 def test_every_spelling_and_the_boolean_of_older_checkpoints(value, setting):
     assert compile_setting(value) == setting
+
+
+def test_spaces_around_a_spelling_are_refused_as_for_every_key():
+    with pytest.raises(ConfigError, match=r"^train.compile=' Auto ' is invalid: the spaces around it are part of the "
+                                          r"value; write train.compile=Auto$"):
+        compile_setting(" Auto ")
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "", None])

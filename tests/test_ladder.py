@@ -151,8 +151,8 @@ def test_a_probe_keeps_its_own_folder():
 
 
 def test_the_idle_check_measures_other_programs():
-    from benchmarks.ladder import cpu_busy, machine_before_run
     from benchmarks.ladder_report import machine_line
+    from benchmarks.runs import cpu_busy, machine_before_run
 
     busy = cpu_busy(0.2)
     assert busy is None or 0.0 <= busy <= 1.0

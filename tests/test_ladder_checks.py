@@ -37,7 +37,7 @@ REFUSED = {  # extra arguments: the one line
     ("--seconds", "nan"): "error: --seconds=nan is invalid: it must be a finite number > 0",
     ("--steps", "0"): "error: --steps=0 is invalid: it must be a positive integer",
     ("--heldout", "1.5"): "error: --heldout=1.5 is invalid: it must be a finite number in (0, 1)",
-    ("--heldout", "0"): "error: --heldout=0.0 is invalid: it must be a finite number in (0, 1)",
+    ("--heldout", "0"): "error: --heldout=0 is invalid: it must be a finite number in (0, 1)",
     ("--seconds", "60", "--steps", "10"):
         "error: --seconds 60 and --steps 10 are two budgets; give one (every run of a campaign gets the same)",
     ("--set", "train.max_steps=5"):
@@ -69,7 +69,7 @@ def test_two_corpora_under_one_name_and_other_campaigns_fractions_are_refused(co
         ("-m", "benchmarks.finetune", "--source-run", str(tmp_path), "--target", str(corpus), "--heldout", "2"),
         ("-m", "benchmarks.hangul_compare", "--corpus", f"c={corpus}", "--seconds", "inf"))
     assert assert_one_line_error(twice) == "error: --corpus: the name c is given 2 times; give each corpus its own"
-    assert assert_one_line_error(finetune) == "error: --heldout=2.0 is invalid: it must be a finite number in (0, 1)"
+    assert assert_one_line_error(finetune) == "error: --heldout=2 is invalid: it must be a finite number in (0, 1)"
     assert assert_one_line_error(hangul) == "error: --seconds=inf is invalid: it must be a finite number > 0"
     assert not (tmp_path / "out").exists()
 

@@ -28,7 +28,7 @@ def test_a_reader_starts_without_torch_dynamo_and_is_timed(tmp_path):
     (["--root", "/nonexistent/checkout"], "--root /nonexistent/checkout: no generate.py there"),
     (["--baseline", "/"], "--baseline /: no generate.py there"),
     (["--run", "/nonexistent/run"], "--run /nonexistent/run: no such run"),
-    (["--repeat", "0"], "--repeat and --steps must be at least 1"),
+    (["--repeat", "0"], "--repeat=0 is invalid: it must be a positive integer"),
 ])
 def test_its_mistakes_are_one_line(args, needle):
     with pytest.raises(UserError, match=needle):

@@ -13,7 +13,7 @@ Design choices:
   predict almost never. Every known character's logit is unchanged, and each new character starts as
   likely as `<unk>` was, so the predictions on known text barely move before the first step.
 - The source's weights are chosen as every reader chooses them: a run folder gives its best validated weights
-  (best.pt where it differs from ckpt.pt; inference/run_files.py), a file is read as named; `train.init_weights=null`
+  (best.pt where it is the run's and better; inference/run_files.py), a file is read as named; `train.init_weights=null`
   takes its average where it kept one, else its raw weights; `averaged` or `raw` asks for that set, and a source
   without it is refused in one line (inference/weights.py). The start-up line says which file and which set start
   the run.

@@ -28,6 +28,7 @@ from urllib.parse import quote
 from tqdm import tqdm
 
 from common.atomic_files import atomic_write, file_sha256, user_cache_dir
+from common.config_checks import environment
 from common.errors import UserError, os_error_cause
 from data.download import MIN_SPEED, BadContent, Limits, base_url_of, download
 from data.prepare.catalog import CorpusSource, RemoteFile
@@ -112,7 +113,7 @@ def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expe
 def _base_url(source: CorpusSource, base_url: str | None) -> str:
     if base_url:
         return base_url_of(base_url)
-    if os.environ.get(BASE_URL_ENV):
+    if environment(BASE_URL_ENV):  # spaces around it: one line (common/config_checks.py)
         return base_url_of(os.environ[BASE_URL_ENV], BASE_URL_ENV)
     return source.base_url.rstrip("/") + "/"
 

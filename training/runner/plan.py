@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from common.config_checks import refusal
 from common.device import has_native_bf16
-from common.errors import ConfigError
 
 COMPILE_VALUES = ("false", "true", "auto")
 SPELLINGS = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false",
@@ -50,9 +50,9 @@ CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP = 1.6, 25.0  # bf16 on a CPU with
 def compile_setting(value: object) -> str:
     """train.compile as one of COMPILE_VALUES: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
     written when the key was a boolean, and the words for them."""
-    word = str(value).strip().lower()
+    word = str(value).lower()
     if word not in SPELLINGS:
-        raise ConfigError(f"train.compile={value} is invalid: it must be true, false or auto")
+        raise refusal("train.compile", value, "it must be true, false or auto", lambda w: w.lower() in SPELLINGS)
     return SPELLINGS[word]
 
 

@@ -134,10 +134,11 @@ def checked_early_stop(value: str | None) -> str | None:
     text, so that Hydra takes all three and refuses a list or a mapping while composing)."""
     if value is None or value == "auto":
         return value
-    text = str(value).strip()
-    if not text.isdecimal() or int(text) < 1:
-        raise ConfigError(f"train.early_stop={value} is invalid: give null (off), auto, or the evaluations without a "
-                          "better validation loss after which the run stops (1 or more)")
+    text = str(value)
+    if not text.isdecimal() or int(text) < 1:  # a count with spaces around it too (common/config_checks.py)
+        raise checks.refusal("train.early_stop", value, "give null (off), auto, or the evaluations without a better "
+                             "validation loss after which the run stops (1 or more)",
+                             lambda word: word == "auto" or word.isdecimal() and int(word) >= 1)
     return str(int(text))
 
 

@@ -1,0 +1,142 @@
+"""The project's own scripts run from a benchmark as a user runs them, what they print kept, and the machine's state.
+
+Design choices:
+- Every run is its own process from the repository root under this interpreter (`python train.py ...`,
+  `evaluate.py`, `generate.py`), so a number is what a user's command gets, start-up and checks included.
+- A process that fails is a record holding the last line of its error (`last_line`), never an exception: one bad
+  run must not cost a long campaign, and the record says why.
+- A training run's closing numbers come from train.py's `run:` line (`RESULT`); its tokens/s is the median of
+  those it logged to TensorBoard, which it writes anyway.
+- A campaign's rows go one JSON line each to stdout and to OUT/results.jsonl (`keep`), read back before it starts
+  (`results`), so an interrupted campaign continues where it stopped.
+- Before each run the 1-minute load average (which still counts the previous run), the CPU share other programs
+  use now, and the machine's speed on a fixed matrix product are recorded (`machine_before_run`), with a warning
+  when the machine is not idle: a machine that looks idle can still slow down between one run and the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.options import ROOT
+
+RESULT = re.compile(r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
+                    r"(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
+
+
+def last_line(text: str, fallback: str) -> str:
+    """The last line of a failed process's stderr (its one `error:` line), or `fallback` where it printed none."""
+    return (text.strip().splitlines() or [fallback])[-1]
+
+
+def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess,
+                                                                                       re.Match | None]:
+    """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`: the process and its `run:` line."""
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}",
+                           "train.overwrite=true"], cwd=ROOT, capture_output=True, text=True, env=env)
+    return proc, RESULT.search(proc.stdout)
+
+
+def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
+    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc}, or {error: its last line}."""
+    proc, m = train_py(overrides, run_dir, env)
+    if proc.returncode or m is None:
+        return {"error": last_line(proc.stderr, "no result line")}
+    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
+            "val_bpc": float(m["bpc"])}
+
+
+def median_tokens_per_sec(scalars: dict) -> int | None:
+    """The median of the tokens/s a run logged (`read_scalars`'s dict), or None where it logged none."""
+    tps = sorted(v for _, v in scalars.get("train/tokens_per_sec", []))
+    return round(tps[len(tps) // 2]) if tps else None
+
+
+def evaluate(ckpt: Path, heldout: Path) -> dict:
+    """`evaluate.py ckpt=CKPT data.path=HELDOUT`'s JSON (its best validated weights, for a run folder), or
+    {error: its last line}."""
+    cmd = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={ckpt}", f"data.path={heldout}", "progress=false"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": last_line(proc.stderr, "evaluate.py failed")}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:
+    """What `generate.py ckpt=RUN_DIR prompt=PROMPT` prints, or why it failed."""
+    cmd = [sys.executable, str(ROOT / "generate.py"), f"ckpt={run_dir}", f"prompt={prompt}",
+           f"max_new_tokens={max_new_tokens}", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else f"(generate.py failed: {proc.stderr.strip()[-200:]})"
+
+
+def run_facts(run_dir: Path) -> dict:
+    """Parameters, tokens per step and the dropout the run trained with, from the checkpoint a reader reads."""
+    import torch
+
+    from inference.loading import load_run
+    from model.counts import num_parameters
+
+    try:
+        run = load_run(run_dir, torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - facts are a nicety; the run's error, if any, is reported elsewhere
+        return {}
+    t = run.checkpoint.config.get("train", {})
+    tokens = t.get("batch_size", 0) * run.model.context_length * t.get("grad_accum_steps", 1)
+    return {"params": num_parameters(run.model), "tokens_per_step": tokens, "dropout": run.model.config.dropout}
+
+
+def results(path: Path) -> list[dict]:
+    """The rows a campaign already wrote to `path` (none where it is not there)."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def keep(record: dict, path: Path) -> None:
+    """One row: printed as a JSON line and appended to `path`."""
+    line = json.dumps(record, ensure_ascii=False)
+    print(line, flush=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def cpu_busy(seconds: float = 2.0) -> float | None:
+    """The share of all CPUs busy over the next `seconds` (from /proc/stat; None where there is none). The
+    campaign itself sleeps meanwhile, so this is what other programs use: unlike the load average, it does not
+    still count the run that just ended."""
+    def sample_stat() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+    try:
+        total0, idle0 = sample_stat()
+        time.sleep(seconds)
+        total1, idle1 = sample_stat()
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
+
+
+def reference_speed(reps: int = 150, rounds: int = 3) -> float:
+    """GFLOP/s of one fixed float32 matrix product on this process's threads, now. An idle machine can still
+    change speed (a host's other tenants, its clock): runs hours apart compare only if this held still."""
+    import torch
+
+    from benchmarks.timing import mean_seconds, median_alternating
+
+    a, b = torch.randn(256, 1024), torch.randn(1024, 1024)
+    a @ b  # warm-up
+    seconds = median_alternating({"matmul": mean_seconds(lambda: a @ b, reps)}, rounds)["matmul"]
+    return round(2 * 256 * 1024 * 1024 / seconds / 1e9, 1)
+
+
+def machine_before_run() -> dict:
+    """The load average, the CPU share other programs use now, and the machine's speed on a fixed matrix product."""
+    busy = cpu_busy()
+    if busy is not None and busy > 0.1:
+        print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)
+    return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy, "reference_gflops": reference_speed()}
