@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
 from cli.overrides import shell_path
 from common.errors import ConfigError, UserError
 from inference.checkpoint import BEST_NAME, CKPT_NAME
@@ -186,20 +184,20 @@ def start(s: Session, state: LoopState) -> bool:
     if e.stopped_at is not None:
         why = e.going_on(now)
         if why is None:
-            _say(s, f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
+            s.say(f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
                     f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
                     "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
                     "train on")
             state.stopped, e.said = EARLY, True
             return False
-        _say(s, f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
+        s.say(f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
         e.stopped_at = None
     e.limits = now
     left = evaluations_left(state.step, s.max_steps, t.eval_interval)
     if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
         how = "auto: this run's length is set by time or passes, not train.max_steps" if t.early_stop == "auto" \
             else f"train.early_stop={t.early_stop}"
-        _say(s, f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
+        s.say(f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
                 f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
                 f"above the best ({how}; train.early_stop=null turns it off)")
     return True
@@ -210,11 +208,6 @@ def _best_file_step(run_dir: Path) -> int | None:
         return header(run_dir / BEST_NAME).step
     except Exception:  # noqa: BLE001 - a missing or unreadable best.pt leaves the step unknown, nothing more
         return None
-
-
-def _say(s: Session, line: str) -> None:
-    if s.dist.is_main:
-        tqdm.write(line)  # above the progress bar, which is already drawn
 
 
 def closing(s: Session, state: LoopState) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
 
 from cli.overrides import shell_path
 from common.device import autocast, enable_fast_matmul, pick_device
@@ -83,6 +84,11 @@ class Session:
     @property
     def eval_model(self) -> nn.Module:
         return self.raw_model  # eager: never the compiled training graph, never DDP's wrapper
+
+    def say(self, line: str) -> None:
+        """A line of the run's, once (rank 0), above the progress bar."""
+        if self.dist.is_main:
+            tqdm.write(line)
 
 
 @dataclass

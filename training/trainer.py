@@ -140,9 +140,8 @@ def stop(s: Session, state: LoopState, bar: tqdm | None, signal_name: str) -> No
         save(s, state, CKPT_NAME)
     if bar is not None:
         bar.close()
-    if s.dist.is_main:  # every rank got the signal; the resume command is printed once
-        tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
-                   f"train.resume={shell_path(s.run_dir)}")
+    s.say(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "  # every rank got it
+          f"train.resume={shell_path(s.run_dir)}")
 
 
 def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> None:
@@ -180,8 +179,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     state.val_loss, bpc = val_loss, scalars["val/bpc"]
     s.logger.scalars(state.step, scalars)
     s.logger.flush()
-    if s.dist.is_main:
-        tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
+    s.say(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
     early_stop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 
 import torch
-from tqdm import tqdm
 
 from common.device import has_native_bf16
 from training import distributed, early_stop
@@ -92,7 +91,7 @@ class StepRunner:
             result = self._timed(lambda: self.graph(state))
         except GraphUnavailable as e:
             self.graph = None
-            self._say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
+            self.s.say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
             return self._compiled_step(state)
         except Exception as e:  # noqa: BLE001 - the graph's warm-up steps are the first compiled ones
             if self.graph.captured or not self.way.inductor:
@@ -142,7 +141,7 @@ class StepRunner:
         s = self.s
         self.way = way
         if not said and worth_a_line(s.device, s.dtype, way):
-            self._say(f"compile: {way.name} ({why})")
+            self.s.say(f"compile: {way.name} ({why})")
         if way == EAGER:
             return
         self.warming = time.perf_counter()
@@ -198,13 +197,13 @@ class StepRunner:
             self.graph.model = self.model
         self.s.optimizer.zero_grad(set_to_none=True)
         self.way = Way(graph=self.way.graph)
-        self._say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
+        self.s.say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
                   "on without it")
 
     def _ready(self, state: LoopState, detail: str) -> None:
         self._now()  # the warm-up's last kernels have finished
         seconds = time.perf_counter() - self.warming
-        self._say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
+        self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
         self.warming = None
         if self.way.inductor:
             self.record["warmup_s"] = round(seconds, 2)
@@ -235,9 +234,9 @@ class StepRunner:
         self._write_record()
         both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
         if speedup >= KEEP:
-            self._say(f"compile: kept: {both}")
+            self.s.say(f"compile: kept: {both}")
             return
-        self._say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
+        self.s.say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
                   "next run on this machine")
         if self.graph is not None:
             release(s)
@@ -251,7 +250,3 @@ class StepRunner:
         if self.s.device.type == "cuda":
             torch.cuda.synchronize(self.s.device)
         return time.perf_counter()
-
-    def _say(self, line: str) -> None:
-        if self.s.dist.is_main:
-            tqdm.write(line)
