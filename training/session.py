@@ -3,11 +3,8 @@
 Design choices:
 - `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
 - Every check that can fail runs before anything is deleted, written or printed (old TensorBoard events go last).
-- On resume, training/settings/resume.py decides each setting: what the user typed, if the checkpoint can
-  honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
-- A resumed run whose checkpoint has reached its limit already (`train.max_steps` at or below its step, the steps
-  `train.max_epochs` comes to, or the time `train.max_seconds` gives, used up) trains nothing: it says so, and is
-  evaluated as it stands, as `train.max_steps=0` documents; it exits 0.
+- A resumed run whose checkpoint has reached its limit already trains nothing: it says so and is evaluated as it
+  stands, as `train.max_steps=0` documents; it exits 0.
 """
 
 from __future__ import annotations

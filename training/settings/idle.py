@@ -1,20 +1,13 @@
 """Settings that cannot act in the run as configured, refused in one line that names the key.
 
 Design choices:
-- A lever that silently does nothing is worse than an error for someone comparing runs: the run looks like it
-  tested the lever, and its number is the plain run's. So a setting given a value of its own (not its default)
-  while another setting makes it idle is refused before any work, naming both keys and the two ways on.
-- The value is compared with the schema's default and with the recipe's own value for the key: what the user
-  chose, however they typed it, not what a recipe brings along. `recipe=modern train.optimizer=adamw` (the modern
-  architecture under AdamW, a comparison people make) runs, its recipe's Muon rates unused as they would be in any
-  AdamW run; a Muon rate of one's own under AdamW is refused. Keys a recipe sets only for a case it may not reach
-  (the `auto_*` decays, used when model.dropout is auto) are not levers of this kind and are not listed; nor are the
-  model's shape switches (`model.jamo_initials` without the staged head), which a campaign's `--set` gives every
-  variant it compares, the staged or not.
-- A new run is checked when its config is composed (TrainJob.__post_init__), so the ladder's check of every
-  variant before its first run (benchmarks/ladder_checks.py) finds these too; the context length is checked
-  again once train.init_from has fixed the architecture. A resumed run takes every setting it does not type
-  from its checkpoint, so only the keys typed on its command line are checked, once they are applied.
+- A lever that silently does nothing is worse than an error for someone comparing runs: a setting given a value of
+  its own while another setting makes it idle is refused before any work, naming both keys and the two ways on.
+- "Of its own" means neither the schema's default nor the recipe's value: `recipe=modern train.optimizer=adamw`
+  runs, its recipe's Muon rates unused; a Muon rate typed under AdamW is refused. The `auto_*` decays and the
+  model's shape switches are not levers of this kind.
+- A new run is checked when its config is composed (so the ladder's check of every variant finds these too), the
+  context length again once train.init_from fixed the architecture; a resumed run checks only the keys it typed.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """What a resumed run takes from its checkpoint, and what from this command line.
 
 Design choices:
-- Only what the user typed on this command line is an override (`train.py` records Hydra's
-  `overrides.task`); every setting not typed is the checkpoint's, never the YAML default. `model=tiny` or
-  `experiment=<name>` count as typing every key the group file sets.
-- Settings that fix the parameters' shapes, the tokenizer (so the vocabulary), the validation split or the
-  run's random streams cannot change: typing another value is refused in one line that names the key, the
-  checkpoint's value, and the two ways on (drop the override, or start a new run). Typing the value the
-  checkpoint already has is accepted.
-- Everything else (learning rate and schedule, batch size, limits, dropout, attention path, evaluation and
-  logging settings, corpus path) is applied; `summary` lists what differs from the checkpoint in one line.
-- A Python caller that passes a TrainJob without a command line gets the job as given, except the settings
-  the checkpoint cannot change, which are the checkpoint's.
+- Only what the user typed is an override (train.py records Hydra's `overrides.task`; `model=tiny` or
+  `experiment=<name>` type every key their file sets); every other setting is the checkpoint's.
+- Settings that fix the parameters' shapes, the tokenizer, the validation split or the random streams cannot
+  change: another value typed is refused in one line naming the key, the checkpoint's value and the ways on.
+- Everything else is applied, and `summary` lists what differs from the checkpoint in one line.
+- A Python caller without a command line gets its job as given, but for the settings that cannot change.
 """
 
 from __future__ import annotations
