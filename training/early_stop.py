@@ -2,27 +2,18 @@
 evaluations without a better one, and the lines that end a run whose end is worse than its best.
 
 Design choices:
-- Patience is counted in evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new
-  best validation loss (the evaluations that write best.pt), provided that one is worse than the best by more than
-  the noise margin. The last evaluation of a run never stops it early: its limit does.
-- The noise margin, `NOISE_MARGIN_BPC`, is two and a half times the measured jitter of validation around its trend
-  (docs/en/training.md gives the measurement). Validation is estimated on the same batches at every evaluation, so
-  it moves only because the weights moved; near its best it still jitters. A last validation worse than the best by
-  more than the margin has turned (the run memorises); by less, it is where the best was. It is in bits per
-  character so that it means the same for every tokenizer, and it decides both whether early stopping may stop a
-  run and whether the run's last lines say that validation turned.
-- `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock (`train.max_seconds`) or its passes over
-  the data (`train.max_epochs`, or their default) set, and off for a `train.max_steps` run: a step count typed is a
-  run asked for whole.
-- The loop calls three functions: `start` before the first step, `observe` in every evaluation before its
-  checkpoint is written (so `ckpt.pt` records a stop), and `stops_here` after it. Under torchrun the decision is one
-  collective per evaluation (`any_rank`), taken by every rank together.
-- A run that stopped early counts as finished: `train.resume` of it trains nothing and exits 0, saying so, unless a
-  limit is raised (the count then starts again) or the patience no longer holds.
-- The count (best step, evaluations since, where it stopped and within which limits) is saved in the checkpoint's
-  training state, so a resumed run stops where the unbroken one would.
-- Which file the readers use is found as they find it (inference/run_files.py), so the closing lines never say
-  something a reader then contradicts.
+- Patience counts evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new best,
+  provided that one is worse than the best by more than `NOISE_MARGIN_BPC` (2.5 times the measured jitter of
+  validation around its trend: docs/en/training.md), in bits per character so that it means the same for every
+  tokenizer. The last evaluation never stops a run early: its limit does. A patience that cannot act in the run
+  is refused where typed, silent under `auto`.
+- `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock or its passes over the data set, and off
+  for a `train.max_steps` run: a step count typed is a run asked for whole.
+- The loop calls `start`, `observe` (in every evaluation, before its checkpoint is written, so `ckpt.pt` records a
+  stop) and `stops_here`; under torchrun every rank decides together (`any_rank`).
+- A run that stopped early counts as finished: its resume trains nothing, unless a limit is raised or the patience
+  no longer holds. The count is saved in the checkpoint, so a resumed run stops where the unbroken one would.
+- The closing lines find the file the readers use as they find it (inference/run_files.py).
 """
 
 from __future__ import annotations

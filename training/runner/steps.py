@@ -1,20 +1,15 @@
 """The loop's steps, run the way `train.compile` chose (training/runner/plan.py): eager, compiled, as a CUDA graph.
 
 Design choices:
-- `auto` needs the run's own speed: the first steps run eagerly (they are real steps), a few of them are timed, and
-  the choice follows from what is left of the run and from what compiling cost and gave on this machine before
-  (training/runner/measured.py). `true` and `false` choose at the first step.
-- Inductor compiles on a pass of its own, before the first compiled step: one forward and backward on the step's
-  batch, put back afterwards, with no update and the random streams as they were. A signal ends that pass at once
-  and the loop saves the step reached, which the pass has not moved.
-- The warm-up happens inside the loop, so it counts against `train.max_seconds` like any step; the run says what it
-  chose and why, and then how long the warm-up took.
-- Under auto the compiled steps are then timed against the eager ones: not `KEEP` times faster, the run goes back to
-  eager and says so with both speeds; either way the numbers are recorded for the next run on this machine.
-- What cannot be built is said in one line and the steps go on without it: a CUDA graph whose capture fails runs
-  compiled or eager, a model inductor cannot compile runs eager.
-- Evaluation, snapshots and the closing sample use the raw model, eagerly (`Session.eval_model`): never the compiled
-  training graph, which would compile again for evaluation's mode, and never a replay.
+- `auto` times the first, eager steps (real steps of the run), then chooses. `true` and `false` choose at once.
+- Inductor compiles on a pass of its own before the first compiled step: a forward and backward on the step's
+  batch, put back afterwards, with no update and the random streams as they were, so a signal ends it at once and
+  the loop saves the step reached.
+- The warm-up counts against `train.max_seconds` like any step; the run says what it chose, then the warm-up.
+- Under auto the first compiled steps are timed against the eager ones: not `KEEP` times faster, the run goes back
+  to eager, saying both speeds; either way the numbers are recorded for the next run on this machine.
+- What cannot be built is said in one line and the steps go on without it. Evaluation and samples use the raw
+  model eagerly (`Session.eval_model`), never the training graph.
 """
 
 from __future__ import annotations
