@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -105,15 +106,32 @@ def text_entries(d: dict, key: str, required: bool = True, single: bool = False)
     return value
 
 
-class JsonVocabulary:
-    """Subclasses define `to_dict()` and `from_dict()`; saving, loading and fingerprints come from here."""
+def seen_codes(chunks: Iterable[str], codes_of: Callable[[str], np.ndarray]) -> set[int]:
+    """Every code `codes_of` finds in the NFC text of `chunks` (a corpus read piece by piece)."""
+    seen: set[int] = set()
+    for chunk in chunks:
+        seen.update(np.unique(codes_of(unicodedata.normalize("NFC", chunk))).tolist())
+    return seen
 
-    def to_dict(self) -> dict:
-        raise NotImplementedError
+
+class JsonVocabulary:
+    """Subclasses define `to_dict()`, `from_dict()`, `from_chunks()`, `_decode_codes` (the code each id decodes to)
+    and `_text_of` (the text of such codes); building from text, decoding, saving, loading and fingerprints come
+    from here."""
 
     @classmethod
-    def from_dict(cls: type[T], d: dict) -> T:
-        raise NotImplementedError
+    def from_text(cls: type[T], text: str) -> T:
+        return cls.from_chunks([text])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._decode_codes)
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
+        return self._text_of(self._decode_codes[arr])
 
     def save(self, path: str | Path) -> None:
         atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")

@@ -6,9 +6,8 @@ by arithmetic: `syllable_parts`); then the corpus's other characters (Hanja, Lat
 whitespace, standalone jamo such as ㅋㅋ) in code-point order; then characters added by fine-tuning.
 
 Design choices:
-- It is the character tokenizer with a fixed syllable block in front: encoding, decoding, NFC handling,
-  streaming and `extended()` are the character tokenizer's, so NFC, CP949, BOM and NFD input give the same
-  characters as for `char`, and a syllable never seen in training is still a token, not `<unk>`.
+- It is the character tokenizer with a fixed syllable block in front (encoding, decoding, NFC handling, streaming
+  and `extended()` are `char`'s), so a syllable never seen in training is still a token, not `<unk>`.
 - The fixed block is what lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model
   knows only ids, and the ids of syllables are the same for every corpus.
 - It records which syllables its training text held (`seen_syllables`, saved as one string under
@@ -69,14 +68,11 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
         seen = d.get(SEEN_KEY)
         if seen is not None and not isinstance(seen, str):
             raise UserError(f"tokenizer.{SEEN_KEY} must be text, found {type(seen).__name__}")
-        # Older vocabularies did not record the training syllables: unknown, not "none".
         tok.seen_syllables = None if seen is None else frozenset(seen) & _SYLLABLE_SET
         return tok
 
     def _grown(self, new: list[str], seen: set[int]) -> KoreanHangulTokenizer:
-        grown = type(self)(self._base_chars(), self.added + new)
-        if self.seen_syllables is None:
-            grown.seen_syllables = None
-        else:
-            grown.seen_syllables = self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
+        grown = super()._grown(new, seen)
+        grown.seen_syllables = None if self.seen_syllables is None else \
+            self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
         return grown
