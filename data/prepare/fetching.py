@@ -1,19 +1,17 @@
-"""Downloading a corpus's files into the cache, validating them, and writing the prepared text.
+"""Downloading a corpus's files into the cache (`data.download`), validating them, and writing the prepared text.
 
 Design choices:
-- Downloads (`data.download`) are safe to interrupt and resume, and a file gets its final name only once
-  complete and valid.
-- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8
-  text in the source's format, not empty, not an HTML page. A mirror that answers with anything else is
-  refused in one line, and nothing of it is kept or recorded.
-- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates
-  is recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use
-  must match that record, so a file changing on the server is noticed.
-- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned
-  record (with one warning), because the user asked to trust the source again; one that does not validate
-  changes nothing (the verified copy and its record stay). Pinned checksums are never overridden.
-- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document
-  of the source is its own file in a folder (a corpus `data.path` can name), in the source's order.
+- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8 text
+  in the source's format, not empty, not an HTML page. A mirror that answers with anything else is refused in one
+  line, and nothing of it is kept or recorded.
+- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates is
+  recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use must match
+  that record, so a file changing on the server is noticed.
+- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned record
+  (with one warning), because the user asked to trust the source again; one that does not validate changes nothing.
+  Pinned checksums are never overridden.
+- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document of the
+  source is its own file in a folder (a corpus `data.path` can name), in the source's order.
 """
 
 from __future__ import annotations
@@ -171,8 +169,6 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     _write(folder / "SOURCE.txt",
            f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n")
     return output
-
-
 
 
 def write_documents(folder: Path, source: CorpusSource, texts: list[str]) -> Path:
