@@ -3,12 +3,11 @@
 Types are Hydra's job (the dataclasses are its schema); these check what a type cannot say.
 
 Design choices:
-- A refused value is shown as it was typed (`shown_value`): a message never shows `cpu ` as `cpu`, and so never
-  advises the very value that failed.
+- A refused value is shown as it was typed (`shown_value`): a message never shows `cpu ` as `cpu`, and so never advises
+  the very value that failed.
 - Surrounding spaces are refused, for every word a key takes and every environment variable the project reads
-  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still
-  has them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another made the rule
-  unpredictable.
+  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still has
+  them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another made the rule unpredictable.
 """
 
 from __future__ import annotations

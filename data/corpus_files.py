@@ -11,9 +11,8 @@ Design choices:
   is hashed (the cache's key) and compared once it has been read, so tokens are never cached under a hash of other
   bytes; either change is one UserError naming the file.
 - Each file is one document, read like a single corpus file (data/text.py). Documents are joined by a blank line:
-  their trailing line breaks are dropped, "\n\n" goes between two, and the stream ends with "\n", so a corpus file
+  their trailing line breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n", so a corpus file
   of documents separated by single blank lines, split at them into files, gives back exactly the same text.
-- The stream's identity for the token cache is a hash of every file's relative path, size and content hash.
 - Every way a `data.path` can name nothing usable (missing, an empty folder, a folder without text files, a glob
   that matches nothing, a link loop) is one `UserError` saying what was found.
 """

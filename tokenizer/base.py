@@ -43,31 +43,27 @@ class Tokenizer(Protocol):
     `tokenizer.tokenizer_from_dict` picks the kind from the dict.
     """
 
-    kind: str  # "char" or "jamo": the value of data.tokenizer that builds it
+    kind: str  # the value of data.tokenizer that builds it
 
     @property
     def vocab_size(self) -> int: ...
 
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
         """The ids of `text` (int32); `normalized=True` promises the text is NFC already."""
-        ...
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str: ...
 
     def unknown_chars(self, text: str) -> Counter[str]:
         """Characters of `text` that encode (at least partly) to `<unk>`, with their counts."""
-        ...
 
     def token_counts(self, text: str) -> np.ndarray:
         """How many tokens each character of NFC `text` becomes."""
-        ...
 
     def stream_decoder(self) -> StreamDecoder: ...
 
     def extended(self, chunks: Iterable[str]) -> Tokenizer:
         """This vocabulary plus the tokens of `chunks` it lacks, at the next ids (every old id keeps its
         meaning): how a run fine-tuned on new text (`train.init_from`) gets the characters it never saw."""
-        ...
 
     def to_dict(self) -> dict: ...
 
@@ -75,7 +71,6 @@ class Tokenizer(Protocol):
 
     def fingerprint(self) -> str:
         """A short hash of the vocabulary: equal fingerprints, equal ids for every text."""
-        ...
 
 
 def vocabulary_format(d: object, expected: str, described: str) -> dict:
@@ -148,5 +143,4 @@ class JsonVocabulary:
             raise UserError(f"{path}: {e}") from None
 
     def fingerprint(self) -> str:
-        """A short hash of the vocabulary, used to key token caches."""
         return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]

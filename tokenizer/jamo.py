@@ -1,18 +1,16 @@
 """KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens (initial, medial, final).
 
-A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit
-"no final" token, so decoding never has to guess where a syllable ends. Every other character (Hanja,
-Latin, digits, punctuation, emoji, and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in
-the character tokenizer.
+A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit "no final" token,
+so decoding never has to guess where a syllable ends. Every other character (Hanja, Latin, digits, punctuation, emoji,
+and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in the character tokenizer.
 
-Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character
-of the text, not even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul.
-Encoding and decoding are numpy gathers over code points: no per-character Python loop.
+Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character of the text, not
+even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul. Encoding and decoding are numpy
+gathers over code points: no per-character Python loop.
 
-A model can sample sequences that are not syllables (a medial without an initial, an initial followed by
-a comma). Decoding stays readable: an initial and a medial without a final make an open syllable, and a
-part with no syllable to belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows
-as nothing.
+A model can sample sequences that are not syllables (a medial without an initial, an initial followed by a comma).
+Decoding stays readable: an initial and a medial without a final make an open syllable, and a part with no syllable to
+belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows as nothing.
 """
 
 from __future__ import annotations
@@ -221,10 +219,7 @@ class KoreanJamoTokenizer(JsonVocabulary):
 
 
 class JamoStreamDecoder:
-    """Holds back an initial (and its medial) until the syllable is complete.
-
-    Whatever the ids, the concatenation of everything `feed` and `flush` return equals `decode(ids)`.
-    """
+    """Holds back an initial (and its medial) until the syllable is complete."""
 
     def __init__(self, tokenizer: KoreanJamoTokenizer):
         self._codes = tokenizer._decode_codes

@@ -31,8 +31,6 @@ SEEN_KEY = "syllables_seen"
 
 
 class KoreanHangulTokenizer(KoreanCharTokenizer):
-    """Id 0 is `<unk>`, ids 1..11172 the Hangul syllables, then the corpus's other characters."""
-
     kind = "hangul"
     format = FORMAT
     described = "Hangul"

@@ -39,12 +39,12 @@ def default_cache_dir() -> Path:
     return user_cache_dir("corpora")
 
 
-# -- checksums recorded on first download --------------------------------------------------------------
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def _read_sums(path: Path) -> dict[str, str]:
-    """The records of `SHA256SUMS`; damaged lines are skipped, so their files are checked as if new."""
+    """The records of `SHA256SUMS` (in `sha256sum`'s format, so `sha256sum -c SHA256SUMS` checks them by hand);
+    damaged lines are skipped, so their files are checked as if new."""
     sums = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -62,12 +62,6 @@ def _write(path: Path, data: str) -> None:
                         "folder on another disk>") from None
 
 
-def _write_sums(path: Path, sums: dict[str, str]) -> None:
-    # the format of `sha256sum`: check by hand with `sha256sum -c SHA256SUMS`
-    _write(path, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
-
-
-# -- one file: re-used, or downloaded and validated ----------------------------------------------------
 def _content(source: CorpusSource, remote: RemoteFile, file: Path) -> str:
     """The text `file` holds, if it is what `remote` claims to be; else BadContent saying why."""
     data = file.read_bytes()
@@ -107,7 +101,6 @@ def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expe
     return found[-1], digest
 
 
-# -- preparing a corpus --------------------------------------------------------------------------------
 def _base_url(source: CorpusSource, base_url: str | None) -> str:
     if base_url:
         return base_url_of(base_url)
@@ -153,8 +146,8 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
             digest = file_sha256(local)  # a kept copy never recorded, which has just validated
         if digest and not remote.sha256 and digest != recorded:
             counts["new" if recorded is None else "replaced"] += 1
-            sums[remote.path] = digest
-            _write_sums(sums_file, sums)  # after each file: an interrupted run keeps what it verified
+            sums[remote.path] = digest  # saved after each file: an interrupted run keeps what it verified
+            _write(sums_file, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
         texts.append(text)
     bar.close()
     if counts["new"]:
