@@ -107,5 +107,4 @@ def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = No
     if cached.num_chars == 0:
         raise UserError(f"corpus {'file ' if source.single else ''}is empty: {source.path}")
     files = [source.relative(f) for f in source.files]
-    return Corpus(source.path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown, files,
-                  cached.doc_starts)
+    return Corpus(source.path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown, files, cached.doc_starts)

@@ -41,7 +41,10 @@ class BatchSampler:
         windows = self.tokens[starts[:, None] + self._offsets]  # (B, T+1), one gather from the memmap
         if self.input_noise:
             # x and y overlap in a window, so the noised inputs get their own copy: (B, T) + (B, T) -> (B, 2T)
-            windows = np.concatenate([self._noised(windows[:, :-1]), windows[:, 1:]], axis=1)
+            inputs = windows[:, :-1].copy()
+            swap = self.rng.random(inputs.shape) < self.input_noise
+            inputs[swap] = self.tokens[self.rng.integers(0, len(self.tokens), size=int(swap.sum()))]
+            windows = np.concatenate([inputs, windows[:, 1:]], axis=1)
         batch = torch.from_numpy(windows.astype(np.int64))
         if self._pin:
             batch = batch.pin_memory()
@@ -49,12 +52,6 @@ class BatchSampler:
         T = self.context_length
         # (B, T+1) windows, or (B, 2T) noised inputs then targets: either way x leads and y ends the row
         return batch[:, :T], batch[:, -T:]  # x, y: (B, T) each
-
-    def _noised(self, inputs: np.ndarray) -> np.ndarray:
-        inputs = inputs.copy()
-        swap = self.rng.random(inputs.shape) < self.input_noise
-        inputs[swap] = self.tokens[self.rng.integers(0, len(self.tokens), size=int(swap.sum()))]
-        return inputs
 
     __next__ = next_batch
 

@@ -6,13 +6,11 @@ Design choices:
   `<stem>.uint16` or `<stem>.uint32` (the raw ids, read through `np.memmap`) and `<stem>.json` (metadata): an
   edited corpus or another vocabulary never meets stale ids.
 - Every file is checked when opened, at the cost of a read, never of a new tokenisation; a damaged one is never
-  used but rebuilt, with one warning that names it. The vocabulary records a format version, the corpus hash and
-  kind it was built for, and its fingerprint (a bit flip that still parses is caught); the metadata a format
-  version, a sha256 of its own content, the corpus hash, the vocabulary's fingerprint and size, the id dtype, and
-  the ids' count, largest value, `<unk>` count and sum. The token file's size must be the count times the dtype
-  size (a file cut short is never read as a shorter corpus), and one pass over it in bounded blocks must find the
-  recorded largest id (below the vocabulary size, so no id indexes past the embedding), `<unk>` count and sum
-  (zero-filled or overwritten blocks change them).
+  used but rebuilt, with one warning that names it. Both JSON files carry a format version, the corpus hash and
+  the vocabulary's fingerprint (a bit flip that still parses is caught); the metadata also a sha256 of itself and
+  the ids' count, largest value, `<unk>` count and sum, which the id file's size and one pass over it in bounded
+  blocks must match: a file cut short, zero-filled or overwritten is never read, and no id indexes past the
+  embedding.
 - Files are written with `common.atomic_files.atomic_write`, ids before metadata, so a crash never leaves metadata
   that describes ids that are not there. DDP ranks building the same cache at once write identical bytes.
 - A folder that cannot be written is a `UserError` only when something must be written there: a complete, valid

@@ -87,8 +87,7 @@ def _reuse(source: CorpusSource, remote: RemoteFile, local: Path, expected: str 
     except BadContent as e:
         if not expected:
             return None  # never recorded: it was never trusted, fetch it again
-        raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") \
-            from None
+        raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") from None
 
 
 def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None,
