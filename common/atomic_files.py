@@ -37,8 +37,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | 
             elif callable(data):
                 data(f)
             else:
-                for chunk in data:
-                    f.write(chunk)
+                f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

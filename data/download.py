@@ -69,12 +69,9 @@ def base_url_of(text: str, option: str = "--base-url") -> str:
 def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS,
              validate: Callable[[Path], object] | None = None, mismatch_hint: str = "",
              limits: Limits = Limits()) -> str:
-    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256.
-
-    `dest` appears only complete, accepted by `validate` (which raises `BadContent`) and matching
-    `expected_sha256`; otherwise the download is deleted and a UserError raised (`mismatch_hint` is added
-    to a checksum mismatch's message).
-    """
+    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256. A body
+    that `validate` refuses (by raising `BadContent`) or that does not match `expected_sha256` is deleted and one
+    UserError raised (`mismatch_hint` ends a checksum mismatch's message)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     resumed = _fetch(url, part, timeout, limits)
@@ -134,8 +131,7 @@ def _fetch(url: str, part: Path, timeout: float, limits: Limits) -> bool:
 
 def _receive(url: str, response, part: Path, start: int, resumed: bool, expected_size: int | None,
              limits: Limits) -> int:
-    """Append the body to `part` (from `start`); the bytes written in all. Gives up on a full disk, a body over
-    `limits.max_bytes` and a mirror slower than `limits.min_speed` for `limits.slow_seconds`, each in one line."""
+    """Append the body to `part` (from `start`) within `limits`; the bytes written in all."""
     read = getattr(response, "read1", None) or response.read  # read1: whatever arrived, so a trickle is timed
     written = start
     window = (time.monotonic(), written)  # start of the current speed window: (time, bytes by then)

@@ -78,7 +78,8 @@ def detect_encoding(path: str | Path) -> str:
     bad_cp949 = _scan(path, "cp949")
     if bad_cp949 is None:
         return "cp949"
-    _raise_if_bad(path, bad_cp949, "CP949", "", only_nul=True)
+    if bad_cp949[1] == "NUL":
+        _raise_if_bad(path, bad_cp949, "CP949", "")
     raise UserError(f"{path} is not text in a supported encoding (tried {TRIED}): not valid UTF-8 at byte "
                     f"{bad_utf8[0]}, nor CP949 at byte {bad_cp949[0]}; save it as UTF-8")
 
@@ -125,15 +126,13 @@ def _check_utf16(path: Path, codec: str) -> None:
     _raise_if_bad(path, _scan(path, codec, 2, unit=2), "UTF-16", " (in UTF-16 text)")
 
 
-def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where: str, only_nul: bool = False) -> None:
+def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where: str) -> None:
     if bad is None:
         return
     offset, reason = bad
     if reason == "NUL":
         raise UserError(f"{path} has a NUL byte at offset {offset}{where}: this looks like a binary file, not text "
                         f"(tried {TRIED}); pass a text file")
-    if only_nul:
-        return
     if any(word in reason for word in ("end of data", "incomplete", "truncated")):
         cause = "the file ends in the middle of a character, so it is cut short"
     else:

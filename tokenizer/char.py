@@ -56,8 +56,7 @@ class KoreanCharTokenizer(JsonVocabulary):
                 raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
         self.chars: list[str] = chars
         self._cps = np.array([ord(c) for c in chars], dtype=np.uint32)
-        # Lookup table over all of Unicode, code point -> id (0 = unknown): encoding is one gather.
-        # np.zeros pages are allocated lazily, so the 4 MiB cost only the pages the vocabulary touches.
+        # code point -> id (0 = unknown) over all of Unicode: np.zeros allocates pages lazily, so only those used cost
         self._table = np.zeros(MAX_CODE_POINT + 1, dtype=np.int32)
         self._table[self._cps] = np.arange(1, len(chars) + 1, dtype=np.int32)
         self._checked_table: np.ndarray | None = None  # built on the first encode that must check for NFC
@@ -71,9 +70,8 @@ class KoreanCharTokenizer(JsonVocabulary):
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
         if normalized:
             return self._lookup(text, self._table)
-        # Most text is NFC already (everything but macOS file names and some pasted text), and the full
-        # NFC pass costs as much as the lookup. The checked table stores characters that might need NFC as
-        # -1 - id, so one lookup both encodes and says whether the text needs the NFC pass after all.
+        # Most text is NFC already (but macOS file names and some pasted text): the checked table stores characters
+        # that might need NFC (tokenizer/nfc.py) as -1 - id, so one lookup encodes and says if the NFC pass is due.
         ids = self._lookup(text, self._nfc_checked_table())
         if len(ids) and ids.min() < 0:
             ids = self._lookup(unicodedata.normalize("NFC", text), self._table)

@@ -38,7 +38,6 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         chars = set(chars)
         others = sorted(chars - _SYLLABLE_SET)
-        # The syllables of the training text: the ones a char tokenizer of the same corpus would hold.
         self.seen_syllables: frozenset[str] | None = frozenset(chars & _SYLLABLE_SET)
         known = set(others) | _SYLLABLE_SET
         self.added: list[str] = [c for c in dict.fromkeys(added) if c not in known]
