@@ -1,12 +1,10 @@
 """What `data.path` names: one text file, a folder of them, or a glob; and the one text stream they make.
 
 Design choices:
-- A folder is every text file under it (`.txt`, `.text`, `.md`), hidden files and folders (our own `.cache/`)
-  skipped; a glob (`~/blog/**/*.txt`) is exactly the regular files it matches. Neither follows a link to a folder
-  (as bash's globstar and pathlib do not), so no layout of links can make the walk hang or read a folder over and
-  over, and each real file is read once, however many names lead to it. Files are taken in sorted path order, so
-  the same folder always gives the same stream. What is not a regular file (a pipe, a device) is never read from a
-  folder or glob; named directly it is refused (data/text.py).
+- A folder is its regular text files (`.txt`, `.text`, `.md`; hidden ones and our own `.cache/` skipped), a glob
+  (`~/blog/**/*.txt`) the regular files it matches, each real file once, in sorted path order (the same folder
+  always gives the same stream). Neither follows a link to a folder (nor do bash's globstar and pathlib), so no
+  layout of links can make the walk hang or read a folder twice. A pipe or a device named directly is refused.
 - A file may vanish or change after the scan: its size, modification time and inode are recorded when its content
   is hashed (the cache's key) and compared once it has been read, so tokens are never cached under a hash of other
   bytes; either change is one UserError naming the file.

@@ -8,12 +8,12 @@ whitespace, standalone jamo such as ㅋㅋ) in code-point order; then characters
 Design choices:
 - It is the character tokenizer with a fixed syllable block in front (encoding, decoding, NFC handling, streaming
   and `extended()` are `char`'s), so a syllable never seen in training is still a token, not `<unk>`.
-- The fixed block is what lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model
-  knows only ids, and the ids of syllables are the same for every corpus.
-- It records which syllables its training text held (`seen_syllables`, saved as one string under
-  "syllables_seen"), so evaluation can split its score into what a `char` model of the same corpus could
-  score and what it could not. Fine-tuning adds the syllables of the new text, as `char` would add them to
-  its vocabulary. A vocabulary saved before the record existed loads with `seen_syllables = None`.
+- The fixed block lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model knows only ids,
+  and the ids of syllables are the same for every corpus.
+- It records which syllables its training text held (`seen_syllables`, saved as one string under "syllables_seen"),
+  so evaluation can split its score into what a `char` model of the same corpus could score and what it could not.
+  Fine-tuning adds the syllables of the new text, as `char` would add them to its vocabulary. A vocabulary saved
+  before the record existed loads with `seen_syllables = None`.
 """
 
 from __future__ import annotations
