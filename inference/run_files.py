@@ -1,27 +1,22 @@
 """Which checkpoint file of a run a reader reads: the best validated weights unless a file is named.
 
 Design choices:
-- A run folder holds `ckpt.pt`, the last weights (written at every evaluation and when a signal stops the run;
-  `train.resume` continues from it), and `best.pt`, a byte copy of `ckpt.pt` at the evaluation with the lowest
-  validation loss. Given a run folder, or nothing (the newest run under runs/), generate.py, evaluate.py,
-  serve.py, export.py and train.init_from read `best.pt` only where it is better: its recorded validation loss is
-  finite and lower than `ckpt.pt`'s, and it is this run's (`passed_over`). Otherwise they read `ckpt.pt`, and the
-  words of the file say why `best.pt` was passed over. A run that memorises its text then never hands a reader
-  weights worse than the best it had, and a `best.pt` that is another run's, left behind, or never validated is
-  never called the best.
-- "This run's" is what a checkpoint records that fixes what its validation loss measures: the model settings that
-  make the weights (all but `model.dropout` and `model.attention`, which a resumed run may change), the tokenizer
-  (its whole dict: the vocabulary), and the corpus: its config's `data.path`, `data.val_fraction`,
-  `data.val_files` and `data.tokenizer` (a file written before a key existed has its default), and the tokens per
-  character. Two losses compare only where all of these are the same.
-- A folder with `best.pt` but no `ckpt.pt` is refused in one line that names `best.pt`: there is nothing to
-  compare it with, so it cannot be called the best, and the user may still read it by naming it.
-- A file named on the command line is read as named: `ckpt=<run>/ckpt.pt` is how to get the last weights, and
-  `ckpt=<run>/best.pt` the best ones whatever the last. Every reader says which file it read, its step and
-  validation loss, and why (`RunFile.words()`), so the choice is never silent.
-- What the two files hold is read from their headers (mapped, not read: inference/checkpoint.py) once per version
-  of each file, so the playground may ask on every request.
-- A `best.pt` that cannot be read does not stop a reader: it reads `ckpt.pt` and says why.
+- A run folder holds `ckpt.pt`, the last weights (`train.resume` continues from it), and `best.pt`, a byte copy of
+  `ckpt.pt` at the evaluation with the lowest validation loss. Given a run folder, or nothing (the newest run under
+  runs/), every reader (generate.py, evaluate.py, serve.py, export.py, train.init_from) reads `best.pt` only where
+  it is this run's and its validation loss is finite and lower than `ckpt.pt`'s (`passed_over`), else `ckpt.pt`,
+  saying why: a run that memorises its text never hands a reader weights worse than its best, and a `best.pt` that
+  is another run's, left behind, or never validated is never called the best.
+- "This run's": the same model settings that make the weights (all but `model.dropout` and `model.attention`, which
+  a resumed run may change), tokenizer (its whole dict), corpus (`data.path`, `data.val_fraction`,
+  `data.val_files`, `data.tokenizer`; a key a file predates takes its default) and tokens per character.
+- A folder with `best.pt` but no `ckpt.pt` is refused in one line naming `best.pt`: with nothing to compare it
+  with it is not called the best, and naming it reads it. An unreadable `best.pt` does not stop a reader: it reads
+  `ckpt.pt` and says why.
+- A file named is read as named (`ckpt=<run>/ckpt.pt`: the last weights, `ckpt=<run>/best.pt`: the best). Every
+  reader says which file it read, its step and validation loss, and why (`RunFile.words()`).
+- The files' headers are read mapped, not loaded (inference/checkpoint.py), once per version of each file, so the
+  playground may ask on every request.
 """
 
 from __future__ import annotations
@@ -46,7 +41,6 @@ from inference.checkpoint import (
     resolve_checkpoint,
 )
 
-CHOSEN = ("best", "last", "named")  # best.pt over ckpt.pt | ckpt.pt (best.pt absent or passed over) | the file named
 RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/settings/resume.py's MODEL_CHANGEABLE
 CORPUS_KEYS = ("path", "val_fraction", "val_files", "tokenizer")  # the data keys that fix the validation text
 
@@ -65,7 +59,7 @@ class Header:
 @dataclass(frozen=True)
 class RunFile:
     path: Path
-    chosen: str  # one of CHOSEN
+    chosen: str  # best (best.pt over ckpt.pt) | last (ckpt.pt: best.pt absent or passed over) | named
     header: Header
     other: Header | None = None  # best: the last weights' (ckpt.pt); named ckpt.pt: best.pt's where it is better
     note: str = ""  # why best.pt was not read although it is there (passed_over)
