@@ -276,10 +276,8 @@ def _load_payload(path: Path, mmap: bool = False) -> Any:
     except PermissionError:
         raise UserError(f"cannot read checkpoint {path}: permission denied") from None
     except pickle.UnpicklingError:
-        raise UserError(
-            f"refusing to load {path}: it holds Python objects other than tensors and plain data "
-            "(it may be malicious, or not a kochar-gpt checkpoint)"
-        ) from None
+        raise UserError(f"refusing to load {path}: it holds Python objects other than tensors and plain data (it may "
+                        "be malicious, or not a kochar-gpt checkpoint)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
         raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "

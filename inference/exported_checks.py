@@ -2,13 +2,11 @@
 
 Design choices:
 - Every field of `kochar.json` is typed and checked as a checkpoint's are (the model settings by `ModelConfig`'s
-  own checks, the tokenizer's by building its vocabulary): a missing or mistyped field is one line naming the file
-  and the field, never an error deep inside.
-- The safetensors header (8 bytes of length, then JSON) is read alone, before any tensor is read or any model
-  built: each entry's dtype, shape and byte range must agree with each other and with the file, and the names,
-  shapes and dtypes must be exactly those the record's settings give through the layout's own mapping, run on the
-  `meta` model of inference/weight_checks.py. A record that claims more blocks than the header holds is refused
-  before even that, in the time it takes to read the header.
+  own checks, the tokenizer's by building its vocabulary): a bad field is one line naming the file and the field.
+- The safetensors header (8 bytes of length, then JSON) is read alone, before any tensor or model: each entry's
+  dtype, shape and byte range must agree with each other and with the file, and the names, shapes and dtypes must
+  be exactly those the record's settings give through the layout's own mapping, run on the `meta` model of
+  inference/weight_checks.py. A record that claims more blocks than the header holds is refused before even that.
 - The exporter writes every floating tensor as float32: a header that relabels bytes as another dtype is
   refused rather than read as garbage.
 """

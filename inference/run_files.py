@@ -1,22 +1,19 @@
 """Which checkpoint file of a run a reader reads: the best validated weights unless a file is named.
 
 Design choices:
-- A run folder holds `ckpt.pt`, the last weights (`train.resume` continues from it), and `best.pt`, a byte copy of
-  `ckpt.pt` at the evaluation with the lowest validation loss. Given a run folder, or nothing (the newest run under
-  runs/), every reader (generate.py, evaluate.py, serve.py, export.py, train.init_from) reads `best.pt` only where
-  it is this run's and its validation loss is finite and lower than `ckpt.pt`'s (`passed_over`), else `ckpt.pt`,
-  saying why: a run that memorises its text never hands a reader weights worse than its best, and a `best.pt` that
-  is another run's, left behind, or never validated is never called the best.
+- A run folder holds `ckpt.pt`, the last weights, and `best.pt`, a byte copy of it at the evaluation with the
+  lowest validation loss. Given a folder, or nothing (the newest run under runs/), every reader (generate.py,
+  evaluate.py, serve.py, export.py, train.init_from) reads `best.pt` only where it is this run's and its validation
+  loss is finite and lower than `ckpt.pt`'s (`passed_over`), else `ckpt.pt`, saying why: a run that memorises its
+  text never hands a reader weights worse than its best, and a `best.pt` left behind by another run, or never
+  validated, is never called the best. An unreadable `best.pt` does not stop a reader; a folder with `best.pt` and
+  no `ckpt.pt` is refused in one line (nothing to compare it with) that says how to name it.
 - "This run's": the same model settings that make the weights (all but `model.dropout` and `model.attention`, which
   a resumed run may change), tokenizer (its whole dict), corpus (`data.path`, `data.val_fraction`,
   `data.val_files`, `data.tokenizer`; a key a file predates takes its default) and tokens per character.
-- A folder with `best.pt` but no `ckpt.pt` is refused in one line naming `best.pt`: with nothing to compare it
-  with it is not called the best, and naming it reads it. An unreadable `best.pt` does not stop a reader: it reads
-  `ckpt.pt` and says why.
-- A file named is read as named (`ckpt=<run>/ckpt.pt`: the last weights, `ckpt=<run>/best.pt`: the best). Every
-  reader says which file it read, its step and validation loss, and why (`RunFile.words()`).
-- The files' headers are read mapped, not loaded (inference/checkpoint.py), once per version of each file, so the
-  playground may ask on every request.
+- A file named is read as named. Every reader says which file it read, its step and validation loss, and why
+  (`RunFile.words()`), so the choice is never silent.
+- The headers are read mapped, not loaded, once per version of each file: the playground may ask on every request.
 """
 
 from __future__ import annotations
@@ -68,10 +65,9 @@ class RunFile:
         """E.g. `runs/x/best.pt (step 500, val loss 3.8512: the best validation; ...)`; `extra` ends the brackets."""
         loss = "not evaluated" if math.isnan(self.header.val_loss) else f"val loss {self.header.val_loss:.4f}"
         detail = f"step {self.header.step}, {loss}"
-        folder = self.path.parent
         if self.chosen == "best" and self.other is not None:
             detail += (f": the best validation; the last weights, step {self.other.step}{_loss(self.other)}, are "
-                       f"ckpt={folder / CKPT_NAME}")
+                       f"ckpt={self.path.parent / CKPT_NAME}")
         elif self.chosen == "named" and self.other is not None:
             detail += (f": the last weights, as named; the best, step {self.other.step}{_loss(self.other)}, are "
                        f"{BEST_NAME}")
@@ -81,8 +77,7 @@ class RunFile:
         return f"{self.path} ({detail})"
 
     def fields(self) -> dict:
-        """What a JSON answer carries about the file: its step and validation loss, and why it was read (`note`: why
-        best.pt was passed over, or None)."""
+        """What a JSON answer carries about the file: its step, validation loss, and why it was read (`note`)."""
         loss = None if math.isnan(self.header.val_loss) else self.header.val_loss
         return {"checkpoint": str(self.path), "chosen": self.chosen, "step": self.header.step, "val_loss": loss,
                 "note": self.note or None}
@@ -102,8 +97,7 @@ def header(path: Path) -> Header:
 @lru_cache(maxsize=256)
 def _header(path: str, mtime_ns: int, size: int) -> Header:  # keyed by the file's version: rewritten, read again
     ckpt = load_checkpoint(path, mmap=True)
-    training = ckpt.training
-    val_loss = float(training.val_loss) if training is not None else math.nan
+    val_loss = float(ckpt.training.val_loss) if ckpt.training is not None else math.nan
     model = tuple((f"model.{k}", v) for k, v in ckpt.model_config.to_dict().items() if k not in RESUMABLE_MODEL_KEYS)
     return Header(ckpt.step, val_loss, model, json.dumps(ckpt.tokenizer, sort_keys=True, default=str), _corpus(ckpt))
 

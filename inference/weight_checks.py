@@ -1,17 +1,16 @@
 """A weight file checked for what it computes: its structure before any conversion, then its logits.
 
 Design choices:
-- One check for every reader (generate, evaluate, serve and the playground, export, train.resume and
-  train.init_from), in two parts. `check_state` runs on the file's dict before the layout conversion
-  (model/qkv_layout.py) touches it: every key known and expected, each attention module's weights in one layout
-  (all of its heads, or its stacked `qkv`: never both, never some heads), float dtypes only, every shape as the
-  settings need; a bad file is one line naming the key, not a KeyError inside the conversion.
-  `refuse_non_finite_logits` then runs the model on a few tokens: finite weights can still overflow.
-- The names and shapes expected come from the model itself, built on the `meta` device (shapes only, no memory),
-  so the model's code stays the one statement of its shapes; `shapes_only` keeps that build, and the export's
-  mappings, off torch's Python references, whose first call imports torch._dynamo (a reader's start would pay for
-  it). The same build with a checkpoint's weights assigned in place of its parameters is the model the logits
-  check of train.resume and train.init_from runs (`probe_model`): no random initialisation, no copy.
+- One check for every reader (generate, evaluate, serve, export, train.resume, train.init_from). `check_state`
+  runs on the file's dict before the layout conversion (model/qkv_layout.py): every key known and expected, each
+  attention module's weights in one layout (all its heads, or its stacked `qkv`), float dtypes, the shapes the
+  settings need: a bad file is one line naming the key, never a KeyError inside the conversion. Then
+  `refuse_non_finite_logits` runs the model on a few tokens: finite weights can still overflow.
+- The names and shapes expected come from the model itself built on the `meta` device, so the model's code stays
+  the one statement of its shapes; `shapes_only` keeps that build, and the export's mappings, off torch's Python
+  references, whose first call imports torch._dynamo (a cost every reader's start would pay). The same build with
+  a checkpoint's weights assigned in place is the model the logits check of train.resume and train.init_from runs
+  (`probe_model`): no random initialisation, no copy.
 """
 
 from __future__ import annotations
