@@ -22,7 +22,7 @@ import re
 import shutil
 import warnings
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,8 +37,6 @@ FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
-_TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
-                  "world_size", "average_updates", "early_stop")
 
 
 class CheckpointWriteError(UserError):
@@ -64,6 +62,9 @@ class TrainingState:
     early_stop: dict = field(default_factory=dict)  # train.early_stop's count, for resuming (training/early_stop.py)
 
 
+_TRAINING_KEYS = tuple(f.name for f in fields(TrainingState))
+
+
 @dataclass
 class Checkpoint:
     model_config: ModelConfig
@@ -84,8 +85,7 @@ class Checkpoint:
         return self.training.step if self.training else 0
 
     def weights(self, which: str = "averaged") -> dict[str, torch.Tensor]:
-        """The average where the checkpoint holds one (`which="averaged"`), else the raw weights (inference/weights.py
-        decides which a reader may have)."""
+        """`which="averaged"`: the average where the checkpoint holds one, else the raw weights (as `which="raw"`)."""
         return self.averaged if which == "averaged" and self.averaged is not None else self.model
 
     def to_payload(self) -> dict[str, Any]:
@@ -154,8 +154,7 @@ def another_checkpoint(path: str | Path | None) -> str:
 
 
 def refuse_non_finite(ckpt: Checkpoint) -> None:
-    """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
-    averaged weights, where the run kept them, as well as the raw ones)."""
+    """Weights (raw or averaged) holding NaN or infinity, which sample noise and score NaN: one UserError."""
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
@@ -164,8 +163,7 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
-    """`ckpt` once its weights (the set `which`, or None: every set) are finite and compute finite logits
-    (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
+    """`ckpt`, once the set `which` of its weights (None: every set) is finite and computes finite logits."""
     refuse_non_finite(ckpt)
     for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
         refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)

@@ -125,8 +125,7 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def expected_tensors(config: ModelConfig, layout: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{name: (dtype, shape)} of the tensors an export of `config` in `layout` holds: the layout's own mapping run
-    on the `meta` tensors of the model `config` builds (inference/weight_checks.py: shapes only, no memory)."""
+    """{name: (dtype, shape)} an export of `config` in `layout` holds: the layout's mapping of the `meta` model."""
     from inference.weight_checks import meta_model, shapes_only
 
     fused = replace(config, attention="fused")  # the same export from either layout, with no stacking on `meta`

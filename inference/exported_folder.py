@@ -31,8 +31,7 @@ def is_exported(path: str | Path) -> bool:
 
 
 def read_folder(path: str | Path) -> Checkpoint:
-    """The folder as a Checkpoint, once its record and its weights' header have passed every check
-    (inference/exported_checks.py): nothing is built or read in bulk before."""
+    """The folder as a Checkpoint, once its record and weights' header pass inference/exported_checks.py."""
     from inference.exported_checks import check_tensors, checked_record
 
     folder = exported_folder(path)

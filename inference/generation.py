@@ -32,8 +32,7 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
 
 
 def token_grammar(tokenizer: Tokenizer) -> TokenGrammar | None:
-    """The spelling rules sampling must follow for this tokenizer (the jamo one: whole syllables only), or
-    None when every id is a whole character."""
+    """The spelling rules sampling must follow (the jamo tokenizer's: whole syllables only), or None."""
     rules = getattr(tokenizer, "next_token_rules", None)  # optional: only tokenizers that spell in parts
     if rules is None:
         return None

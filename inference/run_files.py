@@ -118,9 +118,7 @@ def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str =
     """The file a reader reads for `ckpt`: a run folder (or None: the newest run under `runs_root`) gives best.pt
     where it is this run's and validated better than ckpt.pt, else ckpt.pt; a file is read as named. A folder that
     also holds an exported model is refused naming `key` (checkpoint.py's refuse_two_models)."""
-    if ckpt in (None, ""):
-        return folder_file(newest_checkpoint(runs_root).parent, key)
-    p = Path(ckpt).expanduser()
+    p = newest_checkpoint(runs_root).parent if ckpt in (None, "") else Path(ckpt).expanduser()
     if p.is_dir():
         return folder_file(p, key)
     path = resolve_checkpoint(p, runs_root, key)  # a missing file: the one line every reader gives

@@ -144,8 +144,7 @@ def _head_keys(config: ModelConfig, state: dict[str, Any], expected: dict, path:
 
 
 def checked_weights(config: ModelConfig, weights: dict, path: object) -> dict[str, Tensor]:
-    """A checkpoint's weights (`path` names it) in the layout `config` builds, once the names of older versions
-    are upgraded and `check_state` has passed: the checks run before any conversion."""
+    """A checkpoint's weights, older names upgraded and `check_state` passed, in the layout `config` builds."""
     weights = upgrade_state_names(weights)
     check_state(config, weights, path)
     return match_layout(weights, config.attention)
