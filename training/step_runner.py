@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from common.device import has_native_bf16
+from model.cuda_graph import CudaGraph
 from training import distributed
 from training.compile_plan import (
     EAGER,
@@ -31,7 +32,7 @@ from training.compile_plan import (
     measured_way,
     worth_a_line,
 )
-from training.graph_step import CudaGraph, GraphStep, GraphUnavailable
+from training.graph_step import GraphStep, GraphUnavailable
 from training.setup import LoopState, Session
 from training.step import StepResult, train_step
 
