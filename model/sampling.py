@@ -109,7 +109,7 @@ class Sampler:
         tensors had to be made anew (a graph captured with the old ones would not see them)."""
         self.mode = SamplingMode.of(temperature, top_k, top_p, self.vocab_size, grammar is not None)
         self.temperature.fill_(1.0 if self.mode.greedy else temperature)
-        self.k = top_k or 1
+        self.k = min(top_k or 1, self.vocab_size)  # a k past the vocabulary filters nothing (and may not fit a long)
         self.kth.fill_(self.k - 1)
         self.top_p.fill_(1.0 if top_p is None else top_p)
         if grammar is None:
