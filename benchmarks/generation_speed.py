@@ -24,8 +24,8 @@ import torch
 from benchmarks.presets import MODERN, seeded_model
 from benchmarks.timing import median_alternating, seconds
 from model import AttentionLanguageModel
-from model.decode import DecodeStep
-from model.sampling import sample_next
+from model.decode import DecodeStep, OneThread
+from model.sampling import Sampler
 from model.streaming import default_window_shift, new_cache, stream
 
 PROMPT_TOKENS = 8
@@ -95,14 +95,17 @@ def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.dev
     step = DecodeStep(model, cache)
     logits = torch.randn(1, vocab, device=device)
     g = torch.Generator(device=device).manual_seed(0)
+    sampler = Sampler(vocab, device)
+    sampler.set(1.0, None, None, None)
     steps, draws = [], []
     for _ in range(BREAKDOWN_ROUNDS):
         cache.reset(0)
         model(ids[:, : C - K], kv_cache=cache, start=0)
         cache.advance(C - K)
-        for p in range(C - K, C):
-            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
-            draws.append(seconds(lambda: sample_next(logits, 1.0, None, None, g), device))
+        with OneThread(device.type == "cpu"):  # as the loop runs them
+            for p in range(C - K, C):
+                steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
+                draws.append(seconds(lambda: sampler(logits, g), device))
     step_us, sampling_us = statistics.median(steps) * 1e6, statistics.median(draws) * 1e6
     return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
             "loop": round(total_us - step_us - sampling_us, 1)}
@@ -121,8 +124,9 @@ def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.de
         cache.reset(0)
         refills.append(seconds(lambda: model(ids[:, : C - shift], kv_cache=cache, start=0, last_only=True), device))
         cache.advance(C - shift)
-        for p in range(C - shift, C):
-            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
+        with OneThread(device.type == "cpu"):  # as the loop runs it
+            for p in range(C - shift, C):
+                steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
         full.append(seconds(lambda: model(ids, last_only=True), device))
     return {"generate_decode_step_us": round(statistics.median(steps) * 1e6, 1),
             "generate_refill_us_per_token": round(statistics.median(refills) / shift * 1e6, 1),

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from model import cuda_graph, static_decode
-from model.device_sampling import DeviceSampler, SamplingMode
-from model.sampling import TokenGrammar, sample_next
+from model.sampling import Sampler, TokenGrammar, sample_from, sample_next
 from model.streaming import stream
 from tests.test_restatements import CASES, IDS, settings, shaken
 
@@ -59,16 +58,38 @@ def test_the_static_step_samples_the_ids_sample_next_samples(temperature, top_k,
         assert torch.equal(state_a, state_b)  # the caller's generator advanced as eager sampling advances it
 
 
-def test_the_device_sampler_draws_what_sample_next_draws_for_any_values():
+def reference_draw(logits, temperature, top_k, top_p, generator):
+    """The draw as first written, with every setting a host number (torch.topk at k, the nucleus at a float p):
+    the ids a seed gave before the settings moved into device tensors."""
+    if temperature < torch.finfo(torch.float32).tiny:
+        return logits.argmax(dim=-1, keepdim=True)
+    if temperature != 1.0:
+        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        logits = logits.masked_fill(logits < torch.topk(logits, top_k, dim=-1).values[:, -1:], float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        drop = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop[..., 0] = False
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+    return sample_from(torch.softmax(logits, dim=-1), generator)
+
+
+@pytest.mark.parametrize("device_k", [False, True], ids=["host-k", "device-k"])
+def test_one_sampler_set_again_and_again_draws_the_reference_ids_for_any_values(monkeypatch, device_k):
     logits = torch.randn(4, V, generator=torch.Generator().manual_seed(2)) * 3
-    sampler = DeviceSampler(4, torch.device("cpu"))
+    if device_k:  # the sort at a device index that CUDA takes, run on the CPU
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    sampler = Sampler(V, torch.device("cpu"))
     for temperature, top_k, top_p in [*SETTINGS, (0.9, V, 0.5), (1.0, V + 5, None), (0.6, 2, 1e-300)]:
         sampler.set(temperature, top_k, top_p, None)
-        mode = SamplingMode.of(temperature, top_k, top_p, V, grammar=False)
         for seed in range(5):
-            ours = sampler(logits, mode, torch.Generator().manual_seed(seed))
-            theirs = sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed))
+            ours = sampler(logits, torch.Generator().manual_seed(seed))
+            theirs = reference_draw(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed))
             assert torch.equal(ours, theirs), (temperature, top_k, top_p, seed)
+            assert torch.equal(sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed)),
+                               theirs)
 
 
 def spelling_grammar() -> TokenGrammar:

@@ -60,14 +60,6 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def all_reduce_mean(value: float, info: DistInfo, device: torch.device) -> float:
-    if not info.enabled:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.item() / info.world_size
-
-
 def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:
     """The largest of every rank's `value`, on every rank (so all ranks resolve the same setting)."""
     if not info.enabled:

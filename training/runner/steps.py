@@ -22,10 +22,11 @@ from collections.abc import Callable
 import torch
 
 from common.device import has_native_bf16
+from model.cuda_graph import CudaGraph
 from training import distributed, early_stop
 from training.guards.signals import stop_at_once
 from training.runner import measured
-from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable, release
+from training.runner.graph import GraphStep, GraphUnavailable, release
 from training.runner.plan import (
     COMPARE_STEPS,
     EAGER,
