@@ -15,13 +15,13 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
 
 from benchmarks.presets import model_kwargs, seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second
 from model.streaming import stream
 
 PROMPT_TOKENS = 8
@@ -35,18 +35,14 @@ def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder
     return [int(nxt[0, 0]) for nxt, _ in stream(model, prompt, new_tokens, TEMPERATURE, generator=g, decoder=decoder)]
 
 
-def _timer(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str) -> Callable[[], float]:
-    sampled_ids(model, prompt, new_tokens, decoder)  # warm-up: the graph is captured here
-    return lambda: new_tokens / seconds(lambda: sampled_ids(model, prompt, new_tokens, decoder), prompt.device)
-
-
 def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
     """{"graph", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
     "new_tokens"} for `model` (on `device`) sampling `new_tokens` after an 8-token prompt."""
     model = model.eval()
     ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
     prompt = ids.to(device)
-    tps = median_alternating({k: _timer(model, prompt, new_tokens, d) for k, d in SIDES.items()}, rounds)
+    sides = {k: partial(sampled_ids, model, prompt, new_tokens, d) for k, d in SIDES.items()}
+    tps = median_alternating({k: per_second(run, new_tokens, prompt.device) for k, run in sides.items()}, rounds)
     same = sampled_ids(model, prompt, new_tokens, "graph") == sampled_ids(model, prompt, new_tokens, "static")
     return {**{k: round(v, 1) for k, v in tps.items()}, "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
             "same_text": same, "new_tokens": new_tokens}

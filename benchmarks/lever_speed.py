@@ -56,23 +56,13 @@ def session(overrides: list[str], run_dir: Path):
     return setup(composed_job(overrides), run_dir)
 
 
-def step_timer(s, state, steps: int, device):
-    from benchmarks.timing import seconds
-    from benchmarks.training_speed import WARMUP_STEPS
-    from training.step import train_step
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            train_step(s, state)
-
-    run(WARMUP_STEPS)
-    return lambda: s.tokens_per_step * steps / seconds(lambda: run(steps), device)
-
-
 def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
     at once slow the later ones, whatever their lever)."""
-    from benchmarks.timing import median_alternating
+    from functools import partial
+
+    from benchmarks.timing import median_alternating, step_timer
+    from training.step import train_step
 
     timers = {}
     corpus = [f"data.path={args.corpus}"] if args.corpus else []
@@ -81,7 +71,7 @@ def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
             overrides = ["recipe=modern", *corpus, "model.dropout=0.08", "train.max_steps=100000",
                          "train.eval_interval=100000", *LEVERS[side].split(), *args.set.split()]
             s, state = session(overrides, Path(tmp) / side)
-            timers[side] = step_timer(s, state, args.steps, s.device)
+            timers[side] = step_timer(partial(train_step, s, state), s.tokens_per_step, args.steps, s.device)
         return median_alternating(timers, args.rounds)
 
 

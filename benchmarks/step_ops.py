@@ -11,7 +11,7 @@ how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, 
 tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
 
 Design choices:
-- The model's step is the same for every model measured (benchmarks/training_speed.py's `clipped_step`): forward
+- The model's step is the same for every model measured (benchmarks/training_speed.py's `optimizer_step`): forward
   with targets, backward, `clip_grad_norm_(1.0)`, a fused AdamW step and `zero_grad(set_to_none=True)`, at the
   default size (4 blocks, 128 wide, 4 heads, context 128, batch 8, 1,480 ids: about the vocabulary of the novels
   in ../shared/corpora), float32, dropout 0, after two warm-up steps. The backward is counted alone the same way:
@@ -87,13 +87,16 @@ class HostSyncs(TorchFunctionMode):
             self.pauses -= 1
 
 
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
+
+
 def model_step_ops(model: torch.nn.Module) -> int:
     """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    from benchmarks.training_speed import clipped_step
+    from benchmarks.training_speed import optimizer_step
 
-    g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
-    step = clipped_step(model, x, y)
+    step = optimizer_step(model, *_batch(), clip=True)
     for _ in range(2):
         step()
     with DispatchCount() as count:
@@ -103,10 +106,8 @@ def model_step_ops(model: torch.nn.Module) -> int:
 
 def backward_ops(model: torch.nn.Module) -> Counter[str]:
     """Operations one backward pass dispatches (after a forward with targets, no gradient held yet), by name."""
-    g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
     model.zero_grad(set_to_none=True)
-    _, loss = model(x, y)
+    _, loss = model(*_batch())
     with DispatchCount() as count:
         loss.backward()
     model.zero_grad(set_to_none=True)

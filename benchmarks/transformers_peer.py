@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second
 from model import AttentionLanguageModel
 from model.counts import num_parameters
 from model.streaming import stream
@@ -39,9 +39,8 @@ def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, v
                         min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                         use_cache=True, pad_token_id=0)
 
-    ours_run(), theirs_run()  # warm up
-    return {"ours": lambda: batch * new_tokens / seconds(ours_run, prompt.device),
-            "transformers": lambda: batch * new_tokens / seconds(theirs_run, prompt.device)}
+    return {"ours": per_second(ours_run, batch * new_tokens, prompt.device),
+            "transformers": per_second(theirs_run, batch * new_tokens, prompt.device)}
 
 
 @torch.inference_mode()
