@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
 
 from benchmarks import options as opt  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
-from benchmarks.runs import evaluate, keep, machine_before_run, sample, trained  # noqa: E402
+from benchmarks.runs import campaign_run, heldout_scores, keep, sample  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 
@@ -59,12 +59,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def train(overrides: list[str], run_dir: Path) -> dict:
-    """One `train.py` run; its closing numbers from the result line, or the error's last line."""
-    done = trained(overrides, run_dir)
-    return done if "error" in done else {k: done[k] for k in ("steps", "seconds", "stopped")}
-
-
 def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
     if args.source_run:
         return Path(args.source_run).expanduser(), {"source_run": args.source_run}
@@ -76,12 +70,10 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
         if all(previous.get(k) == v for k, v in record.items()):
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
-    record.update(machine_before_run())
-    result = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET,
-                    *args.set.split()], run_dir)
-    if "error" in result:
-        raise SystemExit(f"error: the source run failed: {result['error']}")
-    record.update(result)
+    train = [f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET, *args.set.split()]
+    record = campaign_run(record, train, run_dir, ("steps", "seconds", "stopped"), lambda _: {})
+    if "error" in record:
+        raise SystemExit(f"error: the source run failed: {record['error']}")
     done.write_text(json.dumps(record, ensure_ascii=False))
     return run_dir, record
 
@@ -92,15 +84,10 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
     overrides = [f"data.path={target_train}", f"train.max_seconds={args.seconds}", f"seed={seed}", WHOLE_BUDGET]
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
-    record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              **machine_before_run()}
-    result = train(overrides + args.set.split(), run_dir)
-    if "error" in result:
-        return {**record, **result}
-    scored = evaluate(run_dir, heldout)
-    return {**record, **result, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "unknown_chars": scored.get("unknown_chars"), "sample": sample(run_dir, args.prompt, 120, "seed=1337"),
-            **({"error": scored["error"]} if "error" in scored else {})}
+    record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+    return campaign_run(record, overrides + args.set.split(), run_dir, ("steps", "seconds", "stopped"),
+                        lambda _: {**heldout_scores(run_dir, heldout, unknown_chars="unknown_chars"),
+                                   "sample": sample(run_dir, args.prompt, 120, "seed=1337")})
 
 
 def table(results: list[dict]) -> str:

@@ -55,6 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
                     help="fraction of each corpus held out (default 0.05)")
     ap.add_argument("--out", default="runs/hangul", check=opt.out_folder, help="runs, splits and results go here")
+    ap.set_defaults(steps=None)  # a time budget only (benchmarks/ladder_checks.py's run_overrides)
     return ap.parse_args(argv)
 
 
@@ -104,23 +105,22 @@ def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
 
 def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
             args: argparse.Namespace) -> dict:
-    from benchmarks.ladder import train_rung
-    from benchmarks.runs import machine_before_run, run_facts, sample
+    from benchmarks.ladder_checks import run_overrides
+    from benchmarks.runs import campaign_run, run_facts, sample
     from data.text import iter_text_chunks
 
     train, heldout = paths
     run_dir = Path(args.out) / corpus / f"{variant}-seed{seed}"
-    record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              **machine_before_run()}
-    opts = argparse.Namespace(steps=None, seconds=args.seconds, set=f"{VARIANTS[variant]} {args.set}".strip())
-    trained = train_rung("lecture", seed, train, run_dir, opts)
-    if "error" in trained:
-        return {**record, **trained}
-    text = "".join(iter_text_chunks(heldout))
-    facts = run_facts(run_dir)
-    facts.pop("tokens_per_step", None)
-    return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen),
-            "sample": sample(run_dir, "그날 밤", 80)}
+    record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+
+    def scores(_: dict) -> dict:
+        text = "".join(iter_text_chunks(heldout))
+        facts = run_facts(run_dir)
+        facts.pop("tokens_per_step", None)
+        return {**facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir, "그날 밤", 80)}
+
+    return campaign_run(record, run_overrides("lecture", VARIANTS[variant].split(), args, str(train), seed), run_dir,
+                        ("steps", "seconds", "stopped", "tokens_per_sec"), scores)
 
 
 def _mean_spread(values: list[float | None]) -> str:
@@ -157,7 +157,7 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str]) -> None:
     from benchmarks.heldout import split_heldout
     from benchmarks.ladder_checks import say_whole_budget
-    from benchmarks.runs import keep, results
+    from benchmarks.runs import keep, kept, results
     from data.text import iter_text_chunks
 
     args = parse_args(argv)
@@ -165,20 +165,14 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "results.jsonl"
-    done, table_rows = results(log_file), []
+    done, table_rows = [{"seed": 1337, **r} for r in results(log_file)], []  # rows from before --seeds: seed 1337
     for spec in args.corpus:
         name, _, path = spec.partition("=")
         paths = split_heldout(Path(path).expanduser(), out / "splits", args.heldout)
         seen = Counter("".join(iter_text_chunks(paths[0])))
         for seed, variant in ((s, v) for s in args.seeds for v in args.variants):
-            key = (name, variant, seed, args.seconds, args.set)
-            old = [r for r in done if (r["corpus"], r["variant"], r.get("seed", 1337), r["seconds_budget"], r["set"])
-                   == key and "error" not in r]
-            if old:
-                table_rows.append(old[-1])
-                continue
-            table_rows.append(one_run(name, variant, seed, paths, seen, args))
-            keep(table_rows[-1], log_file)
+            key = {"corpus": name, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+            table_rows.append(kept(key, done) or keep(one_run(name, variant, seed, paths, seen, args), log_file))
     report = table(table_rows)
     (out / "hangul.md").write_text(report, encoding="utf-8")
     print(report)

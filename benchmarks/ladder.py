@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import options as opt  # noqa: E402
-from benchmarks.runs import evaluate, keep, last_line, machine_before_run, results, run_facts, trained  # noqa: E402
+from benchmarks import runs  # noqa: E402
 
 RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")
 
@@ -96,20 +96,6 @@ def budget(args: argparse.Namespace) -> str:
     return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
 
 
-def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.Namespace) -> dict:
-    """One `train.py` run of a recipe; its closing numbers from the result line and TensorBoard."""
-    from benchmarks.ladder_checks import run_overrides
-    from benchmarks.runs import median_tokens_per_sec
-    from benchmarks.tb_read import read_scalars
-
-    recipe, extra = getattr(args, "variants", {}).get(rung, (rung, []))  # hangul_compare passes no variants
-    done = trained(run_overrides(recipe, extra, args, str(train), seed), run_dir)
-    if "error" in done:
-        return done
-    return {**{k: done[k] for k in ("steps", "seconds", "stopped")},
-            "tokens_per_sec": median_tokens_per_sec(read_scalars(run_dir))}
-
-
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
     import json
 
@@ -118,7 +104,7 @@ def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Na
     cmd += ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
-        return {"error": last_line(proc.stderr, "nanogpt_peer.py failed")}
+        return {"error": runs.last_line(proc.stderr, "nanogpt_peer.py failed")}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
             "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
@@ -133,30 +119,29 @@ def run_name(rung: str, seed: int, overrides: str) -> str:
 
 
 def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], args: argparse.Namespace) -> dict:
+    from benchmarks.ladder_checks import run_overrides
+
     train, heldout, fingerprint = split
     run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
     record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
-              "heldout": args.heldout, "corpus_sha256": fingerprint, **machine_before_run()}
+              "heldout": args.heldout, "corpus_sha256": fingerprint}
     if rung == "nanogpt":
-        return {**record, **run_peer(seed, train, heldout, run_dir, args)}
-    done = train_rung(rung, seed, train, run_dir, args)
-    if "error" in done:
-        return {**record, **done}
-    scored = evaluate(run_dir, heldout)
-    last = evaluate(run_dir / "ckpt.pt", heldout) if scored.get("chosen") == "best" else {}
-    facts = run_facts(run_dir)
+        return {**record, **runs.machine_before_run(), **run_peer(seed, train, heldout, run_dir, args)}
+    recipe, extra = args.variants.get(rung, (rung, []))
+    return runs.campaign_run(record, run_overrides(recipe, extra, args, str(train), seed), run_dir,
+                        ("steps", "seconds", "stopped", "tokens_per_sec"), lambda done: scores(run_dir, heldout, done))
+
+
+def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
+    """A rung's held-out score as a user's `evaluate.py ckpt=RUN` gets it, the last weights' beside it where those
+    were best.pt's, and the run's size and tokens seen."""
+    scored = runs.heldout_scores(run_dir, heldout, weights="weights", average_updates="average_updates",
+                            scored="chosen", scored_step="step")
+    last = runs.evaluate(run_dir / "ckpt.pt", heldout) if scored["scored"] == "best" else {}
+    facts = runs.run_facts(run_dir)
     if facts.get("tokens_per_step"):
         facts["tokens"] = done["steps"] * facts.pop("tokens_per_step")
-    return {**record, **done, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "weights": scored.get("weights"), "average_updates": scored.get("average_updates"),
-            "scored": scored.get("chosen"), "scored_step": scored.get("step"), "heldout_bpc_last": last.get("bpc"),
-            **facts,
-            **({"error": scored["error"]} if "error" in scored else {})}
-
-
-def same_run(a: dict, b: dict) -> bool:
-    keys = ("corpus", "rung", "seed", "budget", "set")
-    return all(a.get(k) == b.get(k) for k in keys) and "error" not in a
+    return {**scored, "heldout_bpc_last": last.get("bpc"), **facts}
 
 
 def main(argv: list[str]) -> None:
@@ -166,7 +151,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     out = Path(args.out)
     results_file = out / "results.jsonl"
-    done = results(results_file)
+    done = runs.results(results_file)
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
     say_whole_budget(budget(args))
@@ -174,13 +159,10 @@ def main(argv: list[str]) -> None:
     for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):
             for rung in rungs:
-                want = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
-                if any(same_run(d, want) for d in done):
-                    continue
-                record = one_run(name, rung, seed, split, args)
-                keep(record, results_file)
-                done.append(record)
-                failed += [record] if "error" in record else []
+                key = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
+                if not runs.kept(key, done):
+                    done.append(runs.keep(one_run(name, rung, seed, split, args), results_file))
+                    failed += [done[-1]] if "error" in done[-1] else []
     report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
     if failed:
         raise CampaignFailed(failed)

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.options import ROOT
@@ -44,18 +45,39 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
 
 
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
-    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc}, or {error: its last line}."""
+    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc} from its `run:` line, the median of the
+    tokens/s and the best validation bpc it logged, or {error: its last line}."""
+    from benchmarks.tb_read import read_scalars
+
     proc, m = train_py(overrides, run_dir, env)
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line")}
-    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
-            "val_bpc": float(m["bpc"])}
-
-
-def median_tokens_per_sec(scalars: dict) -> int | None:
-    """The median of the tokens/s a run logged (`read_scalars`'s dict), or None where it logged none."""
+    scalars = read_scalars(run_dir)
     tps = sorted(v for _, v in scalars.get("train/tokens_per_sec", []))
-    return round(tps[len(tps) // 2]) if tps else None
+    bpcs = [v for _, v in scalars.get("val/bpc", [])]
+    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
+            "val_bpc": float(m["bpc"]), "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None,
+            "best_val_bpc": min(bpcs) if bpcs else None}
+
+
+def campaign_run(record: dict, overrides: list[str], run_dir: Path, keys: tuple[str, ...],
+                 then: Callable[[dict], dict]) -> dict:
+    """A campaign's row: `record`, the machine's state before the run, the `keys` of `trained`'s numbers, then what
+    `then(those numbers)` adds (nothing where training failed: the row holds its error)."""
+    record = {**record, **machine_before_run()}
+    done = trained(overrides, run_dir)
+    if "error" in done:
+        return {**record, **done}
+    return {**record, **{k: done[k] for k in keys}, **then(done)}
+
+
+def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
+    """`evaluate.py`'s score of a run as a campaign's row holds it: heldout_bpc, heldout_chars, {name: its key} of
+    `more`, and its error where it failed."""
+    scored = evaluate(run_dir, heldout)
+    return {"heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
+            **{name: scored.get(key) for name, key in more.items()},
+            **({"error": scored["error"]} if "error" in scored else {})}
 
 
 def evaluate(ckpt: Path, heldout: Path) -> dict:
@@ -97,12 +119,18 @@ def results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def keep(record: dict, path: Path) -> None:
-    """One row: printed as a JSON line and appended to `path`."""
+def kept(key: dict, done: list[dict]) -> dict | None:
+    """The last row of `done` that has `key`'s values and no error: a run a continued campaign does not repeat."""
+    return next((r for r in reversed(done) if "error" not in r and all(r.get(k) == v for k, v in key.items())), None)
+
+
+def keep(record: dict, path: Path) -> dict:
+    """One row: printed as a JSON line and appended to `path`; returned."""
     line = json.dumps(record, ensure_ascii=False)
     print(line, flush=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(line + "\n")
+    return record
 
 
 def cpu_busy(seconds: float = 2.0) -> float | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -28,8 +27,6 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
-
-RUN_NAME = re.compile(r"[\w.-]+")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,29 +43,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     for spec in args.run:
         name = spec.partition("=")[0]
-        if not RUN_NAME.fullmatch(name):
+        if not opt.NAME.fullmatch(name):
             raise UserError(f"--run {spec!r}: give it as NAME=OVERRIDES, NAME made of letters, digits, . _ -")
     return args
 
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
     """Train one configuration for the budget; its result line as a dict."""
-    from benchmarks.runs import median_tokens_per_sec, trained
-    from benchmarks.tb_read import read_scalars
+    from benchmarks.runs import trained
 
     env = None
     if args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    run_dir = Path(args.out) / name
     done = trained([f"data.path={Path(args.corpus).expanduser()}", f"train.max_seconds={args.seconds}",
-                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], run_dir, env)
+                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], Path(args.out) / name, env)
     if "error" in done:
         return {"name": name, **done}
-    tags = read_scalars(run_dir)
-    bpcs = [v for _, v in tags.get("val/bpc", [])]
-    return {"name": name, "overrides": overrides, "steps": done["steps"], "val_loss": done["val_loss"],
-            "val_bpc": done["val_bpc"], "best_val_bpc": min(bpcs) if bpcs else None,
-            "tokens_per_sec": median_tokens_per_sec(tags), "seconds": done["seconds"]}
+    keys = ("steps", "val_loss", "val_bpc", "best_val_bpc", "tokens_per_sec", "seconds")
+    return {"name": name, "overrides": overrides, **{k: done[k] for k in keys}}
 
 
 def main(argv: list[str]) -> None:
