@@ -11,13 +11,11 @@ OUT/results.jsonl; the closing table (mean over seeds, the gain of fine-tuning) 
 OUT/finetune.md.
 
 Design choices:
-- Both sides are what a user types: `python train.py data.path=<target> train.max_seconds=60` and the same
-  with `train.init_from=<source run>`; nothing else is pinned (`--set` adds overrides to both) but early stopping,
-  which is off in every run (`train.early_stop=null`: the sides are compared over the whole budget; `--set` may
-  type it). Both are scored as a user's `evaluate.py ckpt=<run>` scores them: their best validated weights.
-- Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for the reviews in
-  nsmc_dev.txt, reviews of films the training part never mentions.
-- Runs go one after another; the machine's state before each is recorded (benchmarks/runs.py warns).
+- Both sides are what a user types (`python train.py data.path=<target> train.max_seconds=60`, the one with
+  `train.init_from=<source run>`), nothing else pinned but early stopping, off so that the sides are compared over
+  the whole budget (`--set` adds overrides to both, and may type it); both are scored on their best validated weights.
+- Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for nsmc_dev.txt, reviews
+  of films the training part never mentions.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E40
 from benchmarks.runs import campaign_run, heldout_scores, keep, sample  # noqa: E402
 
 SIDES = ("finetune", "scratch")
+TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -48,11 +47,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--target", required=True, check=opt.text_file, help="the new text (its tail is held out)")
     ap.add_argument("--seconds", default=60.0, check=opt.SECONDS, help="budget of each side on the target (default 60)")
     ap.add_argument("--seeds", default=1, check=opt.count(), help="seeds per side (default 1: 1337)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to both sides")
     ap.add_argument("--prompt", default="이 영화", help="the samples' prompt (default: 이 영화)")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of the target held out (default 0.05)")
-    ap.add_argument("--out", default="runs/finetune", check=opt.out_folder, help="runs, splits and results go here")
+    opt.campaign_flags(ap, "runs/finetune", "both sides")
     args = ap.parse_args(argv)
     if args.source_run is None and args.source is None:
         raise UserError("give --source FILE (trained once) or --source-run DIR (an existing run)")
@@ -71,7 +67,7 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
             return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
     train = [f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET, *args.set.split()]
-    record = campaign_run(record, train, run_dir, ("steps", "seconds", "stopped"), lambda _: {})
+    record = campaign_run(record, train, run_dir, lambda _: {}, TRAINED)
     if "error" in record:
         raise SystemExit(f"error: the source run failed: {record['error']}")
     done.write_text(json.dumps(record, ensure_ascii=False))
@@ -85,22 +81,21 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
     record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
-    return campaign_run(record, overrides + args.set.split(), run_dir, ("steps", "seconds", "stopped"),
+    return campaign_run(record, overrides + args.set.split(), run_dir,
                         lambda _: {**heldout_scores(run_dir, heldout, unknown_chars="unknown_chars"),
-                                   "sample": sample(run_dir, args.prompt, 120, "seed=1337")})
+                                   "sample": sample(run_dir, args.prompt, 120, "seed=1337")}, TRAINED)
 
 
 def table(results: list[dict]) -> str:
-    mean = {}
-    for side in SIDES:
-        scores = [r["heldout_bpc"] for r in results if r["side"] == side and r.get("heldout_bpc") is not None]
-        mean[side] = sum(scores) / len(scores) if scores else None
+    """Per side, the mean held-out bpc and steps over the seeds that ran, and the gain of fine-tuning."""
     lines = ["| side | seeds | held-out bpc (mean) | steps (mean) |", "|---|---:|---:|---:|"]
+    mean: dict[str, float | None] = {}
     for side in SIDES:
         rows = [r for r in results if r["side"] == side and "error" not in r]
+        scores = [r["heldout_bpc"] for r in rows if r.get("heldout_bpc") is not None]
+        mean[side] = sum(scores) / len(scores) if scores else None
         steps = sum(r["steps"] for r in rows) / len(rows) if rows else 0
-        bpc = f"{mean[side]:.3f}" if mean[side] is not None else "—"
-        lines.append(f"| {side} | {len(rows)} | {bpc} | {steps:.0f} |")
+        lines.append(f"| {side} | {len(rows)} | {'—' if mean[side] is None else f'{mean[side]:.3f}'} | {steps:.0f} |")
     if None not in mean.values():
         lines.append(f"\nfine-tuning gains {mean['scratch'] - mean['finetune']:.3f} bits per character")
     return "\n".join(lines) + "\n"
@@ -117,11 +112,8 @@ def main(argv: list[str]) -> None:
     source, source_record = source_run(args, out)
     opt.print_json({"source": source_record})
     paths = split_heldout(args.target, out / "splits", args.heldout)
-    results = []
-    for seed in range(1337, 1337 + args.seeds):
-        for side in SIDES:
-            results.append(one_side(side, seed, source, paths, args))
-            keep(results[-1], out / "results.jsonl")
+    results = [keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
+               for seed in range(1337, 1337 + args.seeds) for side in SIDES]
     report = table(results)
     (out / "finetune.md").write_text(report, encoding="utf-8")
     print(report)

@@ -49,12 +49,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS),
                     help="comma-separated (default: all)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
     ap.add_argument("--seeds", default="1337", check=opt.counts(0), help="comma-separated; each variant runs once per "
                     "seed and the table gives the mean and the spread (default 1337)")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/hangul", check=opt.out_folder, help="runs, splits and results go here")
+    opt.campaign_flags(ap, "runs/hangul")
     ap.set_defaults(steps=None)  # a time budget only (benchmarks/ladder_checks.py's run_overrides)
     return ap.parse_args(argv)
 
@@ -120,7 +117,7 @@ def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen
         return {**facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir, "그날 밤", 80)}
 
     return campaign_run(record, run_overrides("lecture", VARIANTS[variant].split(), args, str(train), seed), run_dir,
-                        ("steps", "seconds", "stopped", "tokens_per_sec"), scores)
+                        scores)
 
 
 def _mean_spread(values: list[float | None]) -> str:

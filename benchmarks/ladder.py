@@ -1,32 +1,24 @@
-"""The ladder, measured so that it reproduces: every rung on every corpus, several seeds, one after another,
-scored on held-out text, beside nanoGPT; one command regenerates the table and the picture.
+"""The ladder, reproducibly: every rung on every corpus, several seeds, one after another, scored on held-out text
+beside nanoGPT; one command regenerates the tables and the picture.
 
     python -m benchmarks.ladder --corpus koconovel=../shared/corpora/koconovel_dev.txt \
         --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300 --seeds 2 --nanogpt ~/src/nanoGPT
     python -m benchmarks.ladder --corpus ... --steps 1500      # a fixed step count instead of --seconds
 
-Everything is checked before the first run (benchmarks/ladder_checks.py): every rung's and variant's train.py config,
-the budget, the held-out fraction, each corpus as train.py reads it, and the rows already in OUT. Every run prints
-one JSON line and is appended to OUT/results.jsonl, with what makes rows comparable (held-out fraction, budget, the
-corpus's fingerprint, the weights scored); a run already there (same corpus, rung, seed, budget and overrides) is not
-repeated, so an interrupted campaign continues where it stopped, and a run that failed makes the exit non-zero. At the
-end the table (mean and spread over seeds of the held-out bits per character, the gap to nanoGPT, tokens/s,
-steps, and each `--variant` against its recipe on the same seeds) is printed and written to OUT/ladder.md;
-`--docs` also replaces the tables in docs/en/ladder.md and docs/ko/ladder.md and redraws docs/images/ladder.png
-(benchmarks/ladder_report.py); a campaign with variants replaces the levers' block only.
+Everything is checked before the first run (benchmarks/ladder_checks.py). Every run is one JSON line appended to
+OUT/results.jsonl with what makes rows comparable (held-out fraction, budget, the corpus's fingerprint, the weights
+scored); a run already there (same corpus, rung, seed, budget and overrides) is not repeated, and a failed run makes
+the exit non-zero. The table (mean and spread over seeds, the gap to nanoGPT, each `--variant` against its recipe)
+goes to OUT/ladder.md; `--docs` also rewrites the docs' tables and picture (with variants: the levers' block only).
 
 Design choices:
-- A rung is a recipe (configs/recipe/) trained exactly as `python train.py recipe=<rung> data.path=...`
-  would train it, with `train.max_seconds` as the only limit; nothing else is pinned, so the lecture rung is
-  the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
-- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
-  nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail. A run is scored as a user's
-  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it is better than ckpt.pt); the row
-  records which (`scored`) and, where that was best.pt, the last weights' score beside it (`heldout_bpc_last`).
-- Every run has the whole budget: early stopping (`train.early_stop`, on by default for a time budget) is off
-  (benchmarks/ladder_checks.py), and the campaign says so when it starts.
-- Runs go one after another, never in parallel; the machine's state before each is recorded, with a warning when
-  it is not idle (benchmarks/runs.py's `machine_before_run`).
+- A rung is a recipe (configs/recipe/) trained as `python train.py recipe=<rung> data.path=...` trains it, the budget
+  its only limit, so the lecture rung is the default run a user gets; `--set` adds overrides to every run.
+- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the nanoGPT
+  peer train on the rest. A run is scored as `evaluate.py ckpt=<run>` scores it (its best validated weights); the row
+  says which (`scored`) and, for best.pt, the last weights' score beside it (`heldout_bpc_last`).
+- Every run has the whole budget (early stopping off, said at the start) and the machine to itself, one after
+  another; the machine's state before each is recorded (benchmarks/runs.py).
 """
 
 from __future__ import annotations
@@ -63,15 +55,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", default=2, check=opt.count(), help="seeds per rung (default 2: 1337, 1338)")
     ap.add_argument("--rungs", default=",".join(RUNGS), check=opt.chosen(is_recipe, "the recipes in configs/recipe/"),
                     help="comma-separated recipes (default: the ladder)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=RECIPE:OVERRIDES",
                     help="an extra rung: a recipe with space-separated overrides, e.g. "
                          "'modern+gate=modern:model.attention_gate=true' (repeatable)")
     ap.add_argument("--nanogpt", default=None, check=opt.NANOGPT, help="a nanoGPT checkout: train it beside the rungs")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/ladder", check=opt.out_folder,
-                    help="runs, splits and results go here (default runs/ladder)")
+    opt.campaign_flags(ap, "runs/ladder")
     ap.add_argument("--docs", action="store_true",
                     help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
                     "table only)")
@@ -129,14 +117,14 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
         return {**record, **runs.machine_before_run(), **run_peer(seed, train, heldout, run_dir, args)}
     recipe, extra = args.variants.get(rung, (rung, []))
     return runs.campaign_run(record, run_overrides(recipe, extra, args, str(train), seed), run_dir,
-                        ("steps", "seconds", "stopped", "tokens_per_sec"), lambda done: scores(run_dir, heldout, done))
+                             lambda done: scores(run_dir, heldout, done))
 
 
 def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
     """A rung's held-out score as a user's `evaluate.py ckpt=RUN` gets it, the last weights' beside it where those
     were best.pt's, and the run's size and tokens seen."""
     scored = runs.heldout_scores(run_dir, heldout, weights="weights", average_updates="average_updates",
-                            scored="chosen", scored_step="step")
+                                 scored="chosen", scored_step="step")
     last = runs.evaluate(run_dir / "ckpt.pt", heldout) if scored["scored"] == "best" else {}
     facts = runs.run_facts(run_dir)
     if facts.get("tokens_per_step"):

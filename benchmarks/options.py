@@ -19,7 +19,6 @@ import math
 import re
 import sys
 from collections.abc import Callable, Container
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.config_checks import refusal, shown_value
@@ -66,6 +65,13 @@ def script_parser(prog: str, doc: str, until: str = "\n\n") -> OneLineArgumentPa
     """The parser of a benchmark script run on its own: its docstring up to `until` as the description."""
     return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def campaign_flags(ap: OneLineArgumentParser, out: str, sides: str = "every run") -> None:
+    """`--set`, `--heldout` and `--out`, as every campaign that scores its runs on held-out text takes them."""
+    ap.add_argument("--set", default="", help=f"space-separated train.py overrides added to {sides}")
+    ap.add_argument("--heldout", default=0.05, check=FRACTION, help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default=out, check=out_folder, help=f"runs, splits and results go here (default {out})")
 
 
 def run_script(main: Callable[[list[str]], object]) -> None:
@@ -194,21 +200,6 @@ NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone
 
 # -- bench.py --------------------------------------------------------------------------------------------------------
 
-@dataclass
-class BenchOptions:
-    device: str
-    preset: str | None
-    dtype: str
-    rounds: int
-    steps: int
-    new_tokens: int
-    memory_mb: int
-    vocab_size: int | None
-    corpus: Path | None
-    smoke: bool
-    generation_only: bool = False
-
-
 def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) -> Check:
     def check(flag: str, text: str) -> str:
         if not (fits(text) if fits else text in choices):
@@ -218,8 +209,8 @@ def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) 
     return check
 
 
-def build_parser(description: str | None = None, prog: str = "bench.py") -> OneLineArgumentParser:
-    ap = OneLineArgumentParser(prog=prog, description=description,
+def build_parser(description: str | None = None) -> OneLineArgumentParser:
+    ap = OneLineArgumentParser(prog="bench.py", description=description,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)",
                     check=_one_of(("auto", "cpu", "cuda", "cuda:N", "mps"), DEVICE_PATTERN.fullmatch))
@@ -245,20 +236,19 @@ def build_parser(description: str | None = None, prog: str = "bench.py") -> OneL
     return ap
 
 
-def _defaults(args: argparse.Namespace) -> dict[str, object]:
-    if args.smoke:
-        return {"rounds": 1, "steps": 1, "new_tokens": 16, "memory_mb": 0, "preset": "tiny"}
-    if args.quick:
-        return {"rounds": 2, "steps": 5, "new_tokens": 500, "memory_mb": 0, "preset": None}
-    return {"rounds": 5, "steps": 5, "new_tokens": 500, "memory_mb": 100, "preset": None}
+DEFAULTS = {"rounds": 5, "steps": 5, "new_tokens": 500, "memory_mb": 100}
+QUICK = {**DEFAULTS, "rounds": 2, "memory_mb": 0}
+SMOKE = {"rounds": 1, "steps": 1, "new_tokens": 16, "memory_mb": 0, "preset": "tiny"}
 
 
-def parse_options(argv: list[str], description: str | None = None) -> BenchOptions:
-    """Parse and check `bench.py`'s arguments; any mistake raises `UserError`."""
+def parse_options(argv: list[str], description: str | None = None) -> argparse.Namespace:
+    """`bench.py`'s arguments, checked, with `--quick`'s or `--smoke`'s defaults where a flag is not given, and
+    `corpus` a Path (None: the built-in one); any mistake raises `UserError`."""
     args = build_parser(description).parse_args(argv)
-    pick = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in _defaults(args).items()}
-    corpus = Path(args.corpus).expanduser() if args.corpus else None  # None: the built-in one
-    if corpus is None and not args.smoke and SHARED_CORPUS.is_file():
-        corpus = SHARED_CORPUS
-    return BenchOptions(device=args.device, dtype=args.dtype, vocab_size=args.vocab_size, corpus=corpus,
-                        smoke=args.smoke, generation_only=args.generation_only, **pick)
+    for key, value in (SMOKE if args.smoke else QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.corpus = Path(args.corpus).expanduser() if args.corpus else None
+    if args.corpus is None and not args.smoke and SHARED_CORPUS.is_file():
+        args.corpus = SHARED_CORPUS
+    return args

@@ -12,6 +12,8 @@ Design choices:
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 from benchmarks.encoding_speed import bench_encoding
@@ -19,7 +21,7 @@ from benchmarks.generation_speed import bench_cache_against_crop, bench_generati
 from benchmarks.graph_sampling import bench_gpu_sampling
 from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
-from benchmarks.options import SHARED_CORPUS, BenchOptions
+from benchmarks.options import SHARED_CORPUS
 from benchmarks.presets import PRESETS
 from benchmarks.training_speed import bench_training, matmul_peak_flops
 from common.device import enable_fast_matmul, pick_device, resolve_dtype
@@ -56,7 +58,7 @@ def dtypes_to_measure(name: str, device: torch.device) -> list[str]:
     return ["float32"] if name == "float32" else ["float32", name]
 
 
-def corpus_text(opts: BenchOptions) -> tuple[str, str]:
+def corpus_text(opts: argparse.Namespace) -> tuple[str, str]:
     """(the corpus's name for the output, its text)."""
     path = opts.corpus or EMBEDDED_CORPUS
     text = read_text(path)
@@ -74,7 +76,7 @@ def machine(device: torch.device) -> dict:
     return {"device": str(device), "device_name": name, "torch": torch.__version__}
 
 
-def run_benchmarks(opts: BenchOptions) -> dict:
+def run_benchmarks(opts: argparse.Namespace) -> dict:
     """Every benchmark `opts` asks for, as one dict ready for `json.dumps`."""
     device = resolve_device(opts.device)
     dtypes = dtypes_to_measure(opts.dtype, device)

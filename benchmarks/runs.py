@@ -60,8 +60,8 @@ def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dic
             "best_val_bpc": min(bpcs) if bpcs else None}
 
 
-def campaign_run(record: dict, overrides: list[str], run_dir: Path, keys: tuple[str, ...],
-                 then: Callable[[dict], dict]) -> dict:
+def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callable[[dict], dict],
+                 keys: tuple[str, ...] = ("steps", "seconds", "stopped", "tokens_per_sec")) -> dict:
     """A campaign's row: `record`, the machine's state before the run, the `keys` of `trained`'s numbers, then what
     `then(those numbers)` adds (nothing where training failed: the row holds its error)."""
     record = {**record, **machine_before_run()}
