@@ -9,8 +9,8 @@ detection, NFC, the token cache) twice: cold (empty cache: tokenised) and warm (
 pays). Prints one JSON object: seconds for each, the ratio folder/file, and whether both give the same ids.
 
 Design choices:
-- The split is by lines into files of about equal size: what a blog export or a folder of notes looks like.
-- The warm time is the one users feel run after run, so it is the one the ratio compares.
+- Files of about equal size, cut at lines: what a blog export or a folder of notes looks like.
+- The ratio compares warm loads: what users wait for run after run.
 """
 
 from __future__ import annotations

@@ -11,13 +11,10 @@ number there is not a score). Also tokens/s, steps, parameters and a sample. One
 OUT/results.jsonl (a run already there is not repeated); the table goes to OUT/hangul.md.
 
 Design choices:
-- Every variant is `python train.py data.path=<train part> train.max_seconds=S` plus its own keys and nothing
-  else, so the recipe (the lecture's, by default; `--set` adds keys to all) is the same for all; early stopping is
-  off (`train.early_stop=null`, as in the ladder), so every variant has the whole budget, and each is scored with
-  the weights a reader of its run folder gets (its best validated: inference/run_files.py).
+- Every variant is the lecture recipe (`--set` adds keys to all) plus its own keys, trained as the ladder trains
+  a rung: the whole budget, early stopping off; each is scored on the weights a reader of its run folder gets.
 - A character's loss is the sum of its tokens' (three for a jamo syllable), so every variant is scored per
-  character of the same text; windows do not overlap, each token predicted once with the context before it in
-  its window.
+  character of the same text; windows do not overlap, each token predicted once with the context before it.
 """
 
 from __future__ import annotations
