@@ -1,14 +1,11 @@
 """Every benchmark's command line: one parser, one way of checking a path or a number, and `bench.py`'s flags.
 
 Design choices:
-- This module imports neither torch nor the model, so a mistyped flag is reported at once; the checks
-  that need torch (is there a GPU, does it do bf16) live in `benchmarks.run`.
-- Every mistake, argparse's own usage errors included, becomes a `UserError`: the entry script's
-  `run_cli` prints it as one `error:` line and exits with code 2, like the other entry scripts.
-- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, once
-  parsing is done, so a message shows the value as it was typed (common/config_checks.py) and every module refuses
-  a missing file, a file where a folder is needed, a count below one or a NaN with the same words.
-- `--quick` and `--smoke` are shorthands that only change defaults; flags given explicitly still win.
+- No torch here, so a mistyped flag is reported at once; the checks that need it (a GPU, bf16) are `benchmarks.run`'s.
+- Every mistake, argparse's usage errors included, is a `UserError`: one `error:` line and exit code 2 (`run_cli`).
+- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, so a message
+  shows the value as typed (common/config_checks.py) and every module refuses a bad path or number in the same words.
+- `--quick` and `--smoke` only change defaults; flags given explicitly still win.
 """
 
 from __future__ import annotations
@@ -150,13 +147,28 @@ def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Che
     return check
 
 
-def text_file(flag: str, text: str) -> str:
-    """An existing file (a corpus, held-out text)."""
-    path = Path(text).expanduser()
-    if not path.is_file():
-        raise UserError(f"{flag} {shown_value(text)}: {'a directory, not a file' if path.is_dir() else 'not found'}; "
-                        "pass a text file")
-    return text
+def path_check(fits: Callable[[Path], bool], why: str | Callable[[Path], str]) -> Check:
+    """A check of a path as typed (`~` expanded): `fits` it, or one line saying `why` not."""
+    def check(flag: str, text: str) -> str:
+        path = Path(text).expanduser()
+        if not fits(path):
+            raise UserError(f"{flag} {shown_value(text)}: {why(path) if callable(why) else why}")
+        return text
+
+    return check
+
+
+def _existing(path: Path) -> Path | None:
+    return next((p for p in (path, *path.parents) if p.exists()), None)
+
+
+# an existing file (a corpus, held-out text)
+text_file = path_check(Path.is_file, lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; "
+                                               "pass a text file")
+# where results go: a folder, or a path where one can be made (no file on the way)
+out_folder = path_check(lambda p: _existing(p) is None or _existing(p).is_dir(),
+                        lambda p: f"{_existing(p)} is a file, not a folder; name a folder (it is made where missing)")
+run_or_checkpoint = path_check(lambda p: p.is_dir() or p.is_file(), "no such run folder or checkpoint")
 
 
 def named_text_file(flag: str, text: str) -> str:
@@ -167,32 +179,9 @@ def named_text_file(flag: str, text: str) -> str:
     return text
 
 
-def out_folder(flag: str, text: str) -> str:
-    """Where results go: a folder, or a path where one can be made (no file on the way)."""
-    path = Path(text).expanduser()
-    there = next((p for p in (path, *path.parents) if p.exists()), None)
-    if there is not None and not there.is_dir():
-        raise UserError(f"{flag} {shown_value(text)}: {there} is a file, not a folder; name a folder (it is made "
-                        "where missing)")
-    return text
-
-
-def run_or_checkpoint(flag: str, text: str) -> str:
-    """A trained run's folder or a checkpoint file."""
-    path = Path(text).expanduser()
-    if not (path.is_dir() or path.is_file()):
-        raise UserError(f"{flag} {shown_value(text)}: no such run folder or checkpoint")
-    return text
-
-
 def checkout(needed: str, what: str) -> Check:
     """A folder holding `needed` (nanoGPT's model.py, a kochar-gpt checkout's generate.py); `what` names it."""
-    def check(flag: str, text: str) -> str:
-        if not (Path(text).expanduser() / needed).is_file():
-            raise UserError(f"{flag} {shown_value(text)}: no {needed} there; give {what}")
-        return text
-
-    return check
+    return path_check(lambda p: (p / needed).is_file(), f"no {needed} there; give {what}")
 
 
 NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone it yourself)")

@@ -1,17 +1,16 @@
 """The project's own scripts run from a benchmark as a user runs them, what they print kept, and the machine's state.
 
 Design choices:
-- Every run is its own process from the repository root under this interpreter (`python train.py ...`,
-  `evaluate.py`, `generate.py`), so a number is what a user's command gets, start-up and checks included.
-- A process that fails is a record holding the last line of its error (`last_line`), never an exception: one bad
-  run must not cost a long campaign, and the record says why.
-- A training run's closing numbers come from train.py's `run:` line (`RESULT`); its tokens/s is the median of
-  those it logged to TensorBoard, which it writes anyway.
-- A campaign's rows go one JSON line each to stdout and to OUT/results.jsonl (`keep`), read back before it starts
-  (`results`), so an interrupted campaign continues where it stopped.
-- Before each run the 1-minute load average (which still counts the previous run), the CPU share other programs
-  use now, and the machine's speed on a fixed matrix product are recorded (`machine_before_run`), with a warning
-  when the machine is not idle: a machine that looks idle can still slow down between one run and the next.
+- Every run is its own process (`python train.py ...`, `evaluate.py`, `generate.py`) from the repository root under
+  this interpreter, so a number is what a user's command gets, start-up and checks included.
+- A failed process is a record holding its last error line, never an exception: one bad run must not cost a long
+  campaign, and the record says why.
+- A training run's numbers are train.py's `run:` line (`RESULT`) and what it logged to TensorBoard anyway.
+- A campaign's rows go one JSON line each to stdout and OUT/results.jsonl (`keep`), read back before it starts
+  (`results`, `kept`), so an interrupted campaign continues where it stopped.
+- Before each run the load average, the CPU share other programs use now and the machine's speed on a fixed matrix
+  product are recorded (`machine_before_run`), with a warning when it is not idle: an idle-looking machine can
+  still slow down between one run and the next.
 """
 
 from __future__ import annotations
