@@ -1,17 +1,15 @@
 """Generation throughput with and without the KV cache, and where a cached token's time goes.
 
 Design choices:
-- The `generate_*` keys (kept as they were): the lecture model, batch 1, an 8-token prompt, a fixed
-  sampling seed. Two uncached baselines: `uncached` reads the same windows as the cached path (so the logits
-  match and only the cache differs); `crop_every_step` re-reads the last context_length tokens at every step.
-- The `generation` report compares, for each position kind, cached generation with the crop-and-recompute
-  loop (nanoGPT's `generate`, run by our own uncached path with a window that moves one token per step):
-  500 new tokens from a 1-token prompt, batch 1 and batch 8 (tokens/s count every row's tokens). `learned`
-  is the lecture model (its cache is refilled when the window jumps); `rope` is recipe=modern's model
-  (rotary positions, RMSNorm, squared ReLU, query/key norm), whose cache slides. It also splits a cached
-  token's cost into the decode step, the sampling and the rest of the loop (`per_token_us`).
-- The breakdown times the pieces of the cached path directly; `loop` is what the whole stream costs per
-  token beyond the step and the sampling (Python in the loop, the token window, the prefill).
+- The `generate_*` keys: the lecture model, batch 1, an 8-token prompt, a fixed sampling seed, against two
+  uncached baselines: `uncached` reads the cached path's windows (the same logits: only the cache differs),
+  `crop_every_step` re-reads the last context_length tokens at every step.
+- The `generation` report compares, per position kind, cached generation with crop-and-recompute (nanoGPT's
+  `generate`: our uncached path, the window moving one token per step), 500 new tokens from a 1-token prompt at batch
+  1 and 8 (every row's tokens counted). `learned` is the lecture model (its cache refilled when the window jumps),
+  `rope` recipe=modern's (its cache slides).
+- A cached token's cost is split by timing the pieces directly: the decode step, the sampling, and the rest of the
+  loop (`per_token_us`: Python in the loop, the token window, the prefill).
 """
 
 from __future__ import annotations

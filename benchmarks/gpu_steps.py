@@ -1,17 +1,15 @@
-"""Training steps on a GPU, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
+"""Training steps, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
 
 Design choices:
-- nanoGPT's side is its own `model.py` (a checkout given on the command line, never copied in), stepped as its
-  train.py steps it: bf16 autocast, fused AdamW, eager or `torch.compile` (default mode), on one fixed batch.
-- Our side is train.py's own step, through `StepRunner` (training/runner/steps.py) on a session of train.py's own
-  set-up (benchmarks/lever_speed.py): batches drawn by the sampler, the learning-rate schedule, clipping. So the
-  numbers are what a run gets, not a bare model's; each way (eager, a CUDA graph, inductor and the graph) is one
-  timer.
-- Timers take turns, round after round, and report medians (benchmarks/timing.py); every timer has warmed up
-  (compiled, captured) before the first round.
-- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: what a graph replays is the
-  same kernels, launched at once.
-- MFU: the model's training FLOPs per token (model/counts.py) times tokens/s, over the card's dense bf16 peak.
+- nanoGPT's side is its own `model.py` (a checkout named on the command line, never copied in), stepped as its
+  train.py steps it: autocast, fused AdamW, clipping, eager or `torch.compile` (default mode), on one fixed batch.
+- Our side is train.py's own step through `StepRunner` (training/runner/steps.py) on a session of train.py's
+  set-up: the sampler's batches, the schedule, clipping; each way (eager, a CUDA graph, inductor and the graph) is
+  one timer. So the numbers are what a run gets, not a bare model's.
+- The timers take a device (cuda for gpu_check), take turns and report medians (benchmarks/timing.py), each warmed
+  up (compiled, captured) before the first round.
+- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: a graph replays the same
+  kernels, launched at once. MFU: FLOPs per token (model/counts.py) times tokens/s over the card's dense bf16 peak.
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@
     sampling_speeds(model, torch.device("cuda"))   # what benchmarks/gpu_check.py reads, for any model
 
 Design choices:
-- "Through generate.py's path": `stream` at generate.py's default temperature with a seeded generator, one row,
-  an 8-token prompt, and every new id read back to the host as generate.py reads it to write the text.
-- Three sides take turns (`median_alternating`): `graph` (what CUDA runs: decoder="graph"), `static_eager` (the
-  same static step, launched op by op) and `eager` (`DecodeStep`, what CUDA ran before the graph).
-- `same_text`: the graph's ids are the eager static step's, for the same seed (both draw the same numbers).
-- Each side runs once before timing, so the graph is captured (its cost is the stderr line it prints) and the
-  numbers are the replays'.
+- "Through generate.py's path": `stream` at generate.py's default temperature, seeded, one row, an 8-token prompt,
+  every new id read back to the host as generate.py reads it to write the text.
+- Three sides take turns: `graph` (what CUDA runs), `static_eager` (the same static step launched op by op) and
+  `eager` (`DecodeStep`, what CUDA ran before the graph); each runs once first, so the graph is captured (the
+  stderr line it prints gives the cost) and the numbers are the replays'.
+- `same_text`: the graph samples the eager static step's ids for the same seed (both draw the same numbers).
 """
 
 from __future__ import annotations

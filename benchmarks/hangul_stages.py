@@ -11,9 +11,8 @@ JSON line per run: bits per syllable for each stage, bits per other character, b
 held-out characters the training text holds (those every variant can score).
 
 Design choices:
-- Non-overlapping windows of the model's context, each target predicted once with the context before it in its
-  window, as `hangul_compare` scores; windows that do not fill a context are skipped.
-- Probabilities are summed in float64, so a stage's bits are the exact marginal of the model's distribution.
+- Non-overlapping windows of the model's context, each target predicted once, as `hangul_compare` scores; windows
+  that do not fill a context are skipped. Probabilities are summed in float64: exact marginals.
 """
 
 from __future__ import annotations

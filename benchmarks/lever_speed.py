@@ -1,15 +1,14 @@
 """The price of each data-limited lever in training speed: `python -m benchmarks.lever_speed`.
 
 Design choices:
-- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token
-  targets, the Muon decay schedule, the weight average), set up from the same Hydra configs with the lever's
-  overrides added, so the number is what a run with the switch pays per step, not a model-only estimate.
-- Every side gets the same fixed dropout (auto would pick one from a speed probe, which differs between sides
-  and between runs) and no evaluation, sampling or checkpoints: only steps are timed.
-- Each lever is timed beside the plain recipe, the two taking turns round by round and reporting medians
-  (`benchmarks.timing`), like bench.py, because a machine's speed drifts; only that pair is set up at a time.
-  The ratio to the plain recipe is what the ladder's time-limited results pay for a lever (docs/en/ladder.md).
-- Multi-token targets are timed at their full weight (the start of a run): fading out makes later steps cheaper.
+- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token targets,
+  the Muon decay schedule, the weight average) set up from the Hydra configs with the lever's overrides, so the
+  number is what a run with the switch pays per step.
+- Every side gets the same fixed dropout (auto's speed probe differs between sides and runs) and no evaluation,
+  sampling or checkpoints: only steps are timed.
+- Each lever takes turns with the plain recipe, only that pair set up at a time (`benchmarks.timing`); the ratio is
+  what the ladder's time-limited results pay for the lever (docs/en/ladder.md).
+- Multi-token targets are timed at their full weight (a run's start): fading out makes later steps cheaper.
 """
 
 from __future__ import annotations

@@ -7,19 +7,16 @@ score a held-out file exactly as `evaluate.py` scores our runs.
 Prints one JSON line: steps, tokens seen, tokens/s, the held-out loss and bits per character.
 
 Design choices:
-- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it
-  yourself); its `model.py` is imported from there, never copied.
+- `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it yourself); its `model.py` is imported from
+  there, never copied.
 - The loop is `train.py`'s, line for line in what it costs: a fresh `np.memmap` per batch, AdamW from
-  `configure_optimizers`, gradient clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters`
-  batches of both splits every `eval_interval` steps, and a checkpoint at every evaluation. Its defaults are
-  `train.py`'s (`bias=False`, betas 0.9/0.95, weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile),
-  with the lecture model's sizes and rate (128 wide, 4 blocks, 4 heads, context 128, batch 8, lr 2e-3, 100
-  warmup steps, dropout 0). The cosine decays over the time budget rather than a step count, so the rate
-  reaches its floor when the clock runs out, as ours does.
-- Data: our char tokenizer over the corpus (so both sides have the same vocabulary and the same characters
-  are left out of the held-out score), the first 90% of the ids as nanoGPT's `train.bin`, the rest `val.bin`.
-- The held-out score is `inference.scoring`'s: every token predicted once in non-overlapping windows of
-  the context length, bits per character over the characters the vocabulary knows.
+  `configure_optimizers`, clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters` batches of both
+  splits and a checkpoint every `eval_interval` steps. Its defaults are `train.py`'s (`bias=False`, betas 0.9/0.95,
+  weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile) at the lecture model's sizes and rate; the cosine
+  decays over the time budget, so the rate reaches its floor when the clock runs out, as ours does.
+- Data: our char tokenizer over the corpus (the same vocabulary, so the same characters are left out of the
+  held-out score), its first 90% as nanoGPT's `train.bin`, the rest `val.bin`.
+- The held-out score is `inference.scoring`'s, as `evaluate.py` scores our runs.
 """
 
 from __future__ import annotations

@@ -8,14 +8,13 @@ on its standard output is the first sampled character) from a checkout's folder,
 clock when that byte arrives and when the process ends. `--root` is the checkout timed (this one by default);
 `--baseline` another checkout (say main, for "before"), timed in turns with it, so a busy machine slows both alike.
 Without `--run`, a small run is trained first (this checkout's train.py, the default model, a few steps) into
-`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo (a second or
-more of its start on a small machine). Prints one JSON object: the medians and every timing, per checkout, and
-what each start-up check of a weight file and a batch costs here (`checks_ms`, in this process).
+`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo. Prints one JSON
+object: the medians and every timing, per checkout, and what each start-up check of a weight file and a batch
+costs here (`checks_ms`, in this process).
 
 Design choices:
-- Whole processes, not functions: the start a user waits for includes the interpreter, torch's import, Hydra's
-  config and the checkpoint's load, and a checkout's own imports differ between versions.
-- The same interpreter for both checkouts (the one running this), so only the code differs.
+- Whole processes, under the interpreter running this for both checkouts: the start a user waits for includes the
+  interpreter, torch's import, Hydra and the checkpoint's load, and only the code differs between the two.
 """
 
 from __future__ import annotations
@@ -52,10 +51,11 @@ def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
     _, err = proc.communicate()
     ended = time.perf_counter() - started
     if proc.returncode != 0 or not first:
+        from benchmarks.runs import last_line
         from common.errors import UserError
 
-        last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {last[0]}")
+        why = last_line(err.decode("utf-8", "replace"), "no output")
+        raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {why}")
     return first_at, ended
 
 

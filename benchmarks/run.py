@@ -1,12 +1,11 @@
 """Running the speed benchmark: the device and precisions to measure, then one JSON-ready dict.
 
 Design choices:
-- The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
-  raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
-- The output is one flat dict per measurement family, merged in a fixed order: the machine, on CUDA the
-  `gpu_sampling` section (batch-1 sampling as a CUDA graph against eager), the training presets (one nested
-  dict each), generation, hangul (char against hangul with the jamo parts), encoding, memory. Its keys are
-  what docs/en/speed.md and any scripts reading the JSON rely on, so they stay stable across refactorings.
+- The checks that need torch (a GPU, bf16) raise `UserError` before any measurement: a bad `--device` or `--dtype`
+  costs seconds, not a half-finished benchmark.
+- One flat dict per measurement family, merged in a fixed order: the machine, on CUDA `gpu_sampling`, the training
+  presets (one nested dict each), generation, hangul, encoding, memory. docs/en/speed.md and scripts read its keys,
+  so they stay stable.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """
 

@@ -4,23 +4,19 @@
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
 Prints one JSON object: the operations of each whole step, and the backward pass's operations by ATen name side by
-side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show (a
-concatenation or a copy there is a kernel per block on a GPU). On a GPU every dispatched operation is at least one
-kernel launch (a view is a launch-free one, and still costs the CPU a dispatch), so counting them on the CPU tells
-how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `.tolist()`, `bool()` of a
+side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show. On a GPU
+every dispatched operation is at least one kernel launch (a view costs the CPU a dispatch still), so counting them
+on the CPU tells how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `bool()` of a
 tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
 
 Design choices:
-- The model's step is the same for every model measured (benchmarks/training_speed.py's `optimizer_step`): forward
-  with targets, backward, `clip_grad_norm_(1.0)`, a fused AdamW step and `zero_grad(set_to_none=True)`, at the
-  default size (4 blocks, 128 wide, 4 heads, context 128, batch 8, 1,480 ids: about the vocabulary of the novels
-  in ../shared/corpora), float32, dropout 0, after two warm-up steps. The backward is counted alone the same way:
-  `loss.backward()` after a forward with targets, gradients unset.
-- train.py's step is `training.step.train_step` on a session `training/session.py` built from the default config
-  (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
-  train.py adds to it (the loss kept on the device, the learning rate set).
-- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT, whose
-  `model.py` is imported from there, never copied. tests/test_step_cost.py holds the counts it gave.
+- Every model takes the same step (benchmarks/training_speed.py's `optimizer_step`, clipped at 1.0 as nanoGPT's
+  train.py clips) at the default size (4 blocks, 128 wide, context 128, batch 8, 1,480 ids: about the novels'
+  vocabulary), float32, dropout 0, after two warm-up steps; the backward is counted alone the same way.
+- train.py's step is `training.step.train_step` on a session of the default config (dropout 0, so the count does not
+  follow the automatic dropout): the model's step and what train.py adds to it.
+- nanoGPT's `model.py` is imported from the checkout `--nanogpt` names, never copied; tests/test_step_cost.py holds
+  the counts it gave.
 """
 
 from __future__ import annotations

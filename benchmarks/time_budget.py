@@ -6,13 +6,9 @@
 Prints one JSON line per run: name, overrides, steps, val_loss, val_bpc, best_val_bpc, tokens/s, seconds.
 
 Design choices:
-- Each run is its own `train.py` process, started as a user would, one after another so every run has the
-  whole machine; `train.max_seconds` is the budget and the step limit is set out of reach. Every run has the
-  whole budget: early stopping is off (`train.early_stop=null`, unless a run's overrides type it).
-- The final numbers come from train.py's closing `run:` line; the best validation bpc and the median
-  tokens/s come from the run's TensorBoard events, which train.py writes anyway.
-- A failed run prints a JSON line with its error and the others still run: one bad override should not
-  cost a long sweep.
+- Each run is its own `train.py` process, one after another, each with the whole machine and the whole budget
+  (`train.max_seconds`; the step limit out of reach, early stopping off unless a run's overrides type it).
+- A failed run prints a JSON line with its error and the others still run: one bad override must not cost a sweep.
 - Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
 """
 

@@ -1,13 +1,11 @@
 """Training throughput of the `heads` and `fused` attention paths, and the share of the matmul peak it reaches.
 
 Design choices:
-- Every (attention, dtype) pair gets its own freshly seeded model and optimizer, built before any timing,
-  so the pairs can take turns round by round (see `benchmarks.timing`).
-- The batches are random ids: the speed of a step does not depend on the text, and no data pipeline
-  is measured by accident.
-- float32 is always measured: it is the baseline of every ratio and of the achieved FLOP/s.
-- The "peak" is what a large square matmul reaches on this device in the same run, not a datasheet
-  figure, so the achieved fraction compares like with like.
+- Every (attention, dtype) pair gets its own freshly seeded model and optimizer, built before any timing, so the
+  pairs can take turns round by round (`benchmarks.timing`).
+- The batches are random ids: a step's speed does not depend on the text, and no data pipeline is timed by accident.
+- float32 is always measured: the baseline of every ratio and of the achieved FLOP/s.
+- The "peak" is what a large square matmul reaches on this device in the same run, not a datasheet figure.
 """
 
 from __future__ import annotations

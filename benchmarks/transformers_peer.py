@@ -1,11 +1,10 @@
 """A real peer for our sampler: `transformers`' cached `generate` on the very same weights.
 
 Design choices:
-- The lecture model of the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
+- The lecture model at the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
   (hf_export/) and loaded as `GPT2LMHeadModel`: both sides run the same network, weight for weight.
-- Both sample from the full distribution at temperature 1 (transformers' `top_k` default of 50 is switched
-  off), with their KV caches, from a 1-token prompt, batch 1 and 8. GPT-2's learned positions stop at the
-  context length, so each side makes `context_length - 1` new tokens (or fewer when `--new-tokens` says so).
+- Both sample the full distribution at temperature 1 (transformers' default `top_k` of 50 off) with their KV caches,
+  from a 1-token prompt, batch 1 and 8, `context_length - 1` new tokens at most (GPT-2's positions stop there).
 - Measured at the machine's default thread count and at one thread; tokens/s count every row's tokens.
 """
 
