@@ -96,13 +96,9 @@ def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
             "wall_ms_profiled": round(wall / n * 1e3, 3)}
 
 
-def peak_flops() -> float | None:
-    name = torch.cuda.get_device_name()
-    return next((v for k, v in PEAK_BF16.items() if k in name), None)
-
-
 def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
-    peak = peak_flops()
+    """The share of this card's dense bf16 peak (None for a card PEAK_BF16 lacks)."""
+    peak = next((v for k, v in PEAK_BF16.items() if k in torch.cuda.get_device_name()), None)
     return None if peak is None else round(flops_per_token(model) * tokens_per_sec / peak, 4)
 
 

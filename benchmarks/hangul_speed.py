@@ -39,14 +39,9 @@ def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds
     compact_syllable_rows(models["hangul"], ids["hangul"].unique())
     train = median_alternating({side: training_timer(m, preset["batch"], device, torch.float32, steps,
                                                      ids[kind[side]]) for side, m in models.items()}, rounds)
-    timers = {}
-    for side, m in models.items():
-        if side == "hangul_all_rows":
-            continue  # its generation is the hangul side's
-        m.eval()
-        prompt = torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device)
-        timers[side] = generation_timer(m, prompt, new_tokens, True)
-    generate = median_alternating(timers, rounds)
+    prompts = {side: torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device) for side in ("char", "hangul")}
+    generate = median_alternating({side: generation_timer(models[side].eval(), prompt, new_tokens, True)
+                                   for side, prompt in prompts.items()}, rounds)  # hangul_all_rows generates as hangul
     out: dict[str, object] = {"config": dict(preset), "dtype": "float32"}
     out.update({f"vocab_size_{side}": vocabs[side] for side in ("char", "hangul")})
     out.update({f"train_tokens_per_sec_{side}": round(v, 1) for side, v in train.items()})

@@ -25,7 +25,7 @@ import contextlib
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -88,16 +88,20 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return tuple(torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
 
 
-def model_step_ops(model: torch.nn.Module) -> int:
-    """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    from benchmarks.training_speed import optimizer_step
-
-    step = optimizer_step(model, *_batch(), clip=True)
+def _third_step_ops(step: Callable[[], object]) -> int:
+    """Operations the third call of `step` dispatches: the first two warm up."""
     for _ in range(2):
         step()
     with DispatchCount() as count:
         step()
     return count.total
+
+
+def model_step_ops(model: torch.nn.Module) -> int:
+    """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
+    from benchmarks.training_speed import optimizer_step
+
+    return _third_step_ops(optimizer_step(model, *_batch(), clip=True))
 
 
 def backward_ops(model: torch.nn.Module) -> Counter[str]:
@@ -136,11 +140,7 @@ def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
 
     s, state = session(["device=cpu", "train.dtype=float32", "model.dropout=0", f"data.path={corpus}",
                         f"data.cache_dir={run_dir / 'cache'}", f"train.batch_size={BATCH}"], run_dir)
-    for _ in range(2):
-        train_step(s, state)
-    with DispatchCount() as count:
-        train_step(s, state)
-    return count.total
+    return _third_step_ops(lambda: train_step(s, state))
 
 
 def main(argv: list[str]) -> None:
