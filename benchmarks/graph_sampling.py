@@ -19,11 +19,11 @@ from functools import partial
 import torch
 from torch import nn
 
+from benchmarks.generation_speed import PROMPT_TOKENS
 from benchmarks.presets import model_kwargs, seeded_model
 from benchmarks.timing import median_alternating, per_second
 from model.streaming import stream
 
-PROMPT_TOKENS = 8
 TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)
 SIDES = {"graph": "graph", "static_eager": "static", "eager": "eager"}  # report key -> stream's decoder
 

@@ -165,9 +165,8 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
 
 def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path,
            docs: bool = False) -> None:
-    """The table of the results run with `budget` and `overrides` into out/ladder.md (and, with `docs`, the docs'
-    tables and picture); `rungs`: the ladder's order (benchmarks/ladder.py passes it: the report imports nothing
-    of the campaign)."""
+    """The table of the results run with `budget` and `overrides` into out/ladder.md (with `docs`, the docs' tables
+    and picture too); `rungs`, the ladder's order, comes from benchmarks/ladder.py (this imports nothing of it)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
     table = summarise(chosen, rungs)
     text = markdown(table, budget)

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from benchmarks import options as opt
 
-DEFAULT_CORPUS = opt.SHARED_CORPUS
 LEVERS = {
     "modern": "",
     "modern+ema": "train.average=ema train.ema_half_life=100",
@@ -36,7 +35,7 @@ LEVERS["modern+stack"] = " ".join(LEVERS[lever] for lever in STACK)
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("python -m benchmarks.lever_speed", __doc__)
-    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.is_file() else None,
+    ap.add_argument("--corpus", default=str(opt.SHARED_CORPUS) if opt.SHARED_CORPUS.is_file() else None,
                     check=opt.text_file, help="training text (default: the shared novels, else the built-in corpus)")
     ap.add_argument("--rounds", default=5, check=opt.count(), help="alternating timing rounds (default 5)")
     ap.add_argument("--steps", default=5, check=opt.count(), help="training steps per side and round (default 5)")

@@ -134,8 +134,7 @@ def counts(minimum: int = 0) -> Check:
 
 
 def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Check:
-    """Comma-separated names, each of `known` (or passing it, with `what` naming them) -> a list (an empty text: an
-    empty list)."""
+    """Comma-separated names (maybe none), each of `known` (or passing it, `what` naming them) -> a list."""
     def check(flag: str, text: str) -> list[str]:
         names = text.split(",") if text else []
         unknown = [n for n in names if not (known(n) if callable(known) else n in known)]
@@ -163,7 +162,7 @@ def _existing(path: Path) -> Path | None:
 
 
 # an existing file (a corpus, held-out text)
-text_file = path_check(Path.is_file, lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; "
+text_file = path_check(lambda p: p.is_file(), lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; "
                                                "pass a text file")
 # where results go: a folder, or a path where one can be made (no file on the way)
 out_folder = path_check(lambda p: _existing(p) is None or _existing(p).is_dir(),

@@ -82,12 +82,12 @@ def train_run(out: Path, steps: int) -> Path:
 
 
 def check_costs(run: Path) -> dict[str, float]:
-    """Milliseconds each start-up check of a reader costs on `run`, in this process (this checkout's code): the
-    weights' structure (its meta build included: a fresh process pays it once), the export header's expected
-    tensors, the logits of the reader's model, the probe model of train.resume and train.init_from, and the memory
-    estimate of a training step at train.batch_size=8."""
+    """Milliseconds each start-up check costs on `run` in this process: the weights' structure (its meta build
+    included, as a fresh process pays it), the export header, the logits, train.resume's and train.init_from's probe
+    model, and a training step's memory estimate at train.batch_size=8."""
     import torch
 
+    from benchmarks.timing import mean_seconds
     from hf_export.writer import choose_layout
     from inference.checkpoint import load_checkpoint, resolve_checkpoint, usable
     from inference.exported_checks import expected_tensors
@@ -106,12 +106,7 @@ def check_costs(run: Path) -> dict[str, float]:
               "resume_probe": lambda: usable(ckpt),
               "memory_estimate": lambda: (available_bytes(torch.device("cpu")),
                                           estimate(model, TrainConfig(), torch.device("cpu"), torch.float32))}
-    costs = {}
-    for name, check in checks.items():
-        started = time.perf_counter()
-        check()
-        costs[name] = round((time.perf_counter() - started) * 1000, 2)
-    return costs
+    return {name: round(mean_seconds(check, 1)() * 1000, 2) for name, check in checks.items()}
 
 
 def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:

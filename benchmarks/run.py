@@ -69,9 +69,8 @@ def corpus_text(opts: argparse.Namespace) -> tuple[str, str]:
 
 
 def machine(device: torch.device) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} "
-    if device.type != "cuda":
-        name += f"({torch.get_num_threads()} threads)"
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else f"{device.type} ({torch.get_num_threads()} threads)")
     return {"device": str(device), "device_name": name, "torch": torch.__version__}
 
 

@@ -133,9 +133,8 @@ def keep(record: dict, path: Path) -> dict:
 
 
 def cpu_busy(seconds: float = 2.0) -> float | None:
-    """The share of all CPUs busy over the next `seconds` (from /proc/stat; None where there is none). The
-    campaign itself sleeps meanwhile, so this is what other programs use: unlike the load average, it does not
-    still count the run that just ended."""
+    """The share of all CPUs busy over the next `seconds` (/proc/stat; None without it): the campaign sleeps
+    meanwhile, so this is what other programs use, without the run that just ended (which the load average counts)."""
     def sample_stat() -> tuple[int, int]:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait

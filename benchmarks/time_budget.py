@@ -26,7 +26,6 @@ from benchmarks import options as opt  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The checked arguments (an argparse Namespace); any mistake raises `UserError`."""
     from common.errors import UserError
 
     ap = opt.script_parser("time_budget.py", __doc__, "\n\nDesign")

@@ -36,9 +36,8 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
 
 def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
                    steps: int, tokens: torch.Tensor | None = None, average: str = "none") -> Callable[[], float]:
-    """A timer returning the tokens/s of `steps` optimizer steps on one batch (after a warm-up): random ids, or
-    windows of `tokens` (a text's ids) at random offsets. `average="ema"` updates a weight average after every
-    step, as train.average=ema does."""
+    """A timer returning the tokens/s of `steps` optimizer steps (`optimizer_step`) on one batch, after a warm-up:
+    random ids, or windows of `tokens` (a text's ids) at random offsets."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
         x = torch.randint(0, vocab, (batch, context), device=device)
@@ -51,9 +50,9 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
 
 def optimizer_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype = torch.float32,
                    forward: Callable | None = None, clip: bool = False, average: str = "none") -> Callable[[], None]:
-    """One optimizer step on (x, y): forward with targets (through `forward`, `model` compiled, where given) under
-    `dtype`'s autocast, backward, gradients clipped at 1.0 with `clip` (as nanoGPT's train.py clips), a fused AdamW
-    step, gradients unset, and with `average="ema"` a weight average updated (as train.average=ema does)."""
+    """One step on (x, y): forward with targets (through `forward`, say `model` compiled) under `dtype`'s autocast,
+    backward, with `clip` gradients clipped at 1.0 (as nanoGPT's train.py clips), a fused AdamW step, gradients unset,
+    and with `average="ema"` a weight average updated (as train.average=ema does)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=x.device.type in ("cuda", "cpu"))
     averaged = WeightAverage(model, TrainConfig(average=average)) if average != "none" else None
     forward = forward or model
