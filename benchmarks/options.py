@@ -162,8 +162,8 @@ def _existing(path: Path) -> Path | None:
 
 
 # an existing file (a corpus, held-out text)
-text_file = path_check(lambda p: p.is_file(), lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; "
-                                               "pass a text file")
+text_file = path_check(lambda p: p.is_file(),
+                       lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; pass a text file")
 # where results go: a folder, or a path where one can be made (no file on the way)
 out_folder = path_check(lambda p: _existing(p) is None or _existing(p).is_dir(),
                         lambda p: f"{_existing(p)} is a file, not a folder; name a folder (it is made where missing)")
