@@ -49,8 +49,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def train_run(folder: Path, name: str, *overrides: str) -> dict:
     """One `python train.py device=cuda ...` on the built-in corpus: steps made, validation losses, compile lines."""
     from benchmarks.ladder_checks import WHOLE_BUDGET
-    from benchmarks.runs import last_line, train_py
-    from benchmarks.tb_read import read_scalars
+    from benchmarks.runs import last_line, read_scalars, train_py
     from inference.checkpoint import load_checkpoint
 
     run, started = folder / name, time.perf_counter()
