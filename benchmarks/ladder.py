@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,15 +84,11 @@ def budget(args: argparse.Namespace) -> str:
 
 
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
-    import json
-
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "nanogpt_peer.py"), "--nanogpt", args.nanogpt, "--corpus",
-           str(train), "--heldout", str(heldout), "--seed", str(seed), "--out", str(out)]
-    cmd += ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": runs.last_line(proc.stderr, "nanogpt_peer.py failed")}
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    budget = ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
+    r = runs.printed_json("benchmarks/nanogpt_peer.py", "--nanogpt", args.nanogpt, "--corpus", str(train),
+                          "--heldout", str(heldout), "--seed", str(seed), "--out", str(out), *budget)
+    if "error" in r:
+        return r
     return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
             "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
 

@@ -45,8 +45,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget (default 300)")
     ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds")
     ap.add_argument("--seed", default=1337, check=opt.count(0))
-    ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder,
-                    help="where its bins and checkpoint go")
+    ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder, help="where its bins and checkpoint go")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
     return ap.parse_args(argv)

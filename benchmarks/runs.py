@@ -86,14 +86,18 @@ def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
             **({"error": scored["error"]} if "error" in scored else {})}
 
 
+def printed_json(script: str, *args: str) -> dict:
+    """The JSON object `python SCRIPT ARGS` prints last, or {error: its last line}."""
+    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": last_line(proc.stderr, f"{Path(script).name} failed")}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def evaluate(ckpt: Path, heldout: Path) -> dict:
     """`evaluate.py ckpt=CKPT data.path=HELDOUT`'s JSON (its best validated weights, for a run folder), or
     {error: its last line}."""
-    cmd = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={ckpt}", f"data.path={heldout}", "progress=false"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": last_line(proc.stderr, "evaluate.py failed")}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return printed_json("evaluate.py", f"ckpt={ckpt}", f"data.path={heldout}", "progress=false")
 
 
 def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:

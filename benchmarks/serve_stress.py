@@ -112,8 +112,7 @@ def _big_body(port: int) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("serve_stress.py", __doc__, "\n\nDesign")
-    ap.add_argument("--connections", default=300, check=opt.count(),
-                    help="half-open connections held (default 300)")
+    ap.add_argument("--connections", default=300, check=opt.count(), help="half-open connections held (default 300)")
     ap.add_argument("--set", action="append", default=[], check=_key_value, help="a serve.py key=value (repeatable)")
     return ap.parse_args(argv)
 
