@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
 
 from benchmarks import options as opt  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
-from benchmarks.runs import campaign_run, heldout_scores, keep, sample  # noqa: E402
+from benchmarks.runs import campaign_run, heldout_scores, keep, kept, results, sample  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
@@ -61,10 +61,9 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
     run_dir = out / "source"
     record = {"source": str(args.source), "source_seconds": args.source_seconds, "set": args.set}
     done = out / "source.json"
-    if done.is_file() and (run_dir / "ckpt.pt").is_file():
-        previous = json.loads(done.read_text())
-        if all(previous.get(k) == v for k, v in record.items()):
-            return run_dir, previous
+    previous = kept(record, results(done)) if (run_dir / "ckpt.pt").is_file() else None
+    if previous:
+        return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
     train = [f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET, *args.set.split()]
     record = campaign_run(record, train, run_dir, lambda _: {}, TRAINED)
