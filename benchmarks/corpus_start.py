@@ -46,18 +46,15 @@ def split_into_files(corpus: Path, count: int, out: Path) -> tuple[Path, Path]:
 
 
 def timed_load(path: Path, cache: Path, repeat: int) -> tuple[float, float, object]:
-    """(cold seconds, fastest warm seconds, the corpus)."""
+    """(cold seconds: the first load, fastest warm seconds of the `repeat` after it, the corpus)."""
     from data.corpus import load_corpus
 
-    start = time.perf_counter()
-    corpus = load_corpus(path, cache_dir=cache)
-    cold = time.perf_counter() - start
-    warm = []
-    for _ in range(repeat):
+    loads = []
+    for _ in range(1 + repeat):
         start = time.perf_counter()
         corpus = load_corpus(path, cache_dir=cache)
-        warm.append(time.perf_counter() - start)
-    return cold, min(warm), corpus
+        loads.append(time.perf_counter() - start)
+    return loads[0], min(loads[1:]), corpus
 
 
 def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
