@@ -29,16 +29,16 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.heldout import split_heldout  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
 from benchmarks.runs import campaign_run, heldout_scores, keep, kept, results, sample  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 SIDES = ("finetune", "scratch")
 TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from common.errors import UserError
-
     ap = opt.script_parser("finetune.py", __doc__, "\n\nA source run")
     ap.add_argument("--source", check=opt.text_file, help="the text the source run trains on")
     ap.add_argument("--source-run", default=None, check=opt.run_or_checkpoint,
@@ -85,24 +85,22 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
                                    "sample": sample(run_dir, args.prompt, 120, "seed=1337")}, TRAINED)
 
 
-def table(results: list[dict]) -> str:
+def table(rows: list[dict]) -> str:
     """Per side, the mean held-out bpc and steps over the seeds that ran, and the gain of fine-tuning."""
     lines = ["| side | seeds | held-out bpc (mean) | steps (mean) |", "|---|---:|---:|---:|"]
     mean: dict[str, float | None] = {}
     for side in SIDES:
-        rows = [r for r in results if r["side"] == side and "error" not in r]
-        scores = [r["heldout_bpc"] for r in rows if r.get("heldout_bpc") is not None]
+        ran = [r for r in rows if r["side"] == side and "error" not in r]
+        scores = [r["heldout_bpc"] for r in ran if r.get("heldout_bpc") is not None]
         mean[side] = sum(scores) / len(scores) if scores else None
-        steps = sum(r["steps"] for r in rows) / len(rows) if rows else 0
-        lines.append(f"| {side} | {len(rows)} | {'—' if mean[side] is None else f'{mean[side]:.3f}'} | {steps:.0f} |")
+        steps = sum(r["steps"] for r in ran) / len(ran) if ran else 0
+        lines.append(f"| {side} | {len(ran)} | {'—' if mean[side] is None else f'{mean[side]:.3f}'} | {steps:.0f} |")
     if None not in mean.values():
         lines.append(f"\nfine-tuning gains {mean['scratch'] - mean['finetune']:.3f} bits per character")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.heldout import split_heldout
-
     args = parse_args(argv)
     say_whole_budget(f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the "
                                                                               "source"))
@@ -111,9 +109,9 @@ def main(argv: list[str]) -> None:
     source, source_record = source_run(args, out)
     opt.print_json({"source": source_record})
     paths = split_heldout(args.target, out / "splits", args.heldout)
-    results = [keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
-               for seed in range(1337, 1337 + args.seeds) for side in SIDES]
-    report = table(results)
+    rows = [keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
+            for seed in range(1337, 1337 + args.seeds) for side in SIDES]
+    report = table(rows)
     (out / "finetune.md").write_text(report, encoding="utf-8")
     print(report)
 

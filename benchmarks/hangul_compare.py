@@ -29,6 +29,9 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.heldout import split_heldout  # noqa: E402
+from benchmarks.ladder_checks import run_overrides, say_whole_budget  # noqa: E402
+from benchmarks.runs import campaign_run, keep, kept, results, run_facts, sample  # noqa: E402
 
 VARIANTS = {
     "char": "data.tokenizer=char",
@@ -99,8 +102,6 @@ def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
 
 def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
             args: argparse.Namespace) -> dict:
-    from benchmarks.ladder_checks import run_overrides
-    from benchmarks.runs import campaign_run, run_facts, sample
     from data.text import iter_text_chunks
 
     train, heldout = paths
@@ -126,13 +127,13 @@ def _mean_spread(values: list[float | None]) -> str:
     return f"{mean:.3f}" if len(v) == 1 else f"{mean:.3f} ± {(max(v) - min(v)) / 2:.3f}"
 
 
-def table(results: list[dict]) -> str:
+def table(rows: list[dict]) -> str:
     """One row per corpus and variant: the mean (± half the range over seeds) of each number."""
     lines = ["| corpus | variant | seeds | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s "
              "| steps | params |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in results:
+    for r in rows:
         groups.setdefault((r["corpus"], r["variant"]), []).append(r)
     for (corpus, variant), runs in groups.items():
         ok = [r for r in runs if "error" not in r]
@@ -149,9 +150,6 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.heldout import split_heldout
-    from benchmarks.ladder_checks import say_whole_budget
-    from benchmarks.runs import keep, kept, results
     from data.text import iter_text_chunks
 
     args = parse_args(argv)

@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,8 +65,6 @@ def stage_bits(model, tokenizer, text: str, seen: set[str], batch: int = 8) -> d
     """The staged view of a model's held-out loss (see the module docstring); `seen` = the training characters."""
     import numpy as np
     import torch
-
-    from common.errors import UserError
 
     if (tokenizer.token_counts(text) != 1).any():
         raise UserError("hangul_stages needs one token per character (data.tokenizer=char or hangul)")

@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import ladder_checks, ladder_report, runs  # noqa: E402
 from benchmarks import options as opt  # noqa: E402
-from benchmarks import runs  # noqa: E402
+from benchmarks.heldout import corpus_fingerprint, split_heldout  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")
 
@@ -44,9 +46,6 @@ def is_recipe(name: str) -> bool:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.ladder_checks import check_numbers
-    from common.errors import UserError
-
     ap = opt.script_parser("ladder.py", __doc__, "\n\nEvery run")
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
     ap.add_argument("--seconds", default=None, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
@@ -67,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in names:
         if names.count(name) > 1:  # the rows of two texts under one name would be averaged together
             raise UserError(f"--corpus: the name {name} is given {names.count(name)} times; give each corpus its own")
-    check_numbers(args)
+    ladder_checks.check_numbers(args)
     args.variants = {}
     for spec in args.variant:
         name, _, rest = spec.partition("=")
@@ -102,8 +101,6 @@ def run_name(rung: str, seed: int, overrides: str) -> str:
 
 
 def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], args: argparse.Namespace) -> dict:
-    from benchmarks.ladder_checks import run_overrides
-
     train, heldout, fingerprint = split
     run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
     record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
@@ -111,7 +108,7 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
     if rung == "nanogpt":
         return {**record, **runs.machine_before_run(), **run_peer(seed, train, heldout, run_dir, args)}
     recipe, extra = args.variants.get(rung, (rung, []))
-    return runs.campaign_run(record, run_overrides(recipe, extra, args, str(train), seed), run_dir,
+    return runs.campaign_run(record, ladder_checks.run_overrides(recipe, extra, args, str(train), seed), run_dir,
                              lambda done: scores(run_dir, heldout, done))
 
 
@@ -128,16 +125,13 @@ def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import CampaignFailed, say_whole_budget
-    from benchmarks.ladder_report import report
-
     args = parse_args(argv)
     out = Path(args.out)
     results_file = out / "results.jsonl"
     done = runs.results(results_file)
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
-    say_whole_budget(budget(args))
+    ladder_checks.say_whole_budget(budget(args))
     failed = []
     for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):
@@ -146,24 +140,22 @@ def main(argv: list[str]) -> None:
                 if not runs.kept(key, done):
                     done.append(runs.keep(one_run(name, rung, seed, split, args), results_file))
                     failed += [done[-1]] if "error" in done[-1] else []
-    report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
+    ladder_report.report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
     if failed:
-        raise CampaignFailed(failed)
+        raise ladder_checks.CampaignFailed(failed)
 
 
 def prepare(args: argparse.Namespace, rungs: list[str], done: list[dict], out: Path) -> dict[str, tuple]:
     """Check everything, then split each corpus: {name: (training file, held-out file, fingerprint)}."""
-    from benchmarks.heldout import corpus_fingerprint, split_heldout
-    from benchmarks.ladder_checks import check_results, check_runs
     from data.text import detect_encoding
 
     corpora = dict(spec.partition("=")[::2] for spec in args.corpus)
-    check_runs(args, rungs, next(iter(corpora.values())))
+    ladder_checks.check_runs(args, rungs, next(iter(corpora.values())))
     prints = {}
     for name, path in corpora.items():
         detect_encoding(Path(path).expanduser())  # train.py's check of the text, before any file is written
         prints[name] = corpus_fingerprint(path)
-        check_results(done, name, args.heldout, prints[name], out)
+        ladder_checks.check_results(done, name, args.heldout, prints[name], out)
     out.mkdir(parents=True, exist_ok=True)
     return {name: (*split_heldout(path, out / "splits", args.heldout), prints[name]) for name, path in corpora.items()}
 

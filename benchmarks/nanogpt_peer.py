@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -57,8 +58,6 @@ SETTINGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, bias=False, dro
 
 
 def settings(overrides: list[str]) -> dict:
-    from common.errors import UserError
-
     s = dict(SETTINGS)
     for item in overrides:
         key, _, value = item.partition("=")

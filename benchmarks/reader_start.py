@@ -32,6 +32,8 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.runs import last_line, train_py  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 NEW_TOKENS = 20  # enough that a character is printed whatever the tokenizer (the jamo one spells a syllable in 3)
 
@@ -51,9 +53,6 @@ def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
     _, err = proc.communicate()
     ended = time.perf_counter() - started
     if proc.returncode != 0 or not first:
-        from benchmarks.runs import last_line
-        from common.errors import UserError
-
         why = last_line(err.decode("utf-8", "replace"), "no output")
         raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {why}")
     return first_at, ended
@@ -68,9 +67,6 @@ def imports_dynamo(root: Path, run: Path) -> bool:
 
 def train_run(out: Path, steps: int) -> Path:
     """A small trained run (the default model, `steps` steps on the built-in corpus) in `out`, reused if there."""
-    from benchmarks.runs import last_line, train_py
-    from common.errors import UserError
-
     run = out / "run"
     if (run / "ckpt.pt").is_file():
         return run

@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import options as opt  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 HALF_HEAD = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
 
@@ -118,8 +119,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _key_value(flag: str, text: str) -> str:
-    from common.errors import UserError
-
     if "=" not in text:
         raise UserError(f"{flag} {text!r}: give a serve.py setting as key=value")
     return text

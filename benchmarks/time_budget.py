@@ -23,11 +23,12 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.ladder_checks import say_whole_budget  # noqa: E402
+from benchmarks.runs import trained  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from common.errors import UserError
-
     ap = opt.script_parser("time_budget.py", __doc__, "\n\nDesign")
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="the text file every run trains on")
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
@@ -45,8 +46,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
     """Train one configuration for the budget; its result line as a dict."""
-    from benchmarks.runs import trained
-
     env = None
     if args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
@@ -59,8 +58,6 @@ def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import say_whole_budget
-
     args = parse_args(argv)
     say_whole_budget(f"{args.seconds:g} s")
     for spec in args.run:
