@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int
 
 def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
     """CUDA kernels, GPU busy time and wall time per step, over `n` profiled steps."""
-    import time
-
     from torch.profiler import ProfilerActivity, profile
 
     step()

@@ -15,6 +15,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from benchmarks.options import ROOT
@@ -54,8 +55,6 @@ WHOLE_BUDGET = "train.early_stop=null"
 
 def say_whole_budget(budget: str) -> None:
     """The one line a campaign that compares at equal time prints once its checks have passed."""
-    import sys
-
     print(f"note: every run trains for the whole budget ({budget}): early stopping is off ({WHOLE_BUDGET}, unless "
           "the overrides type train.early_stop)", file=sys.stderr, flush=True)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from benchmarks import options as opt
@@ -57,8 +58,6 @@ def session(overrides: list[str], run_dir: Path):
 def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
     at once slow the later ones, whatever their lever)."""
-    from functools import partial
-
     from benchmarks.timing import median_alternating, step_timer
     from training.step import train_step
 

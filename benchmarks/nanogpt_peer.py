@@ -22,6 +22,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import os
@@ -78,8 +79,6 @@ def nanogpt_module(checkout: str | Path):
 def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: float = 0.0, seed: int = 0):
     """nanoGPT's GPT at a size in our names (num_blocks, num_heads, embedding_size, context_length), seeded; the
     parameter count it prints goes to stderr (stdout is a benchmark's JSON)."""
-    import contextlib
-
     import torch
 
     torch.manual_seed(seed)
@@ -162,8 +161,6 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
 
 def score(model, tokenizer, heldout: Path, context_length: int) -> dict:
     """`evaluate.py`'s numbers for nanoGPT's model (which returns full logits only when given targets)."""
-    import contextlib
-
     import torch
     from torch import nn
 

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import select
 import socket
 import subprocess
@@ -125,8 +126,6 @@ def _key_value(flag: str, text: str) -> str:
 
 
 def main(argv: list[str]) -> dict:
-    import resource
-
     from benchmarks.memory import vm_hwm_kb
 
     args = parse_args(argv)
