@@ -30,7 +30,8 @@ from pathlib import Path
 
 from benchmarks import options as opt
 from benchmarks.ladder_checks import WHOLE_BUDGET
-from benchmarks.runs import last_line, read_scalars, train_py
+from benchmarks.runs import last_line, train_py
+from benchmarks.tb_read import read_scalars
 from common.errors import UserError
 
 PARTS = ("shakespeare", "default_size", "real_loop", "sampling")

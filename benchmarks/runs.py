@@ -43,18 +43,11 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
     return proc, RESULT.search(proc.stdout)
 
 
-def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from the TensorBoard event files directly in `run_dir` (tests read them too)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
     """One train.py run: {steps, seconds, stopped, val_loss, val_bpc} from its `run:` line, the median of the
     tokens/s and the best validation bpc it logged, or {error: its last line}."""
+    from benchmarks.tb_read import read_scalars
+
     proc, m = train_py(overrides, run_dir, env)
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line")}

@@ -185,7 +185,7 @@ def tiny_model(attention: str = "fused", seed: int = 0, **settings):
 
 def scalar_tags(run_dir) -> dict:
     """{tag: [(step, value), ...]} from a run's TensorBoard event files."""
-    from benchmarks.runs import read_scalars
+    from benchmarks.tb_read import read_scalars
 
     return read_scalars(run_dir)
 
