@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.options import ROOT
+from benchmarks.tb_read import read_scalars
 
 RESULT = re.compile(r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
                     r"(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
@@ -46,8 +47,6 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
     """One train.py run: {steps, seconds, stopped, val_loss, val_bpc} from its `run:` line, the median of the
     tokens/s and the best validation bpc it logged, or {error: its last line}."""
-    from benchmarks.tb_read import read_scalars
-
     proc, m = train_py(overrides, run_dir, env)
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line")}
