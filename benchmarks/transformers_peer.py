@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.generation_speed import generation_timer
 from benchmarks.presets import seeded_model
 from benchmarks.timing import median_alternating, per_second
 from model import AttentionLanguageModel
 from model.counts import num_parameters
-from model.streaming import stream
 
 BATCHES = (1, 8)
 
@@ -27,18 +27,13 @@ BATCHES = (1, 8)
 def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, vocab: int) -> dict:
     prompt = torch.randint(0, vocab, (batch, 1))
 
-    def ours_run() -> None:
-        g = torch.Generator().manual_seed(0)
-        for _ in stream(ours, prompt, new_tokens, temperature=1.0, use_cache=True, generator=g):
-            pass
-
     def theirs_run() -> None:
         torch.manual_seed(0)
         theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                         min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                         use_cache=True, pad_token_id=0)
 
-    return {"ours": per_second(ours_run, batch * new_tokens, prompt.device),
+    return {"ours": generation_timer(ours, prompt, new_tokens, use_cache=True),  # the same sampling, seeded
             "transformers": per_second(theirs_run, batch * new_tokens, prompt.device)}
 
 
