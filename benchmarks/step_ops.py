@@ -15,8 +15,8 @@ Design choices:
   vocabulary), float32, dropout 0, after two warm-up steps; the backward is counted alone the same way.
 - train.py's step is `training.step.train_step` on a session of the default config (dropout 0, so the count does not
   follow the automatic dropout): the model's step and what train.py adds to it.
-- nanoGPT's `model.py` is imported from the checkout `--nanogpt` names, never copied; tests/test_step_cost.py holds
-  the counts it gave.
+- nanoGPT's `model.py` is imported from the checkout `--nanogpt` names, never copied;
+  tests/training/test_step_cost.py holds the counts it gave.
 """
 
 from __future__ import annotations

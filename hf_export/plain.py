@@ -8,7 +8,7 @@ Design choices:
   own code ships anyway (the staged `model.head=jamo`, squared ReLU, ...) it stays composed.
 - Every field of `ModelConfig` is listed in `HANDLED` with how export treats it: one it does not know is refused in
   one line when the run changes its default, rather than exported into a folder that computes something else
-  (tests/test_export_matrix.py fails when a field is added without being listed here).
+  (tests/hf_export/test_every_recipe.py fails when a field is added without being listed here).
 """
 
 from __future__ import annotations

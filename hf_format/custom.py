@@ -15,8 +15,8 @@ from model.input_output import RENAMED, upgrade_state_names
 from model.qkv_layout import to_heads
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
-# The kinds the shipped modeling code computes (its own KINDS; tests/test_restatements.py checks the two agree and
-# runs every kind of every setting through it); a run with another kind is refused before anything is written.
+# The kinds the shipped modeling code computes (its own KINDS; tests/model/test_restated_forward.py checks the two
+# agree and runs every kind of every setting through it); a run with another kind is refused before anything is written.
 COMPUTES = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
             "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 

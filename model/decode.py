@@ -10,7 +10,7 @@ uncached forward at every step.
 Design choices:
 - Every architecture switch is computed here too (LayerNorm or RMSNorm, learned or rotary positions,
   query/key norm, GELU, squared ReLU or SwiGLU, a composed input and a staged head, which run as their modules);
-  tests/test_restatements.py runs every kind of every `ModelConfig` field through it. The cost of a step is
+  tests/model/test_restated_forward.py runs every kind of every `ModelConfig` field through it. The cost of a step is
   mostly the number of small ops, so each switch is computed in as few as it allows:
   - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite), and its
     sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] * W)`);

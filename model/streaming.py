@@ -6,7 +6,7 @@ Design choices:
   jumps `context_length / 4` tokens at a time, so the model always reads at least three quarters of the context
   while the KV cache is refilled only every quarter (`default_window_shift`); rotary keys stay valid as the window
   moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
-  windows, hence give the same logits (tests/test_model.py).
+  windows, hence give the same logits (tests/model/test_model.py).
 - With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
   `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
 - A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a

@@ -1,6 +1,6 @@
 """Running the notebooks in a fresh kernel: `make notebooks-run` (python notebooks/execute.py) executes them with
-their own settings and stores them with their outputs; the tests (tests/notebook_tools.py) run them the same way
-with smaller settings and store nothing.
+their own settings and stores them with their outputs; the tests (tests/notebooks/notebook_tools.py) run them the
+same way with smaller settings and store nothing.
 
 Design choices:
 - nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, one cell after
@@ -12,9 +12,9 @@ Design choices:
   checked against (`absolute_paths`).
 - The kernel is this interpreter, from a kernel spec written for the run, so a `python3` kernel installed elsewhere
   never runs the notebooks; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- A stored notebook records the hash of its code cells (`CODE_HASH_KEY` in its metadata). tests/test_notebooks.py
-  recomputes it: a notebook whose code changed since it was executed fails there, naming this command. What the
-  outputs show is then always what the code above them computes.
+- A stored notebook records the hash of its code cells (`CODE_HASH_KEY` in its metadata), which
+  tests/notebooks/test_notebooks.py recomputes: a notebook whose code changed since it was executed fails there,
+  naming this command. What the outputs show is then always what the code above them computes.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
   state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
 """
@@ -160,7 +160,7 @@ def pictures(nb) -> list[bytes]:
 
 
 def problems(nb, text: str) -> list[str]:
-    """What keeps an executed notebook from being stored: the limits tests/test_notebooks.py checks."""
+    """What keeps an executed notebook from being stored: the limits tests/notebooks/test_notebooks.py checks."""
     found = []
     if len(text.encode("utf-8")) >= NOTEBOOK_BYTES:
         found.append(f"{len(text.encode('utf-8')):,} bytes (the limit is {NOTEBOOK_BYTES:,})")

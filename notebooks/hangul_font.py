@@ -11,7 +11,7 @@ Design choices:
   NanumGothic. DejaVu Sans goes first because mathtext, which writes a log axis's labels (10⁻²), takes the first
   font only, and NanumGothic has no minus sign (U+2212).
 - Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib says which
-  characters it could not draw. tests/test_notebooks.py draws a Hangul label with this font and no such warning.
+  characters it could not draw. tests/notebooks/test_notebooks.py draws a Hangul label with this font, warning-free.
 """
 
 from __future__ import annotations
