@@ -23,6 +23,8 @@ MISSING, FOLDER, TEXT, FILE_OUT = "{missing}", "{folder}", "{text}", "{file_out}
 # (command, arguments, what the line says); a path in braces is the fixture's
 CASES = [
     (["-m", "benchmarks.step_ops"], ["--nanogpt", MISSING], "--nanogpt {missing}: no model.py there"),
+    (["-m", "benchmarks.cpu_check"], ["--corpus", MISSING], "--corpus {missing}: not found"),
+    (["-m", "benchmarks.cpu_check"], ["--seconds", "0"], "--seconds=0 is invalid: it must be a finite number > 0"),
     (["-m", "benchmarks.gpu_check"], ["--nanogpt", TEXT], "--nanogpt {text}: no model.py there"),
     (["-m", "benchmarks.gpu_check"], ["--seconds", "nan"], "--seconds=nan is invalid: it must be a finite number > 0"),
     (["-m", "benchmarks.gpu_check"], ["--rounds", "0"], "--rounds=0 is invalid: it must be a positive integer"),
