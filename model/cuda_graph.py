@@ -86,9 +86,9 @@ def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
 
 
 def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Capture | None = None,
-             out: TextIO | None = None) -> Step:
-    """`capture(fn, generator)`'s replay, its cost said in one line on `out` (stderr); where capture fails, `fn`
-    itself after one line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
+             out: TextIO | None = None) -> Step | None:
+    """`capture(fn, generator)`'s replay, its cost said in one line on `out` (stderr); where capture fails, None
+    after one line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
     out = out or sys.stderr
     start = time.perf_counter()
     try:
@@ -97,7 +97,7 @@ def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Ca
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         print(f"{what}: not captured as a CUDA graph ({type(e).__name__}: {reason}); running it eagerly",
               file=out, flush=True)
-        return fn
+        return None
     print(f"{what}: captured as a CUDA graph in {1000 * (time.perf_counter() - start):.0f} ms, replayed for "
           "each token", file=out, flush=True)
     return replay

@@ -18,7 +18,11 @@ Design choices:
 - Random numbers come from the decoder's own generator (a graph stays bound to one): each generation starts it
   at the caller's generator's state and hands the state back at the end, so the caller's generator advances as
   eager sampling would have advanced it.
-- The refill of a window (learned positions) is a full forward pass and stays eager (`sample_refilled`).
+- The refill of a window (learned positions) is a full forward pass. The first one reads the prompt, of any length,
+  and runs eagerly (`sample_refilled`); every later one reads the same number of ids (the window less its jump), so
+  it is a static function too (`refill`): the model's forward over the `window` buffer, sampled as the step is,
+  replayed as a graph of its own.
+- `compiled`: the forward of both is compiled by inductor before it is captured, fusing the step's small kernels.
 - A decoder serves one generation at a time: a second generation of the same model running meanwhile (two
   playground clients) gets a decoder of its own.
 """
@@ -35,7 +39,7 @@ from torch import Tensor, nn
 from model.cuda_graph import Capture, Step, captured
 from model.decode import DecodeStep, Rotations, _BlockWeights, _Norm
 from model.kv_cache import KVCache
-from model.sampling import Sampler, SamplingMode, TokenGrammar
+from model.sampling import Sampler, TokenGrammar
 
 
 class DevicePosition:
@@ -78,9 +82,12 @@ class StaticDecode:
         self.logits = torch.zeros(batch_size, self.vocab_size, device=device)
         self.sampler = Sampler(self.vocab_size, device)
         self.generator = torch.Generator(device=device)
-        self.graphs: dict[SamplingMode, Step] = {}
+        self.graphs: dict[tuple, Step] = {}  # (the function, the sampling mode) -> its replay
+        self.windows: dict[int, Tensor] = {}  # a refill's length -> the ids it reads
         self.source: torch.Generator | None = None
         self.busy = False
+        self.forward = self.step.forward_at  # compiled by `compile_forward`
+        self.uncapturable = False  # a capture failed: every function of this decoder runs eagerly
 
     def begin(self, model: nn.Module, temperature: float, top_k: int | None, top_p: float | None,
               grammar: TokenGrammar | None, generator: torch.Generator | None) -> None:
@@ -89,13 +96,14 @@ class StaticDecode:
         olds, news = _tensors(self.step), _tensors(fresh)
         if [(t.shape, t.dtype) for t in olds] != [(t.shape, t.dtype) for t in news]:
             self.step, self.graphs = fresh, {}  # a layer of the model was replaced: its graphs are captured anew
+            self.forward = fresh.forward_at
         else:
             for old, new in zip(olds, news, strict=True):
                 if old.data_ptr() != new.data_ptr():
                     old.copy_(new)  # into the tensors the graphs read
         self.cache.reset(0)
         if self.sampler.set(temperature, top_k, top_p, grammar):
-            self.graphs = {mode: g for mode, g in self.graphs.items() if not mode.grammar}
+            self.graphs = {key: g for key, g in self.graphs.items() if not key[1].grammar}
         self.source = generator if generator is not None else _default_generator(self.ids.device)
         self.generator.set_state(self.source.get_state())
 
@@ -108,11 +116,34 @@ class StaticDecode:
     def run(self) -> None:
         """One token: the step at `pos` on `ids`, its logits into `logits`, the sampled ids into `ids`, pos + 1."""
         at = DevicePosition(self.pos, self.slots)
-        logits = self.step.forward_at(self.ids, at, self.cache.buffers, self.cache.dtype)[:, -1].float()
-        logits = self.sampler.mask(logits, self.ids)
+        self._sample(self.forward(self.ids, at, self.cache.buffers, self.cache.dtype)[:, -1].float(), self.ids)
+        self.pos.add_(1)
+
+    def refill(self, model: nn.Module, length: int) -> Step:
+        """The static refill of a window of `length` ids: `window(length)` holds them; the cache gets their keys and
+        values from slot 0, the ids the next token, `pos` = length."""
+        window = self.window(length)
+
+        def refill() -> None:
+            self._sample(model(window, kv_cache=self.cache, start=0, last_only=True)[0][:, -1].float(), window[:, -1:])
+            self.pos.fill_(length)
+
+        return refill
+
+    def window(self, length: int) -> Tensor:
+        if length not in self.windows:
+            self.windows[length] = torch.zeros(self.ids.shape[0], length, dtype=torch.long, device=self.ids.device)
+        return self.windows[length]
+
+    def _sample(self, logits: Tensor, previous: Tensor) -> None:
+        logits = self.sampler.mask(logits, previous)
         self.logits.copy_(logits)
         self.ids.copy_(self.sampler(logits, self.generator))
-        self.pos.add_(1)
+
+    def compile_forward(self) -> None:
+        """Inductor's kernels for the step's forward, captured under the graph instead of the ops one by one."""
+        if self.forward == self.step.forward_at:
+            self.forward, self.graphs = torch.compile(self.step.forward_at, dynamic=False), {}
 
     def sample_refilled(self, logits: Tensor) -> Tensor:
         """Eagerly, the ids drawn from a refill's logits (B, V) (masked already), and the step's inputs set to
@@ -122,24 +153,29 @@ class StaticDecode:
         self.pos.fill_(self.cache.position)
         return nxt
 
-    def replay(self, capture: Capture | None = None) -> Step:
-        """This sampling mode's captured step (captured on first use; `run` itself where capture failed)."""
-        mode = self.sampler.mode
-        if mode not in self.graphs:
+    def replay(self, fn: Step | None = None, key: object = "step", capture: Capture | None = None) -> Step:
+        """`fn`'s (the step's, by default) replay in this sampling mode, captured on first use; `fn` itself where
+        capture failed. `key` names the function among a decoder's graphs."""
+        fn, key = fn or self.run, (key, self.sampler.mode)
+        if self.uncapturable:
+            return fn
+        if key not in self.graphs:
             # what the warm-up runs write (the capture itself writes nothing), put back after
             written = (self.ids, self.pos, self.logits, *self.cache.buffers)
             saved, state = [t.clone() for t in written], self.generator.get_state()
             try:
-                self.graphs[mode] = captured(self.run, "sampling", self.generator, capture)
+                replay = captured(fn, "sampling", self.generator, capture)
             finally:
                 for t, s in zip(written, saved, strict=True):
                     t.copy_(s)
                 self.generator.set_state(state)
-            if self.graphs[mode] == self.run:  # not captured: a generator the failed capture held is not reused,
+            if replay is None:  # not captured (said once): a generator the failed capture held is not reused,
                 self.generator = torch.Generator(device=self.ids.device)  # nor graphs bound to it
                 self.generator.set_state(state)
-                self.graphs = {mode: self.run}
-        return self.graphs[mode]
+                self.graphs, self.uncapturable = {}, True
+                return fn
+            self.graphs[key] = replay
+        return self.graphs[key]
 
 
 def _tensors(step: DecodeStep) -> list[Tensor]:

@@ -43,12 +43,12 @@ def default_window_shift(model: nn.Module) -> int:
 
 
 # How a cached token is computed: `eager` is DecodeStep then the `Sampler`; `static` the static step (sampling
-# included) run op by op; `graph` the static step replayed as a CUDA graph, launched as one unit instead of ~60
-# kernels one by one from Python (where it cannot be captured, one line says why and it runs as `static`);
-# `auto` is graph on CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a
-# graph would not remove. Every caller (generate.py, the playground, bench.py, training's samples) comes through
-# `stream`, so each gets it.
-DECODERS = ("eager", "static", "graph", "auto")
+# included) run op by op; `graph` the static step, and every refill of a window after the first, replayed as CUDA
+# graphs, launched as one unit instead of kernel by kernel from Python (where one cannot be captured, one line says
+# why and it runs as `static`); `compiled` the same with inductor's fused kernels under the graphs; `auto` is graph on
+# CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a graph would not remove.
+# Every caller (generate.py, the playground, bench.py, training's samples) comes through `stream`, so each gets it.
+DECODERS = ("eager", "static", "graph", "compiled", "auto")
 
 
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
@@ -126,7 +126,7 @@ def _token_source(model: nn.Module, idx: Tensor, use_cache: bool, shift: int, de
     if decoder == "auto":
         decoder = "graph" if idx.device.type == "cuda" else "eager"
     if use_cache and decoder != "eager":
-        return _StaticSource(model, idx, shift, sampling, generator, grammar, graph=decoder == "graph")
+        return _StaticSource(model, idx, shift, sampling, generator, grammar, decoder)
     return _EagerSource(model, idx, use_cache, shift, sampling, generator, grammar)
 
 
@@ -171,21 +171,32 @@ class _EagerSource:
 
 
 class _StaticSource:
-    """Tokens from a `StaticDecode` of the model's pool: a window (re)filled by one forward pass and sampled
-    eagerly, every other token one `run` of the static step (replayed as a CUDA graph with `graph`)."""
+    """Tokens from a `StaticDecode` of the model's pool: the prompt's window filled by one forward pass and sampled
+    eagerly, every other token one `run` of the static step, every later refill one `refill` (both replayed as CUDA
+    graphs but with `static`)."""
 
     def __init__(self, model: nn.Module, idx: Tensor, shift: int, sampling: tuple,
-                 generator: torch.Generator | None, grammar: TokenGrammar | None, graph: bool):
-        self.model, self.shift, self.graph = model, shift, graph
+                 generator: torch.Generator | None, grammar: TokenGrammar | None, decoder: str):
+        self.model, self.shift, self.graph = model, shift, decoder != "static"
         self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
         try:
             self.decoder.begin(model, *sampling, grammar, generator)
+            if decoder == "compiled":
+                self.decoder.compile_forward()
         except BaseException:
             release(self.decoder)
             raise
 
     def __call__(self, tokens: TokenWindow, length: int) -> tuple[Tensor, Tensor]:
-        d = self.decoder
+        d, start = self.decoder, window_start(self.model, length, self.shift)
+        steady = d.cache.position and start != d.cache.window_start and self.model.position_embedding is not None
+        if steady and length - start == self.model.context_length - self.shift + 1:  # the window jumped: refill it
+            d.window(length - start).copy_(tokens.last(length - start))
+            d.cache.reset(start)
+            refill = d.refill(self.model, length - start)
+            (d.replay(refill, ("refill", length - start)) if self.graph else refill)()
+            d.cache.advance(length - start)
+            return d.ids.clone(), d.logits.clone()
         out = _refilled(self.model, d.cache, tokens, length, self.shift)
         if out is not None:
             logits = d.sampler.mask(out[:, -1].float(), tokens.last(1))
