@@ -1,16 +1,17 @@
-"""How entry scripts report user mistakes: one line on stderr, a non-zero exit, no traceback.
+"""How entry scripts start and report user mistakes: one line on stderr, a non-zero exit, no traceback.
 
 Tracebacks are for our bugs; set KOCHAR_DEBUG=1 (or HYDRA_FULL_ERROR=1) to see them for user errors too.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from cli.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
@@ -31,9 +32,12 @@ def _from_interrupt(exc: BaseException | None) -> bool:
     return False
 
 
+def debug_enabled() -> bool:
+    return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def _interrupt_hook(exc_type, exc, tb) -> None:
-    debug = os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    if _from_interrupt(exc) and not debug:  # self-contained: it may run mid-import
+    if _from_interrupt(exc) and not debug_enabled():  # nothing imported here: it may run mid-import
         print("interrupted", file=sys.__stderr__, flush=True)
         os._exit(130)  # sys.exit cannot be used from inside an excepthook
     _previous_hook(exc_type, exc, tb)
@@ -48,10 +52,6 @@ _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
 if os.environ.get("KOCHAR_READY_FILE"):
     open(os.environ["KOCHAR_READY_FILE"], "a").close()
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def _refuse_spaced_debug() -> None:
@@ -112,9 +112,9 @@ class _HeldStderr:
 _held_stderr: _HeldStderr | None = None
 
 
-def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
+def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
     """Hydra's multi-line error report as one line: the messages, with listed options joined by commas. `argv`: the
-    overrides the report is about (the command line's by default)."""
+    overrides the report is about (the command line's by default; benchmarks/ladder_checks.py composes without one)."""
     argv = sys.argv[1:] if argv is None else argv
     if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
         from cli.crash_report import fold_traceback_report
@@ -150,12 +150,6 @@ def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
 
 
-def hydra_report_line(text: str, overrides: list[str]) -> str:
-    """A report of Hydra's about `overrides` (composed without a command line: benchmarks/ladder_checks.py) as the
-    one line an entry script would print for it."""
-    return _fold_hydra_report(text, overrides)
-
-
 def _type_error(text: str, argv: list[str]) -> str | None:
     """A value the schema's type refuses (`train.lr=abc`, `model.num_heads=2.5`), as one line naming the key."""
     full_key = re.search(r"full_key: (\S+)", text)
@@ -177,22 +171,17 @@ def _type_error(text: str, argv: list[str]) -> str | None:
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
 
 
-def _typed_overrides() -> list[str]:
-    """The overrides of the running Hydra job (none when composing outside a job, as tests do)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
 def config_object(cfg, cls: type[T]) -> T:
     """The composed Hydra config as its schema dataclass, range-checked by `__post_init__`; a value that fails
     (a range, an interpolation like `${oops}`) is one UserError naming it."""
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from common.config_checks import boolean_overrides
 
-    boolean_overrides(cls, _typed_overrides())
+    # the job's overrides as typed; none when composing outside a job, as tests do
+    boolean_overrides(cls, list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [])
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
@@ -236,7 +225,7 @@ def run_hydra(main: Callable[[], object]) -> None:
         if held.held and e.code not in (0, None):
             report = held.buffer.getvalue()
             held.release(keep=False)
-            fail(_fold_hydra_report(report))
+            fail(hydra_report_line(report))
         raise
     finally:
         held.release()
@@ -260,11 +249,30 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
     except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
-        if _from_interrupt(e) and not debug_enabled():
-            print("interrupted", file=sys.stderr)
-            sys.exit(130)
         if debug_enabled():
             raise
+        if _from_interrupt(e):
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         from cli.crash_report import unexpected_error_line
 
         fail(unexpected_error_line(e, traceback_dir), 1)
+
+
+def hydra_script(name: str, schema: type[T], run: Callable[[T], object], summary: str,
+                 examples: Sequence[str]) -> None:
+    """An entry script's start: its overrides made ready for Hydra, configs/<name>.yaml composed into `schema` and
+    passed to `run`, `--help` built from the configs (cli/help_text.py), every failure one line (`run_cli`)."""
+    import hydra
+
+    from cli.help_text import CONFIGS, register_help
+
+    register_help(name, summary, examples)
+
+    @hydra.main(config_path=str(CONFIGS), config_name=name, version_base="1.3")
+    @functools.wraps(run)  # Hydra names the job after the file that defines the function: the script's name
+    def main(cfg) -> None:
+        run_cli(lambda: run(config_object(cfg, schema)))
+
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
+    run_hydra(main)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 HIDDEN = frozenset({"model.vocab_size"})  # set from the tokenizer, never by the user
 
 
@@ -115,10 +116,9 @@ def render_help(root: DictConfig, comments: dict[str, str], summary: str, exampl
     return "\n".join(line.replace("$", "$$") if line != "$APP_CONFIG_GROUPS" else line for line in lines)
 
 
-def register_help(config_dir: Path, config_name: str, summary: str, examples: Sequence[str],
-                  groups: bool = False) -> None:
+def register_help(config_name: str, summary: str, examples: Sequence[str], groups: bool = False) -> None:
     """Make `${script_help:}` (the YAML's `hydra.help.template`) render this script's help."""
     def script_help(*, _root_: DictConfig) -> str:
-        return render_help(_root_, config_comments(config_dir, config_name), summary, examples, groups)
+        return render_help(_root_, config_comments(CONFIGS, config_name), summary, examples, groups)
 
     OmegaConf.register_new_resolver("script_help", script_help, replace=True)
