@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from cli.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
+from cli.overrides import prepare_overrides, shell_path  # noqa: F401 - shell_path re-exported for train.py
 from common.errors import UserError
 
 T = TypeVar("T")
@@ -43,11 +43,9 @@ def _interrupt_hook(exc_type, exc, tb) -> None:
     _previous_hook(exc_type, exc, tb)
 
 
-# Ctrl-C while Python is still importing torch or Hydra is composing the config would end in a
-# KeyboardInterrupt traceback; entry scripts import this module first, so from here on it ends in one line.
-# This is the earliest point the project can promise that: a Ctrl-C while the interpreter starts or while the
-# lines above run is Python's own. KOCHAR_READY_FILE (used by the tests, never needed by users) names a file
-# created right here, so a test can interrupt a start-up at a known point instead of after a guessed delay.
+# Entry scripts import this module first, so a Ctrl-C from here on (importing torch, composing the config) ends in
+# one line, not a traceback; before here it is Python's own. KOCHAR_READY_FILE (for the tests) names a file created
+# right here, so a test can interrupt a start-up at a known point instead of after a guessed delay.
 _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
 if os.environ.get("KOCHAR_READY_FILE"):
@@ -55,8 +53,7 @@ if os.environ.get("KOCHAR_READY_FILE"):
 
 
 def _refuse_spaced_debug() -> None:
-    """KOCHAR_DEBUG with spaces around it (' 0' would turn tracebacks on) is one line before anything runs, as for
-    every variable the project reads (common/config_checks.py)."""
+    """KOCHAR_DEBUG with spaces around it (' 0' would turn tracebacks on) is one line, as for every variable."""
     from common.config_checks import environment
 
     try:
@@ -80,11 +77,8 @@ def one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 class _HeldStderr:
-    """Collects what is written to stderr until released, then passes everything through.
-
-    Hydra reports a bad override or a missing config in several lines before our code runs; holding
-    stderr until the job starts lets `run_hydra` fold that report into one `error:` line.
-    """
+    """Stderr held until released: Hydra reports a bad override or a missing config in several lines before our code
+    runs, and holding them until the job starts lets `run_hydra` fold that report into one `error:` line."""
 
     def __init__(self, real):
         self.real, self.buffer, self.held = real, io.StringIO(), True
@@ -158,14 +152,12 @@ def _type_error(text: str, argv: list[str]) -> str | None:
                        r"Non optional field cannot be assigned None)", text)
     if not (full_key and reason):
         return None
-    kind = re.search(r"converted to (\w+)|is not a valid (\w+)", reason.group(1))
-    boolean = "true or false (yes/no, on/off)"
-    type_name = next((g for g in kind.groups() if g), "") if kind else ""
-    need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean,
-            "String": "text"}.get(type_name, "")
     key = full_key.group(1)
     if "None" in reason.group(1) or "Optional" in reason.group(1):
         return f"{key} cannot be null: give it a value (--help shows its default)"
+    boolean = "true or false (yes/no, on/off)"
+    need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean, "String": "text"}.get(
+        re.search(r"(?:converted to|is not a valid) (\w+)", reason.group(1)).group(1), "")
     value = next((a.split("=", 1)[1] for a in reversed(argv) if a.lstrip("+~").split("=", 1)[0] == key), None)
     shown = f"{key}={value}" if value is not None else key
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"

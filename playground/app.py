@@ -1,21 +1,20 @@
 """The FastAPI application: the static page and the JSON / Server-Sent Events API.
 
 Design choices:
-- Sampling and loading are blocking; each runs in a worker thread (`anyio.to_thread`), one character's
-  worth of decoding steps at a time, so the event loop keeps answering other requests (the page, the run
-  list, other samples) while a model works. The run's lock keeps its forward passes one at a time.
-- A client that goes away stops its sample: Starlette cancels a streaming response when the client
-  disconnects, and a non-streaming request watches for the disconnect itself. The cancellation waits for
-  the step in flight to end (worker threads are never abandoned), then closes the model's stream.
+- Sampling and loading block, so each runs in a worker thread (`anyio.to_thread`), one character's decoding
+  steps at a time: the event loop keeps answering other requests (the page, other samples) while a model works.
+- A client that goes away stops its sample: Starlette cancels a stream whose client disconnects, and a
+  non-streaming request watches for the disconnect itself. The step in flight ends first (worker threads are
+  never abandoned), then the model's stream is closed.
 - The page is three static files served from `playground/static`: no build step, no CDN, works offline.
-- Bound to the loopback address, the app also refuses requests whose Host header names another machine:
-  a web page on another site could otherwise reach it through a DNS name that resolves to 127.0.0.1.
+- Requests whose Host header names another machine are refused (playground/hosts.py: DNS rebinding).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -162,21 +161,16 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
     params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
-    pg.slots.acquire(cached.name)
-    release: Callable[[], None] | None = partial(pg.slots.release, cached.name)
-    try:
+    with ExitStack() as slot:
+        slot.enter_context(pg.slots.take(cached.name))
         try:
             cont = await to_thread.run_sync(Continuation, cached, params)
         except (ValueError, RuntimeError, UnicodeError) as e:
             raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
                                           f"({type(e).__name__}: {' '.join(str(e).split())})") from None
         if body.stream:
-            response, release = _SlotStream(_events(pg, cont), release), None  # the stream releases it
-            return response
+            return _SlotStream(_events(pg, cont), slot.pop_all().close)  # the stream gives the slot back
         finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
-    finally:
-        if release is not None:
-            release()
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)

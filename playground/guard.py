@@ -37,18 +37,17 @@ from playground.schemas import ApiError
 Scope = dict[str, Any]
 
 
-def _json_response(status: int, message: str, extra_headers: tuple = ()) -> tuple[dict, dict]:
-    body = json.dumps({"error": message, "field": None}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close"), *extra_headers]
-    return ({"type": "http.response.start", "status": status, "headers": headers},
-            {"type": "http.response.body", "body": body})
+def _error_body(message: str) -> bytes:
+    return json.dumps({"error": message, "field": None}).encode()
 
 
 async def send_json(send, status: int, message: str, extra_headers: tuple = ()) -> None:
     """Answer with the project's error shape and close the connection (the client may still be sending)."""
-    for message_part in _json_response(status, message, extra_headers):
-        await send(message_part)
+    body = _error_body(message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close"), *extra_headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):
@@ -65,20 +64,20 @@ class BodyGuard:
 
     def __init__(self, app, max_bytes: int, timeout: float, send_timeout: float = 30.0):
         self.app, self.max_bytes, self.timeout, self.send_timeout = app, max_bytes, timeout, send_timeout
+        self.too_large = (f"the request body is larger than this server takes ({max_bytes} bytes; serve.py "
+                          "max_body_bytes=...)")
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.strip().isdigit() or int(declared) > self.max_bytes):
-            return await send_json(send, 413, f"the request body is larger than this server takes "
-                                              f"({self.max_bytes} bytes; serve.py max_body_bytes=...)")
+            return await send_json(send, 413, self.too_large)
         try:
             with anyio.fail_after(self.timeout):
                 body, disconnected = await self._read(receive)
         except _TooLarge:
-            return await send_json(send, 413, f"the request body is larger than this server takes "
-                                              f"({self.max_bytes} bytes; serve.py max_body_bytes=...)")
+            return await send_json(send, 413, self.too_large)
         except TimeoutError:
             return await send_json(send, 408, f"the request body did not arrive within {self.timeout:g} s "
                                               "(serve.py body_timeout_s=...)")
@@ -178,7 +177,7 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             """Malformed HTTP (uvicorn answers it in bare text): the project's JSON shape instead."""
             if self.cycle is not None and self.cycle.response_started:
                 return super().send_400_response(msg)
-            body = json.dumps({"error": f"not a valid HTTP request ({msg.rstrip('.')})", "field": None}).encode()
+            body = _error_body(f"not a valid HTTP request ({msg.rstrip('.')})")
             self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
                                  b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
             self.transport.close()
@@ -220,8 +219,9 @@ class GenerationSlots:
         self.total, self.per_run = total, per_run
         self.busy: Counter[str] = Counter()
 
-    def acquire(self, run: str) -> None:
-        """Take a slot for `run`, or raise ApiError 503 when none is free; `release(run)` gives it back."""
+    @contextmanager
+    def take(self, run: str) -> Iterator[None]:
+        """A slot for `run`, held until the block ends; ApiError 503 when none is free."""
         if sum(self.busy.values()) >= self.total:
             raise ApiError(503, None, f"the server is busy: {self.total} generations in progress, its limit "
                                       "(serve.py max_generations=...); try again shortly")
@@ -229,16 +229,9 @@ class GenerationSlots:
             raise ApiError(503, "run", f"run {run!r} is busy: {self.per_run} generations in progress on it, the "
                                        "limit (serve.py max_generations_per_run=...); try again shortly")
         self.busy[run] += 1
-
-    def release(self, run: str) -> None:
-        self.busy[run] -= 1
-        if self.busy[run] <= 0:
-            del self.busy[run]
-
-    @contextmanager
-    def take(self, run: str) -> Iterator[None]:
-        self.acquire(run)
         try:
             yield
         finally:
-            self.release(run)
+            self.busy[run] -= 1
+            if self.busy[run] <= 0:
+                del self.busy[run]
