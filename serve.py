@@ -88,9 +88,8 @@ def _run(config: ServeConfig) -> None:
         shown = "any name" if names is None else ", ".join(sorted(names))
         print(f"warning: host={config.host}: other machines can reach this server; it answers requests for "
               f"{shown} (allowed_hosts)", file=sys.stderr)
-    server = uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
-                                          config.max_connections))
-    server.run(sockets=[sock])
+    uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
+                                 config.max_connections)).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -1,12 +1,11 @@
 """`--help` for the Hydra entry scripts: each script's own keys, with their defaults and one-line meanings.
 
 Design choices:
-- Hydra's default help lists every config group under `configs/`, so `generate.py --help` offered training's
-  `model=` and `experiment=`. Each script's YAML instead sets `hydra.help.template: ${script_help:}`, a
-  resolver the script registers with its summary and its most common command lines.
+- Hydra's default help lists every config group under `configs/` (training's `model=` in `generate.py --help`).
+  Each script's YAML instead sets `hydra.help.template: ${script_help:}`, a resolver the script registers with
+  its summary and its most common command lines.
 - The keys and defaults come from the composed config, so `python train.py model=tiny --help` shows tiny's
-  values; the meanings are the `# comments` beside each key in the YAML files, the place users already read
-  the defaults, so there is one text to keep up to date.
+  values; the meanings are the `# comments` beside each key in the YAML files, one text to keep up to date.
 """
 
 from __future__ import annotations

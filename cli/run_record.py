@@ -1,16 +1,14 @@
 """The run's recorded settings (Hydra's `.hydra/` files in the run folder) put back when a start saved nothing.
 
 Design choices:
-- Hydra writes `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` into the run folder before any code of ours
-  runs, so a resume that fails (refused, diverged, interrupted before its first checkpoint) or has nothing to train
-  would leave its own overrides as the settings of a run whose checkpoints it never wrote. `train.py` reads the
-  record of the folder its command line names before Hydra starts (`RecordedSettings`), and puts it back, byte for
-  byte, when no checkpoint was written.
+- Hydra writes `.hydra/` into the run folder before any code of ours runs, so a resume that fails (refused,
+  diverged, interrupted before its first checkpoint) or has nothing to train would leave its own overrides as the
+  settings of checkpoints it never wrote. `train.py` reads the record before Hydra starts and puts it back, byte
+  for byte, when no checkpoint was written.
 - A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
-  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity, so a rename is
-  not a save. The run lock (cli/run_lock.py) makes this process the folder's only writer.
-- A folder without a record before (a new run) keeps Hydra's; `cli/hydra_setup.py` removes a folder a failed
-  start left with nothing else in it.
+  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity. The run lock
+  (cli/run_lock.py) makes this process the folder's only writer.
+- A new run keeps Hydra's record; `cli/hydra_setup.py` removes a folder a failed start left with nothing else.
 """
 
 from __future__ import annotations
@@ -50,13 +48,9 @@ class RecordedSettings:
                 self.files[f.name] = f.read_bytes()
         self.checkpoints = _checkpoints(self.folder)
 
-    def saved(self) -> bool:
-        """Whether a checkpoint was written into the folder since the record was read."""
-        return self.folder is not None and not _checkpoints(self.folder) <= self.checkpoints
-
     def restore_unless_saved(self) -> None:
         """Put the record back as it was, unless a checkpoint was written since (or there was no record)."""
-        if not self.files or self.saved():
+        if not self.files or not _checkpoints(self.folder) <= self.checkpoints:
             return
         record = self.folder / RECORD
         try:

@@ -3,18 +3,16 @@ their own settings and stores them with their outputs; the tests (tests/notebook
 with smaller settings and store nothing.
 
 Design choices:
-- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, one cell after
-  another, and may insert a cell right after the one tagged `parameters` (papermill's convention) in memory: the
-  tests' small settings never reach a stored file.
-- Each notebook runs over a fresh copy of the project (what the notebooks read: no .git, no runs, no tests or docs),
-  so two runs never share `runs/`, the files a notebook wrote can be listed afterwards, a user's own runs are never
-  touched, and no output can name this machine's folders: the copy is in a temporary folder the stored outputs are
-  checked against (`absolute_paths`).
+- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
+  a cell right after the one tagged `parameters` (papermill's convention) in memory: the tests' small settings
+  never reach a stored file.
+- Each notebook runs over a fresh copy of the project (what the notebooks read), so two runs never share `runs/`,
+  the files a notebook wrote can be listed afterwards, a user's own runs are never touched, and an output naming
+  this machine's folders is caught (`ABSOLUTE`).
 - The kernel is this interpreter, from a kernel spec written for the run, so a `python3` kernel installed elsewhere
   never runs the notebooks; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- A stored notebook records the hash of its code cells (`CODE_HASH_KEY` in its metadata). tests/test_notebooks.py
-  recomputes it: a notebook whose code changed since it was executed fails there, naming this command. What the
-  outputs show is then always what the code above them computes.
+- A stored notebook records the hash of its code cells (`CODE_HASH_KEY`); tests/test_notebooks.py fails a notebook
+  whose code changed since it was executed, so the outputs always show what the code above them computes.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
   state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
 """
@@ -174,8 +172,8 @@ def problems(nb, text: str) -> list[str]:
 
 
 def run_and_store(path: Path, timeout: int) -> str:
-    """Execute the notebook at `path` with its own settings over a fresh copy of the project and store it with its
-    outputs -> one line saying what was stored; raises RuntimeError (one line) when it fails or breaks a limit."""
+    """Execute and store the notebook at `path` -> one line saying what was stored; RuntimeError (one line) when it
+    fails or breaks a limit."""
     import nbformat
     from nbclient.exceptions import CellExecutionError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -222,7 +222,7 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
 
     @app.get("/api/runs")
     async def runs() -> list[dict]:
-        return [r.to_dict() for r in await to_thread.run_sync(pg.registry.list_runs)]
+        return [asdict(r) for r in await to_thread.run_sync(pg.registry.list_runs)]
 
     @app.post("/api/generate")
     async def generate(body: GenerateRequest, request: Request) -> Response:

@@ -1,19 +1,16 @@
 """The playground's bounds on what a client may hold: request bodies, time to send a request, connections,
-and generations in progress. The keys are in configs/serve.yaml (see playground/config.py).
+and generations in progress (the keys of configs/serve.yaml).
 
 Design choices:
-- Uvicorn bounds what it can: idle keep-alive connections (`keep_alive_s`) and the size of a request's
-  headers (h11's limit). What it lacks is added as small pieces around it, not by patching it:
-  * `BodyGuard`, ASGI middleware, reads each request's body before the app sees it: a `Content-Length`
-    over `max_body_bytes` is refused (413) before a byte of the body is read, a chunked body is refused as
-    soon as it passes the limit, and a body not complete within `body_timeout_s` is refused (408). Both
-    answers close the connection. The app then gets the body from memory (at most `max_body_bytes`). It
-    also drops a client that stops reading its answer (a stream) for `send_timeout_s`, which would
-    otherwise hold a generation slot for ever.
-  * `guarded_protocol` is uvicorn's h11 protocol with two additions: a connection that has not sent a
-    complete request head `header_timeout_s` after it opened (or after its last response) is closed, and a
-    connection beyond `max_connections` is answered with a JSON 503 and closed. Uvicorn's own
-    `limit_concurrency` answers with a bare-text 503, hence this.
+- Uvicorn bounds idle keep-alive connections (`keep_alive_s`) and the size of a request's headers (h11's limit).
+  What it lacks is added around it, not by patching it:
+  * `BodyGuard`, ASGI middleware, reads each request's body before the app sees it: a `Content-Length` over
+    `max_body_bytes` is refused (413) before a byte is read, a chunked body as soon as it passes the limit, a
+    body not complete within `body_timeout_s` with 408; both answers close the connection. It also drops a
+    client that stops reading its answer for `send_timeout_s`, which would otherwise hold a slot for ever.
+  * `guarded_protocol`, uvicorn's h11 protocol, closes a connection that has not sent a complete request head
+    `header_timeout_s` after it opened (or after its last response), and answers one beyond `max_connections`
+    with a JSON 503 (uvicorn's own `limit_concurrency` answers in bare text).
 - Generations (and attention requests, which run the model too) take a slot for their whole length, from
   `max_generations` in all and `max_generations_per_run` per run; with none free the answer is a JSON 503
   at once, with `Retry-After`: a queue would only hold connections open longer.
@@ -59,9 +56,6 @@ class _SlowReader(Exception):
 
 
 class BodyGuard:
-    """Reads each request body whole, within `max_bytes` and `timeout` seconds, before the app runs; and
-    drops a client that reads nothing of its answer for `send_timeout` seconds."""
-
     def __init__(self, app, max_bytes: int, timeout: float, send_timeout: float = 30.0):
         self.app, self.max_bytes, self.timeout, self.send_timeout = app, max_bytes, timeout, send_timeout
         self.too_large = (f"the request body is larger than this server takes ({max_bytes} bytes; serve.py "
@@ -149,8 +143,7 @@ class _LingeringTransport:
 
 
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
-    """Uvicorn's h11 protocol that closes connections slow to send a request head and answers connections
-    beyond `max_connections` with a JSON 503 (see the module docstring)."""
+    """Uvicorn's h11 protocol with the header timeout and the connection limit (see the module docstring)."""
 
     async def busy(scope: Scope, receive, send) -> None:
         await send_json(send, 503, f"the server has {max_connections} connections open, its limit "

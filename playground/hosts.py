@@ -1,8 +1,5 @@
-"""The Host check (against DNS rebinding) for every address the server binds to.
-
-A page on another site can reach a server on this machine through a DNS name of its own that resolves to
-127.0.0.1 (or to the machine's address): the browser then sends that name as `Host`. Answering only the
-names the server is known by stops it, whatever the address family.
+"""The Host check for every address the server binds to: a page on another site can reach this server through a
+DNS name of its own that resolves to 127.0.0.1 (DNS rebinding), and the browser then sends that name as `Host`.
 
 Design choices:
 - Loopback binds (127.0.0.0/8, ::1, localhost) answer `localhost`, `127.0.0.1` and `[::1]` with no
@@ -46,10 +43,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def is_wildcard(host: str) -> bool:
-    return normalized(host) in ("0.0.0.0", "::", "")
-
-
 def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[str] | None:
     """The Host names a server bound to `bind_host` answers (None = any, only when asked with '*');
     a ConfigError for a non-loopback bind without `allowed_hosts`."""
@@ -60,7 +53,7 @@ def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[st
                           "listed: e.g. python serve.py host=0.0.0.0 'allowed_hosts=[mybox.lan,192.168.1.20]' "
                           "(or 'allowed_hosts=[*]' to answer any name, which allows DNS rebinding)")
     names = set(LOOPBACK_NAMES) | {normalized(h) for h in allowed_hosts}
-    if not is_wildcard(bind_host):
+    if normalized(bind_host) not in ("0.0.0.0", "::", ""):  # one address, not all of them
         names.add(normalized(bind_host))
     return frozenset(names)
 

@@ -8,11 +8,9 @@ Design choices:
   same `RunNotFound` (HTTP 404): a client learns nothing about files outside.
 - `ckpt=` on the command line may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is
   then listed under the reserved name `@ckpt`, the only way to reach it.
-- Listing reads every checkpoint once and keeps its summary until the file changes (size or mtime), so
-  reloading the page does not read weights again.
-- A run is found by its `ckpt.pt`, and read as every reader reads a run folder: its best validated weights,
-  `best.pt` where it is the run's and better than `ckpt.pt` (inference/run_files.py); the run list says which file
-  (`checkpoint`, `chosen`). A checkpoint file named by `ckpt=` is read as named.
+- Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
+- A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and
+  better: inference/run_files.py); the run list says which file. A file named by `ckpt=` is read as named.
 """
 
 from __future__ import annotations
@@ -111,9 +109,6 @@ class RunInfo:
     average_updates: int | None = None  # the updates of that average (None: raw weights, or not recorded)
     checkpoint: str | None = None  # the file it reads: best.pt, ckpt.pt (or the file ckpt= named, kochar.json)
     chosen: str | None = None  # why that file: best (a better best.pt) | last | named (None: exported)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def file_stamp(path: Path) -> tuple[int, int]:
