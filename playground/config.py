@@ -1,8 +1,6 @@
 """Typed configuration of `serve.py`: Hydra's schema for `configs/serve.yaml`.
 
 Design choices:
-- As for the other entry scripts, Hydra refuses wrong types and unknown keys while composing, and
-  `__post_init__` checks ranges when the config becomes an object, before any checkpoint is read.
 - The limits (`max_new_tokens_limit`, `max_prompt_chars`) belong to the server, not to requests: a page or
   a script can ask for less, never for more, so one request cannot keep a model busy for an hour.
 - `port=0` asks the OS for a free port; the URL printed at start-up carries the real one (tests use this).
@@ -17,8 +15,6 @@ from hydra.core.config_store import ConfigStore
 from common import config_checks as checks
 from common.errors import ConfigError
 from inference.config import WEIGHTS
-
-SCHEMA_NAME = "serve_schema"
 
 
 @dataclass
@@ -69,4 +65,4 @@ class ServeConfig:
 
 
 def register_configs() -> None:
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=ServeConfig)
+    ConfigStore.instance().store(name="serve_schema", node=ServeConfig)

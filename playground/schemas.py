@@ -1,11 +1,10 @@
 """Request bodies of the API and the one error shape every refusal uses.
 
 Design choices:
-- Pydantic in strict mode: `"max_new_tokens": "300"` or `"stream": "yes"` is refused rather than guessed,
-  NaN and infinities are refused, and an unknown key (a misspelt `temprature`) is an error naming it
-  instead of being silently ignored.
-- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others get neutral values),
-  so the API says what `generate.py` says and every message belongs to one field.
+- Pydantic in strict mode: `"max_new_tokens": "300"`, `"stream": "yes"`, NaN and infinities are refused rather
+  than guessed, and an unknown key (a misspelt `temprature`) is an error naming it, not silently ignored.
+- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others neutral), so the API says
+  what `generate.py` says and every message belongs to one field.
 - Every error is `{"error": "<one line>", "field": "<key or null>"}`: 422 for a bad value, 404 for a run
   that is not there, 400 for a run that cannot be loaded.
 """
