@@ -39,8 +39,7 @@ def _run(c: ExportConfig) -> None:
     out = Path(c.out).expanduser()
     source = run.file.fields() if run.file is not None else None  # the checkpoint it came from, and why that one
     chosen = exported_weights(run.checkpoint, run.weights, source)  # the folder's one set, recorded as such
-    layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
-                          c.verify)
+    layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite, c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
     print(shown_name(f"exported {run.source()} to {out} ({how}); {run.weights.line()}"), flush=True)

@@ -96,8 +96,7 @@ def _shown(value: object) -> str:
 def render_help(root: DictConfig, comments: dict[str, str], summary: str, examples: Sequence[str],
                 groups: bool) -> str:
     """The help text: summary, usage, the most common command lines, groups, and every key."""
-    keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra"
-            and k not in HIDDEN]
+    keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra" and k not in HIDDEN]
     width = min(44, max(len(f"{k}={v}") for k, v in keys) + 2)
     script = summary.split(":", 1)[0]
     lines = [summary, "", f"Usage: python {script} [key=value ...]", "", "Most common:"]

@@ -91,8 +91,8 @@ def _acquire(run_dir: Path) -> str:
 
 
 def folder_named(argv: list[str]) -> Path | None:
-    """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of
-    an existing `train.resume`), else None (a new timestamped folder, or a sweep, or --help)."""
+    """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of an
+    existing `train.resume`), else None (a new timestamped folder, a sweep, --help)."""
     if any(a.startswith("-") for a in argv):
         return None  # flags (--help, -m) run no single training
     found = None

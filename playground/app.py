@@ -59,8 +59,7 @@ class Playground:
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
-        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device),
-                              cfg.weights)
+        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device), cfg.weights)
         self.stats = Stats()
         self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
@@ -186,9 +185,8 @@ def _error_handlers(app: FastAPI) -> None:
         return SafeJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = validation_error(exc)
-        return SafeJSONResponse(err.body(), status_code=err.status)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await _api_error(request, validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

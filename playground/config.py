@@ -3,7 +3,6 @@
 Design choices:
 - The limits (`max_new_tokens_limit`, `max_prompt_chars`) belong to the server, not to requests: a page or
   a script can ask for less, never for more, so one request cannot keep a model busy for an hour.
-- `port=0` asks the OS for a free port; the URL printed at start-up carries the real one (tests use this).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The playground's bounds on what a client may hold: request bodies, time to send a request, connections,
-and generations in progress (the keys of configs/serve.yaml).
+"""The playground's bounds on what a client may hold: request bodies, time to send a request, connections, and
+generations in progress (the keys of configs/serve.yaml).
 
 Design choices:
 - Uvicorn bounds idle keep-alive connections (`keep_alive_s`) and the size of a request's headers (h11's limit).
@@ -12,8 +12,8 @@ Design choices:
     `header_timeout_s` after it opened (or after its last response), and answers one beyond `max_connections`
     with a JSON 503 (uvicorn's own `limit_concurrency` answers in bare text).
 - Generations (and attention requests, which run the model too) take a slot for their whole length, from
-  `max_generations` in all and `max_generations_per_run` per run; with none free the answer is a JSON 503
-  at once, with `Retry-After`: a queue would only hold connections open longer.
+  `max_generations` in all and `max_generations_per_run` per run; with none free the answer is a JSON 503 at once,
+  with `Retry-After`: a queue would only hold connections open longer.
 """
 
 from __future__ import annotations
@@ -117,9 +117,8 @@ LINGER_S = 2.0  # after a closing answer, how long the rest of a client's reques
 
 
 class _LingeringTransport:
-    """A transport whose close() first sends FIN and keeps reading (and dropping) what the client still sends
-    for LINGER_S: closing with unread input would send a TCP reset, and a client still uploading a body we
-    refused (413, 408) would lose our answer with it. Everything else is the wrapped transport's."""
+    """A transport whose close() first sends FIN and drops what the client still sends for LINGER_S: closing with
+    unread input would send a TCP reset, and a client still uploading a refused body would lose our answer."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport, self._loop, self.lingering = transport, loop, False
@@ -197,9 +196,8 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
 
 def server_config(app, header_timeout_s: float, keep_alive_s: float, max_connections: int) -> uvicorn.Config:
-    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, short keep-alive, no
-    WebSocket upgrades (the page has none: an upgrade request is answered as plain HTTP), and only errors
-    logged (a warning per malformed request would let any client fill the log)."""
+    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, no WebSocket upgrades (the
+    page has none), and only errors logged (a warning per malformed request would let any client fill the log)."""
     return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections), ws="none",
                           timeout_keep_alive=keep_alive_s, log_level="error", access_log=False, lifespan="off",
                           timeout_graceful_shutdown=3)

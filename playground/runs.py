@@ -1,13 +1,12 @@
 """Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
 
 Design choices:
-- A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for
-  a sweep job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no
-  absolute path, no backslash) and then by where it really leads: the resolved checkpoint must lie inside
-  the resolved `runs_dir`, so a symlink pointing out of it is refused like `../` is. Every refusal is the
-  same `RunNotFound` (HTTP 404): a client learns nothing about files outside.
-- `ckpt=` on the command line may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is
-  then listed under the reserved name `@ckpt`, the only way to reach it.
+- A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for a sweep
+  job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no absolute path,
+  no backslash), then by where it really leads: the resolved checkpoint must lie inside the resolved `runs_dir`,
+  so a symlink out of it is refused like `../`. Every refusal is the same `RunNotFound` (HTTP 404): a client
+  learns nothing about files outside.
+- `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is listed as `@ckpt`.
 - Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
 - A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and
   better: inference/run_files.py); the run list says which file. A file named by `ckpt=` is read as named.
@@ -172,8 +171,7 @@ class RunRegistry:
         return rel or ROOT_NAME
 
     def discover(self) -> list[Path]:
-        """Every ckpt.pt under runs_dir whose real location is inside it, newest first; a walk at most every
-        `ttl` seconds (thousands of runs take a while to walk). Blocking: call it off the event loop."""
+        """`walk_checkpoints`, at most once every `ttl` seconds (thousands of runs take a while). Blocking."""
         with self._lock:
             if self._found is not None and time.monotonic() - self._found[0] < self.ttl:
                 return list(self._found[1])
@@ -212,8 +210,8 @@ class RunRegistry:
             raise missing from None
 
     def file(self, path: Path) -> RunFile | Path:
-        """What is read for the run found at `path` (its ckpt.pt): the file every reader reads for its folder (best.pt
-        where it is better), the file ckpt= named, or an exported folder's record. Blocking: reads headers."""
+        """What is read for the run found at `path` (its ckpt.pt): its folder's file as every reader chooses it, the
+        file ckpt= named, or an exported folder's record. Blocking: reads headers."""
         if path.name == RECORD:
             return path
         if path == self.fixed and self.fixed_file:
