@@ -130,10 +130,8 @@ def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
     unknown = re.search(r"Could not (?:override|append to config)[^']*'([^']+)'", text) or \
         re.search(r"Key '[^']+' not in '\w+'\s+full_key: (\S+)", text)
     if unknown and ("is not in struct" in text or "not in '" in text):  # the usual case: a misspelt key
-        key = unknown.group(1).lstrip("+")
-        return f"unknown config key {key}; check its spelling (--help lists every key)"
-    typed = _type_error(text, argv)
-    if typed:
+        return f"unknown config key {unknown.group(1).lstrip('+')}; check its spelling (--help lists every key)"
+    if typed := _type_error(text, argv):
         return typed
     grammar = re.search(r"\s*See (https://hydra\.cc/\S+override_grammar\S*)", text)
     bad = _unparsable_override(argv) if grammar else None

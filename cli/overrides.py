@@ -69,10 +69,7 @@ def _unquote(value: str) -> str | None:
 
 def expand_home(path: str) -> str:
     """`~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them."""
-    home = re.match(r"\$(HOME\b|\{HOME\})", path)
-    if home:
-        path = "~" + path[home.end():]
-    return os.path.expanduser(path)
+    return os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", path))
 
 
 def _path_value(value: str) -> str:
@@ -88,8 +85,6 @@ def _path_value(value: str) -> str:
 
 
 def expand_path_overrides(argv: list[str]) -> list[str]:
-    """Every override of a key in `PATH_KEYS` with `~` and `$HOME` expanded, and quoted when it holds characters
-    Hydra's grammar reserves (`= , ' " ( ) [ ] { }`, spaces, Hangul, ...)."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
     out = []
     for arg in argv:

@@ -38,15 +38,10 @@ class RecordedSettings:
 
     def __init__(self, folder: str | os.PathLike | None):
         self.folder = Path(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else None
-        self.files: dict[str, bytes] = {}
-        self.checkpoints: set[tuple[int, int, int]] = set()
         record = self.folder / RECORD if self.folder is not None else None
-        if record is None or not record.is_dir():
-            return
-        for f in record.iterdir():
-            if f.is_file():
-                self.files[f.name] = f.read_bytes()
-        self.checkpoints = _checkpoints(self.folder)
+        kept = record is not None and record.is_dir()
+        self.files = {f.name: f.read_bytes() for f in record.iterdir() if f.is_file()} if kept else {}
+        self.checkpoints = _checkpoints(self.folder) if kept else set()
 
     def restore_unless_saved(self) -> None:
         """Put the record back as it was, unless a checkpoint was written since (or there was no record)."""

@@ -113,8 +113,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
         env["OMP_NUM_THREADS"] = str(threads)
     for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR"):
         env.pop(key, None)
-    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False,
-                            record_timing=False,
+    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False, record_timing=False,
                             resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}})
     started = time.perf_counter()
     client.execute(env=env)

@@ -31,12 +31,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.device import pick_device
 from common.errors import UserError
-from playground.attention import PositionError, attention_row
+from playground.attention import attention_row
 from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
 from playground.guard import BodyGuard, GenerationSlots
 from playground.hosts import HostGuard
-from playground.runs import RunNotFound, RunRegistry, relative_message
+from playground.runs import RunRegistry, relative_message
 from playground.sampling import Continuation, Params, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
@@ -65,10 +65,7 @@ class Playground:
 
     async def load(self, name: str | None) -> CachedRun:
         """The loaded run a request names (None = the default run); every failure is an ApiError."""
-        try:  # off the event loop: finding the default run walks runs_dir
-            run_name, path = await to_thread.run_sync(self.registry.resolve, name)
-        except RunNotFound as e:
-            raise ApiError(404, "run", str(e)) from None
+        run_name, path = await to_thread.run_sync(self.registry.resolve, name)  # finding the default walks runs_dir
         try:
             return await to_thread.run_sync(lambda: self.cache.get(run_name, self.registry.file(path)))
         except FileNotFoundError:
@@ -230,11 +227,8 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
     async def attention(body: AttentionRequest) -> dict:
         body.check_limits(cfg.max_prompt_chars + cfg.max_new_tokens_limit)
         cached = await pg.load(body.run)
-        try:
-            with pg.slots.take(cached.name):
-                return await to_thread.run_sync(attention_row, cached, body.text, body.position)
-        except PositionError as e:
-            raise ApiError(422, e.field, str(e)) from None
+        with pg.slots.take(cached.name):
+            return await to_thread.run_sync(attention_row, cached, body.text, body.position)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -14,14 +14,7 @@ import torch
 
 from model.attention_maps import attention_maps
 from playground.cache import CachedRun
-
-
-class PositionError(ValueError):
-    """A text or position the run cannot show attention for; the message names the field."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
+from playground.schemas import ApiError
 
 
 def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
@@ -29,11 +22,11 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
     run = cached.run
     ids = run.tokenizer.encode(text).tolist()
     if not ids:
-        raise PositionError("text", "text is empty: give the text whose attention to show")
+        raise ApiError(422, "text", "text is empty: give the text whose attention to show")
     if position is None:
         position = len(ids) - 1
     if not 0 <= position < len(ids):
-        raise PositionError("position", f"position must be in [0, {len(ids) - 1}] for this text "
+        raise ApiError(422, "position", f"position must be in [0, {len(ids) - 1}] for this text "
                                         f"({len(ids)} tokens), got {position}")
     start = max(0, position + 1 - run.model.context_length)
     device = next(run.model.parameters()).device

@@ -35,12 +35,10 @@ def normalized(name: str) -> str:
 
 def is_loopback(host: str) -> bool:
     name = normalized(host)
-    if name == "localhost":
-        return True
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
-        return False
+        return name == "localhost"
 
 
 def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[str] | None:

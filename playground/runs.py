@@ -4,8 +4,7 @@ Design choices:
 - A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for a sweep
   job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no absolute path,
   no backslash), then by where it really leads: the resolved checkpoint must lie inside the resolved `runs_dir`,
-  so a symlink out of it is refused like `../`. Every refusal is the same `RunNotFound` (HTTP 404): a client
-  learns nothing about files outside.
+  so a symlink out of it is refused like `../`. Every refusal is the same 404: a client learns nothing outside.
 - `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is listed as `@ckpt`.
 - Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
 - A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and
@@ -28,6 +27,7 @@ from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
 from inference.run_files import RunFile, folder_file, run_file
 from inference.weights import choose_weights
+from playground.schemas import ApiError
 
 OUTSIDE_NAME = "@ckpt"
 ROOT_NAME = "."
@@ -88,10 +88,6 @@ def walk_checkpoints(runs_dir: Path, root: Path, skipped: SkipLog) -> list[Path]
         except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, a file removed while we walked
             skipped.once(p, f"skipping {p}: {type(e).__name__}: {e}")
     return sorted(found, key=lambda p: (-found[p], str(p)))
-
-
-class RunNotFound(Exception):
-    """A run name that does not lead to a checkpoint inside runs_dir (HTTP 404)."""
 
 
 @dataclass
@@ -167,8 +163,7 @@ class RunRegistry:
         real = path.resolve()
         if not real.is_relative_to(self.root):
             return OUTSIDE_NAME
-        rel = real.parent.relative_to(self.root).as_posix()
-        return rel or ROOT_NAME
+        return real.parent.relative_to(self.root).as_posix()  # `.` (ROOT_NAME) for the run in runs_dir itself
 
     def discover(self) -> list[Path]:
         """`walk_checkpoints`, at most once every `ttl` seconds (thousands of runs take a while). Blocking."""
@@ -188,15 +183,15 @@ class RunRegistry:
 
     def resolve(self, name: str | None) -> tuple[str, Path]:
         """(canonical name, checkpoint path) for a request's `run`; None means the default run. Blocking.
-        Raises RunNotFound, whatever the name (too long, unencodable, a symlink loop...)."""
+        Raises the one 404, whatever the name (too long, unencodable, a symlink loop...)."""
         if name is None or name == "":
             path = self.default_path()
             if path is None:
-                raise RunNotFound("no runs under runs_dir yet; train one first (python train.py)")
+                raise ApiError(404, "run", "no runs under runs_dir yet; train one first (python train.py)")
             return self.name_of(path), path
         if name == OUTSIDE_NAME and self.fixed is not None and self.name_of(self.fixed) == OUTSIDE_NAME:
             return name, self.fixed
-        missing = RunNotFound(f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
+        missing = ApiError(404, "run", f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
         parts = PurePosixPath(name).parts
         if (name != ROOT_NAME and (name.startswith("/") or "\\" in name or "\0" in name
                                    or any(p in ("..", ".") for p in parts))):
