@@ -251,8 +251,7 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
 
 def hydra_script(name: str, schema: type[T], run: Callable[[T], object], summary: str,
                  examples: Sequence[str]) -> None:
-    """An entry script's start: its overrides made ready for Hydra, configs/<name>.yaml composed into `schema` and
-    passed to `run`, `--help` built from the configs (cli/help_text.py), every failure one line (`run_cli`)."""
+    """Run an entry script: argv made ready for Hydra, configs/<name>.yaml composed into `schema` for `run`."""
     import hydra
 
     from cli.help_text import CONFIGS, register_help

@@ -36,9 +36,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _items(overrides: str | Iterable[str] | None) -> list[str]:
-    if overrides is None:
-        return []
-    return [o for o in (overrides.split(",") if isinstance(overrides, str) else map(str, overrides)) if o]
+    return [o for o in (overrides.split(",") if isinstance(overrides, str) else map(str, overrides or ())) if o]
 
 
 def _readable(override: str) -> str:

@@ -1,5 +1,4 @@
-"""Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed so that
-they can be pasted back.
+"""Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed to paste back.
 
 Design choices:
 - Hydra's override grammar refuses what a user naturally types: unquoted Hangul (`prompt=안녕`), a leading `~`

@@ -6,9 +6,7 @@ Design choices:
   holder's process id, for the refusal's message. Where `fcntl` does not exist (Windows) there is no lock.
 - `train.py` takes it before Hydra runs when the command line names the folder (`hydra.run.dir=`,
   `train.resume=`), so a refused start writes nothing there, not even `.hydra/`; and again (re-entrant) once
-  Hydra has resolved the folder.
-- The holder removes the file when it ends normally; after taking the lock it checks that the file it
-  locked is still the one at that path (another process may have removed it in between).
+  Hydra has resolved the folder. The holder removes the file when it ends normally.
 """
 
 from __future__ import annotations

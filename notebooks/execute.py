@@ -1,6 +1,5 @@
-"""Running the notebooks in a fresh kernel: `make notebooks-run` (python notebooks/execute.py) executes them with
-their own settings and stores them with their outputs; the tests (tests/notebook_tools.py) run them the same way
-with smaller settings and store nothing.
+"""Running the notebooks in a fresh kernel: `make notebooks-run` executes them with their own settings and stores
+them with their outputs; the tests (tests/notebook_tools.py) run them with smaller settings and store nothing.
 
 Design choices:
 - nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
@@ -9,8 +8,8 @@ Design choices:
 - Each notebook runs over a fresh copy of the project (what the notebooks read), so two runs never share `runs/`,
   the files a notebook wrote can be listed afterwards, a user's own runs are never touched, and an output naming
   this machine's folders is caught (`ABSOLUTE`).
-- The kernel is this interpreter, from a kernel spec written for the run, so a `python3` kernel installed elsewhere
-  never runs the notebooks; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
+- The kernel is this interpreter (a kernel spec written for the run), never a `python3` kernel installed elsewhere;
+  the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
 - A stored notebook records the hash of its code cells (`CODE_HASH_KEY`); tests/test_notebooks.py fails a notebook
   whose code changed since it was executed, so the outputs always show what the code above them computes.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
@@ -79,7 +78,6 @@ def copy_project(dest: Path) -> Path:
 
 
 def _kernel_manager(spec_dir: Path):
-    """A kernel manager for this interpreter's ipykernel, from a kernel spec that exists for this run only."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
@@ -123,11 +121,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
 def last_state(text: str) -> str:
     """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last one
     that shows something (a bar cleared to print a line above it keeps its last state)."""
-    def last(line: str) -> str:
-        shown = [part for part in line.split("\r") if part.strip()]
-        return shown[-1] if shown else ""
-
-    return "\n".join(last(line) for line in text.split("\n"))
+    return "\n".join(next((p for p in reversed(line.split("\r")) if p.strip()), "") for line in text.split("\n"))
 
 
 def tidy(nb) -> None:

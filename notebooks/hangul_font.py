@@ -7,8 +7,7 @@ Design choices:
   Its file is registered with matplotlib directly: importing that package reads `distutils`, gone in Python 3.12.
 - The family is DejaVu Sans, then NanumGothic: matplotlib draws each character in the first font that has it, and
   mathtext (a log axis's labels, 10⁻²) takes the first font only, and NanumGothic has no minus sign (U+2212).
-- Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib says which
-  characters it could not draw.
+- Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib names the rest.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 Design choices:
 - Sampling and loading block, so each runs in a worker thread (`anyio.to_thread`), one character's decoding
   steps at a time: the event loop keeps answering other requests (the page, other samples) while a model works.
-- A client that goes away stops its sample: Starlette cancels a stream whose client disconnects, and a
-  non-streaming request watches for the disconnect itself. The step in flight ends first (worker threads are
-  never abandoned), then the model's stream is closed.
+- A client that goes away stops its sample (a non-streaming request watches for the disconnect itself). The step in
+  flight ends first (worker threads are never abandoned), then the model's stream is closed.
 - The page is three static files served from `playground/static`: no build step, no CDN, works offline.
 - Requests whose Host header names another machine are refused (playground/hosts.py: DNS rebinding).
 """

@@ -6,9 +6,8 @@ Design choices:
   runs already loaded, and two requests for the same new run load it once.
 - Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
   not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
-- An entry is keyed by its checkpoint path and remembers the file's size and mtime: when training rewrites the
-  checkpoint, the next request loads the new weights.
-- Evicting only forgets the entry; a request still sampling from it keeps its own reference until done.
+- An entry remembers its file's size and mtime: when training rewrites the checkpoint, the next request loads the
+  new weights. Evicting only forgets the entry; a request still sampling from it keeps its own reference.
 """
 
 from __future__ import annotations

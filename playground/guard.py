@@ -23,15 +23,12 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import anyio
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from playground.schemas import ApiError
-
-Scope = dict[str, Any]
 
 
 def _error_body(message: str) -> bytes:
@@ -61,7 +58,7 @@ class BodyGuard:
         self.too_large = (f"the request body is larger than this server takes ({max_bytes} bytes; serve.py "
                           "max_body_bytes=...)")
 
-    async def __call__(self, scope: Scope, receive, send) -> None:
+    async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -142,9 +139,8 @@ class _LingeringTransport:
 
 
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
-    """Uvicorn's h11 protocol with the header timeout and the connection limit (see the module docstring)."""
 
-    async def busy(scope: Scope, receive, send) -> None:
+    async def busy(scope: dict, receive, send) -> None:
         await send_json(send, 503, f"the server has {max_connections} connections open, its limit "
                                    "(serve.py max_connections=...); try again shortly", ((b"retry-after", b"1"),))
 
