@@ -231,16 +231,14 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         warnings.formatwarning = one_line_warning
     try:
         return fn()
-    except UserError as e:
-        if debug_enabled():
-            raise
-        fail(" ".join(str(e).split()), e.exit_code)
     except KeyboardInterrupt as e:  # Ctrl-C; or training/guards/signals.py's Interrupted, SIGTERM's included
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
-    except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
+    except Exception as e:  # noqa: BLE001 - a user's mistake, or our bug: one line here, the traceback in a file
         if debug_enabled():
             raise
+        if isinstance(e, UserError):
+            fail(" ".join(str(e).split()), e.exit_code)
         if _from_interrupt(e):
             print("interrupted", file=sys.stderr)
             sys.exit(130)
