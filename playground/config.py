@@ -54,10 +54,7 @@ class ServeConfig:
         for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
             checks.positive_int(key, getattr(self, key))
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
-            value = getattr(self, key)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 3600:
-                raise ConfigError(f"{key}={checks.shown_value(value)} is invalid: it must be a number of seconds in "
-                                  "(0, 3600]")
+            checks.number_in(key, getattr(self, key), 0, 3600, low_open=True)
         if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
             raise ConfigError(f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
                               "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'")

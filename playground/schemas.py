@@ -19,9 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from common.config_checks import MAX_SEED
 from model.sampling import check_sampling_args
 
-MAX_SEED = 2**63 - 1
 NEUTRAL = {"max_new_tokens": 0, "temperature": 1.0, "top_k": None, "top_p": None}  # check_sampling_args's arguments
 
 
