@@ -1,14 +1,12 @@
 """OmegaConf resolvers the configs use to name run directories, and the clean-up of a failed start.
 
-Design choices:
+Design choices (docs/en/configuration.md, "Where a run's outputs go", shows the names):
 - A run folder's name pastes back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as printed: it holds only
-  letters (Hangul included), digits and `_ . + -`, none of which Hydra's grammar or bash treats specially.
-  `key=value` becomes `key-value`, overrides are joined by `+`, and a path value is shortened to its file name
-  (`data.path=~/novels.txt` -> `data.path-novels.txt`).
-- When that name is not the whole story (a character replaced, a path shortened, the name cut) a short hash of
-  the overrides as typed follows it, so two different runs started in the same second never share a folder.
-- Names are cut in UTF-8 bytes, never inside a character (a file name holds 255 bytes, a syllable takes three),
-  each value first, so a long corpus name leaves room for the other overrides.
+  letters, digits and `_ . + -`, none of which Hydra's grammar or bash treats specially. When it is not the whole
+  story (a character replaced, a path shortened, the name cut) a short hash of the overrides as typed follows it,
+  so two different runs started in the same second never share a folder.
+- Names are cut in UTF-8 bytes, never inside a character, each value first, so a long corpus name leaves room for
+  the other overrides.
 """
 
 from __future__ import annotations

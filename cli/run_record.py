@@ -1,10 +1,9 @@
 """The run's recorded settings (Hydra's `.hydra/` files in the run folder) put back when a start saved nothing.
 
 Design choices:
-- Hydra writes `.hydra/` into the run folder before any code of ours runs, so a resume that fails (refused,
-  diverged, interrupted before its first checkpoint) or has nothing to train would leave its own overrides as the
-  settings of checkpoints it never wrote. `train.py` reads the record before Hydra starts and puts it back, byte
-  for byte, when no checkpoint was written.
+- Hydra writes `.hydra/` into the run folder before any code of ours runs, so a resume that saves no checkpoint
+  would leave its own overrides as the settings of checkpoints it never wrote (docs/en/training.md): `train.py`
+  reads the record before Hydra starts.
 - A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
   atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity. The run lock
   (cli/run_lock.py) makes this process the folder's only writer.

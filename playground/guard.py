@@ -1,19 +1,14 @@
-"""The playground's bounds on what a client may hold: request bodies, time to send a request, connections, and
-generations in progress (the keys of configs/serve.yaml).
+"""The playground's bounds on what a client may hold (docs/en/playground.md, "Bounds and safe defaults", lists them).
 
 Design choices:
-- Uvicorn bounds idle keep-alive connections (`keep_alive_s`) and the size of a request's headers (h11's limit).
-  What it lacks is added around it, not by patching it:
-  * `BodyGuard`, ASGI middleware, reads each request's body before the app sees it: a `Content-Length` over
-    `max_body_bytes` is refused (413) before a byte is read, a chunked body as soon as it passes the limit, a
-    body not complete within `body_timeout_s` with 408; both answers close the connection. It also drops a
-    client that stops reading its answer for `send_timeout_s`, which would otherwise hold a slot for ever.
-  * `guarded_protocol`, uvicorn's h11 protocol, closes a connection that has not sent a complete request head
-    `header_timeout_s` after it opened (or after its last response), and answers one beyond `max_connections`
-    with a JSON 503 (uvicorn's own `limit_concurrency` answers in bare text).
-- Generations (and attention requests, which run the model too) take a slot for their whole length, from
-  `max_generations` in all and `max_generations_per_run` per run; with none free the answer is a JSON 503 at once,
-  with `Retry-After`: a queue would only hold connections open longer.
+- Uvicorn bounds idle keep-alive connections and the size of a request's headers; what it lacks is added around it,
+  not by patching it: `BodyGuard`, ASGI middleware, reads each body whole before the app sees it (within
+  `max_body_bytes` and `body_timeout_s`, answering and closing otherwise) and drops a client that stops reading its
+  answer, which would otherwise hold a slot for ever; `guarded_protocol`, uvicorn's h11 protocol, closes a
+  connection slow to send its request head and answers one beyond `max_connections` with a JSON 503 (uvicorn's own
+  `limit_concurrency` answers in bare text).
+- Generations (and attention requests, which run the model too) hold a slot for their whole length; with none free
+  the answer is a JSON 503 at once, with `Retry-After`: a queue would only hold connections open longer.
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 DNS name of its own that resolves to 127.0.0.1 (DNS rebinding), and the browser then sends that name as `Host`.
 
 Design choices:
-- Loopback binds (127.0.0.0/8, ::1, localhost) answer `localhost`, `127.0.0.1` and `[::1]` with no
-  configuration, plus the names in `allowed_hosts`.
-- A bind other machines can reach (0.0.0.0, ::, a LAN address) needs `allowed_hosts`, the names clients will use,
-  or refuses to start; `allowed_hosts=['*']` answers any name. A bound single address is always allowed.
+- Loopback binds answer `localhost`, `127.0.0.1` and `[::1]` with no configuration; a bind other machines can reach
+  needs `allowed_hosts`, the names clients will use, or refuses to start (docs/en/playground.md).
 - The Host header is parsed as RFC 3986 writes it (`[v6]:port`, `name:port`), names compared lower-case
   without a trailing dot. Starlette's TrustedHostMiddleware cuts at the first colon, which breaks IPv6.
 """

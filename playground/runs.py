@@ -1,10 +1,9 @@
 """Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
 
 Design choices:
-- A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for a sweep
-  job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no absolute path,
-  no backslash), then by where it really leads: the resolved checkpoint must lie inside the resolved `runs_dir`,
-  so a symlink out of it is refused like `../`. Every refusal is the same 404: a client learns nothing outside.
+- A run is named by its folder's path relative to `runs_dir` (`.` for the run in it). A name is checked as text
+  first (no `..`, no absolute path, no backslash), then by where it really leads: the resolved checkpoint must lie
+  inside the resolved `runs_dir`. Every refusal is the same 404: a client learns nothing outside.
 - `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is listed as `@ckpt`.
 - Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
 - A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and

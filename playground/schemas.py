@@ -5,8 +5,7 @@ Design choices:
   than guessed, and an unknown key (a misspelt `temprature`) is an error naming it, not silently ignored.
 - Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others neutral), so the API says
   what `generate.py` says and every message belongs to one field.
-- Every error is `{"error": "<one line>", "field": "<key or null>"}`: 422 for a bad value, 404 for a run
-  that is not there, 400 for a run that cannot be loaded.
+- Every error is `{"error": "<one line>", "field": "<key or null>"}` (docs/en/playground.md lists the statuses).
 """
 
 from __future__ import annotations
