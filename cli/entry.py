@@ -43,9 +43,8 @@ def _interrupt_hook(exc_type, exc, tb) -> None:
     _previous_hook(exc_type, exc, tb)
 
 
-# Entry scripts import this module first, so a Ctrl-C from here on (importing torch, composing the config) ends in
-# one line, not a traceback; before here it is Python's own. KOCHAR_READY_FILE (for the tests) names a file created
-# right here, so a test can interrupt a start-up at a known point instead of after a guessed delay.
+# Entry scripts import this module first, so a Ctrl-C from here on ends in one line (docs/en/errors.md). A test
+# interrupts a start-up here, at a known point, once the file KOCHAR_READY_FILE names exists.
 _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
 if os.environ.get("KOCHAR_READY_FILE"):

@@ -1,17 +1,15 @@
-"""Running the notebooks in a fresh kernel: `make notebooks-run` executes them with their own settings and stores
-them with their outputs; the tests (tests/notebook_tools.py) run them with smaller settings and store nothing.
+"""Running the notebooks in a fresh kernel (notebooks/README.md): `make notebooks-run` stores them with their
+outputs; the tests (tests/notebook_tools.py) run them with smaller settings and store nothing.
 
 Design choices:
 - nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
   a cell right after the one tagged `parameters` (papermill's convention) in memory: the tests' small settings
   never reach a stored file.
-- Each notebook runs over a fresh copy of the project (what the notebooks read), so two runs never share `runs/`,
-  the files a notebook wrote can be listed afterwards, a user's own runs are never touched, and an output naming
-  this machine's folders is caught (`ABSOLUTE`).
+- Each notebook runs over a fresh copy of the project, so two runs never share `runs/`, the files a notebook wrote
+  can be listed afterwards, and an output naming this machine's folders is caught (`ABSOLUTE`).
 - The kernel is this interpreter (a kernel spec written for the run), never a `python3` kernel installed elsewhere;
   the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- A stored notebook records the hash of its code cells (`CODE_HASH_KEY`); tests/test_notebooks.py fails a notebook
-  whose code changed since it was executed, so the outputs always show what the code above them computes.
+- The hash of the code cells is stored (`CODE_HASH_KEY`): tests/test_notebooks.py names a stale notebook.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
   state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
 """

@@ -46,9 +46,8 @@ class ServeConfig:
         if self.port > 65535:
             raise ConfigError(f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any "
                               "free port)")
-        checks.positive_int("max_new_tokens_limit", self.max_new_tokens_limit)
-        checks.positive_int("max_prompt_chars", self.max_prompt_chars)
-        checks.positive_int("cache_size", self.cache_size)
+        for key in ("max_new_tokens_limit", "max_prompt_chars", "cache_size"):
+            checks.positive_int(key, getattr(self, key))
         checks.device_name("device", self.device)
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
