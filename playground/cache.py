@@ -1,9 +1,8 @@
 """Loaded runs kept in memory: a least-recently-used cache with one lock per run.
 
 Design choices:
-- Every method here blocks (torch) and is called from a worker thread. The cache's own lock guards only the
-  dictionary; a run is loaded under a lock of its own, so loading a large run does not hold up requests for
-  runs already loaded, and two requests for the same new run load it once.
+- The cache's own lock guards only the dictionary; a run is loaded under a lock of its own, so loading a large run
+  does not hold up requests for runs already loaded, and two requests for the same new run load it once.
 - Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
   not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
 - An entry remembers its file's size and mtime: when training rewrites the checkpoint, the next request loads the
