@@ -53,7 +53,7 @@ train: setup ## train the default model on the built-in corpus; ARGS go to train
 # and the float32 path; then the `serial` ones (signals, kills, torchrun timing) one at a time. The second pass
 # collects only the files that use the marker, unless ARGS choose the tests. Exit code 5 (ARGS selected none of
 # them) is not a failure.
-PRECISION_FILES = $(if $(ARGS),,$$(grep -l cpu_precision tests/test_*.py))
+PRECISION_FILES = $(if $(ARGS),,$$(grep -rl cpu_precision tests --include='test_*.py'))
 PRECISION_PASS = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --cpu-bf16=other
 test: setup ## run the whole test suite, slow tests included, one worker per core; ARGS go to pytest
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" $(ARGS)
@@ -86,7 +86,7 @@ notebooks: $(VENV)/.notebooks ## open the notebooks in JupyterLab (installed int
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ARGS)
 
 # Each notebook runs with its own settings in a fresh kernel over a copy of the project (nothing is written here but the
-# notebooks), and is stored with its outputs and its code's hash: tests/test_notebooks.py names a notebook whose code
+# notebooks), and is stored with its outputs and its code's hash: tests/notebooks/test_notebooks.py names a notebook whose code
 # changed since. All ten take several minutes on a CPU.
 notebooks-run: setup ## execute the notebooks and store their outputs; ARGS picks some, e.g. ARGS="ko/04 en/04"
 	$(PY) notebooks/execute.py $(ARGS)

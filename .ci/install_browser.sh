@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_browser.py needs when it is missing: Debian's chromium and chromium-driver, and
+# Installs what tests/playground/test_browser.py needs when it is missing: Debian's chromium and chromium-driver, and
 # fonts-noto-cjk (Hangul glyphs in the page and its screenshot). Safe to run again: it installs nothing when
 # all three are there. It never fails the CI run: when they cannot be installed it says so loudly, and the
 # browser test then skips with a message just as loud.
@@ -19,7 +19,7 @@ loud() {
     {
         echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
         echo "!!! install_browser: $*"
-        echo "!!! tests/test_browser.py (the real-browser test of the playground) will be SKIPPED"
+        echo "!!! tests/playground/test_browser.py (the real-browser test of the playground) will be SKIPPED"
         echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
     } >&2
     exit 0

@@ -4,13 +4,11 @@
     python -m benchmarks.dropout_speed --model lecture --batch 8 --dropout 0.1 --dtype float32
 
 Design choices:
-- Three sides of one model, alternated round by round with medians (`benchmarks.timing`): no dropout, dropout
-  with torch's masks (one random draw per element), dropout with ours. The torch side swaps torch's
-  `F.dropout` in for `model.dropout`'s function for the duration of its timer only, so the three sides run
-  the same code otherwise (the attention weights go through the same math path).
-- `modern` is recipe=modern's model (benchmarks/presets.py's `MODERN`: rotary positions, RMSNorm, squared ReLU,
-  qk-norm, zero-initialised projections, PyTorch's init) at batch 16; `lecture` the default model. The step is
-  forward, backward and a fused AdamW update on one random batch, as in `bench.py`'s training section.
+- Three sides of one model take turns (`benchmarks.timing`): no dropout, torch's masks (one random draw per
+  element), ours. The torch side swaps `F.dropout` in for `model.dropout`'s function during its timer only, so
+  the sides run the same code otherwise.
+- `modern` is recipe=modern's model (benchmarks/presets.py's `MODERN`) at batch 16, `lecture` the default model;
+  the step is `bench.py`'s training step on one random batch.
 """
 
 from __future__ import annotations

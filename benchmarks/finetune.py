@@ -11,13 +11,11 @@ OUT/results.jsonl; the closing table (mean over seeds, the gain of fine-tuning) 
 OUT/finetune.md.
 
 Design choices:
-- Both sides are what a user types: `python train.py data.path=<target> train.max_seconds=60` and the same
-  with `train.init_from=<source run>`; nothing else is pinned (`--set` adds overrides to both) but early stopping,
-  which is off in every run (`train.early_stop=null`: the sides are compared over the whole budget; `--set` may
-  type it). Both are scored as a user's `evaluate.py ckpt=<run>` scores them: their best validated weights.
-- Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for the reviews in
-  nsmc_dev.txt, reviews of films the training part never mentions.
-- Runs go one after another; the machine's state before each is recorded (benchmarks/runs.py warns).
+- Both sides are what a user types (`python train.py data.path=<target> train.max_seconds=60`, the one with
+  `train.init_from=<source run>`), nothing else pinned but early stopping, off so that the sides are compared over
+  the whole budget (`--set` adds overrides to both, and may type it); both are scored on their best validated weights.
+- Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for nsmc_dev.txt, reviews
+  of films the training part never mentions.
 """
 
 from __future__ import annotations
@@ -31,15 +29,16 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.heldout import split_heldout  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
-from benchmarks.runs import evaluate, keep, machine_before_run, sample, trained  # noqa: E402
+from benchmarks.runs import campaign_run, heldout_scores, keep, kept, results, sample  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 SIDES = ("finetune", "scratch")
+TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from common.errors import UserError
-
     ap = opt.script_parser("finetune.py", __doc__, "\n\nA source run")
     ap.add_argument("--source", check=opt.text_file, help="the text the source run trains on")
     ap.add_argument("--source-run", default=None, check=opt.run_or_checkpoint,
@@ -48,21 +47,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--target", required=True, check=opt.text_file, help="the new text (its tail is held out)")
     ap.add_argument("--seconds", default=60.0, check=opt.SECONDS, help="budget of each side on the target (default 60)")
     ap.add_argument("--seeds", default=1, check=opt.count(), help="seeds per side (default 1: 1337)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to both sides")
     ap.add_argument("--prompt", default="이 영화", help="the samples' prompt (default: 이 영화)")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of the target held out (default 0.05)")
-    ap.add_argument("--out", default="runs/finetune", check=opt.out_folder, help="runs, splits and results go here")
+    opt.campaign_flags(ap, "runs/finetune", "both sides")
     args = ap.parse_args(argv)
     if args.source_run is None and args.source is None:
         raise UserError("give --source FILE (trained once) or --source-run DIR (an existing run)")
     return args
-
-
-def train(overrides: list[str], run_dir: Path) -> dict:
-    """One `train.py` run; its closing numbers from the result line, or the error's last line."""
-    done = trained(overrides, run_dir)
-    return done if "error" in done else {k: done[k] for k in ("steps", "seconds", "stopped")}
 
 
 def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
@@ -71,17 +61,14 @@ def source_run(args: argparse.Namespace, out: Path) -> tuple[Path, dict]:
     run_dir = out / "source"
     record = {"source": str(args.source), "source_seconds": args.source_seconds, "set": args.set}
     done = out / "source.json"
-    if done.is_file() and (run_dir / "ckpt.pt").is_file():
-        previous = json.loads(done.read_text())
-        if all(previous.get(k) == v for k, v in record.items()):
-            return run_dir, previous
+    previous = kept(record, results(done)) if (run_dir / "ckpt.pt").is_file() else None
+    if previous:
+        return run_dir, previous
     print(f"training the source run on {args.source} for {args.source_seconds:g} s", file=sys.stderr)
-    record.update(machine_before_run())
-    result = train([f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET,
-                    *args.set.split()], run_dir)
-    if "error" in result:
-        raise SystemExit(f"error: the source run failed: {result['error']}")
-    record.update(result)
+    train = [f"data.path={args.source}", f"train.max_seconds={args.source_seconds}", WHOLE_BUDGET, *args.set.split()]
+    record = campaign_run(record, train, run_dir, lambda _: {}, TRAINED)
+    if "error" in record:
+        raise SystemExit(f"error: the source run failed: {record['error']}")
     done.write_text(json.dumps(record, ensure_ascii=False))
     return run_dir, record
 
@@ -92,36 +79,28 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
     overrides = [f"data.path={target_train}", f"train.max_seconds={args.seconds}", f"seed={seed}", WHOLE_BUDGET]
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
-    record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              **machine_before_run()}
-    result = train(overrides + args.set.split(), run_dir)
-    if "error" in result:
-        return {**record, **result}
-    scored = evaluate(run_dir, heldout)
-    return {**record, **result, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "unknown_chars": scored.get("unknown_chars"), "sample": sample(run_dir, args.prompt, 120, "seed=1337"),
-            **({"error": scored["error"]} if "error" in scored else {})}
+    record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+    return campaign_run(record, overrides + args.set.split(), run_dir,
+                        lambda _: {**heldout_scores(run_dir, heldout, unknown_chars="unknown_chars"),
+                                   "sample": sample(run_dir, args.prompt, 120, "seed=1337")}, TRAINED)
 
 
-def table(results: list[dict]) -> str:
-    mean = {}
-    for side in SIDES:
-        scores = [r["heldout_bpc"] for r in results if r["side"] == side and r.get("heldout_bpc") is not None]
-        mean[side] = sum(scores) / len(scores) if scores else None
+def table(rows: list[dict]) -> str:
+    """Per side, the mean held-out bpc and steps over the seeds that ran, and the gain of fine-tuning."""
     lines = ["| side | seeds | held-out bpc (mean) | steps (mean) |", "|---|---:|---:|---:|"]
+    mean: dict[str, float | None] = {}
     for side in SIDES:
-        rows = [r for r in results if r["side"] == side and "error" not in r]
-        steps = sum(r["steps"] for r in rows) / len(rows) if rows else 0
-        bpc = f"{mean[side]:.3f}" if mean[side] is not None else "—"
-        lines.append(f"| {side} | {len(rows)} | {bpc} | {steps:.0f} |")
+        ran = [r for r in rows if r["side"] == side and "error" not in r]
+        scores = [r["heldout_bpc"] for r in ran if r.get("heldout_bpc") is not None]
+        mean[side] = sum(scores) / len(scores) if scores else None
+        steps = sum(r["steps"] for r in ran) / len(ran) if ran else 0
+        lines.append(f"| {side} | {len(ran)} | {'—' if mean[side] is None else f'{mean[side]:.3f}'} | {steps:.0f} |")
     if None not in mean.values():
         lines.append(f"\nfine-tuning gains {mean['scratch'] - mean['finetune']:.3f} bits per character")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.heldout import split_heldout
-
     args = parse_args(argv)
     say_whole_budget(f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the "
                                                                               "source"))
@@ -130,12 +109,9 @@ def main(argv: list[str]) -> None:
     source, source_record = source_run(args, out)
     opt.print_json({"source": source_record})
     paths = split_heldout(args.target, out / "splits", args.heldout)
-    results = []
-    for seed in range(1337, 1337 + args.seeds):
-        for side in SIDES:
-            results.append(one_side(side, seed, source, paths, args))
-            keep(results[-1], out / "results.jsonl")
-    report = table(results)
+    rows = [keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
+            for seed in range(1337, 1337 + args.seeds) for side in SIDES]
+    report = table(rows)
     (out / "finetune.md").write_text(report, encoding="utf-8")
     print(report)
 

@@ -1,17 +1,15 @@
 """Generation throughput with and without the KV cache, and where a cached token's time goes.
 
 Design choices:
-- The `generate_*` keys (kept as they were): the lecture model, batch 1, an 8-token prompt, a fixed
-  sampling seed. Two uncached baselines: `uncached` reads the same windows as the cached path (so the logits
-  match and only the cache differs); `crop_every_step` re-reads the last context_length tokens at every step.
-- The `generation` report compares, for each position kind, cached generation with the crop-and-recompute
-  loop (nanoGPT's `generate`, run by our own uncached path with a window that moves one token per step):
-  500 new tokens from a 1-token prompt, batch 1 and batch 8 (tokens/s count every row's tokens). `learned`
-  is the lecture model (its cache is refilled when the window jumps); `rope` is recipe=modern's model
-  (rotary positions, RMSNorm, squared ReLU, query/key norm), whose cache slides. It also splits a cached
-  token's cost into the decode step, the sampling and the rest of the loop (`per_token_us`).
-- The breakdown times the pieces of the cached path directly; `loop` is what the whole stream costs per
-  token beyond the step and the sampling (Python in the loop, the token window, the prefill).
+- The `generate_*` keys: the lecture model, batch 1, an 8-token prompt, a fixed sampling seed, against two
+  uncached baselines: `uncached` reads the cached path's windows (the same logits: only the cache differs),
+  `crop_every_step` re-reads the last context_length tokens at every step.
+- The `generation` report compares, per position kind, cached generation with crop-and-recompute (nanoGPT's
+  `generate`: our uncached path, the window moving one token per step), 500 new tokens from a 1-token prompt at batch
+  1 and 8 (every row's tokens counted). `learned` is the lecture model (its cache refilled when the window jumps),
+  `rope` recipe=modern's (its cache slides).
+- A cached token's cost is split by timing the pieces directly: the decode step, the sampling, and the rest of the
+  loop (`per_token_us`: Python in the loop, the token window, the prefill).
 """
 
 from __future__ import annotations
@@ -22,10 +20,10 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.presets import MODERN, seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second, seconds
 from model import AttentionLanguageModel
-from model.decode import DecodeStep
-from model.sampling import sample_next
+from model.decode import DecodeStep, OneThread
+from model.sampling import Sampler
 from model.streaming import default_window_shift, new_cache, stream
 
 PROMPT_TOKENS = 8
@@ -44,8 +42,7 @@ def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_to
                         window_shift=window_shift):
             pass
 
-    generate()
-    return lambda: prompt.shape[0] * new_tokens / seconds(generate, prompt.device)
+    return per_second(generate, prompt.shape[0] * new_tokens, prompt.device)
 
 
 def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
@@ -84,46 +81,49 @@ def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.d
     return report
 
 
-@torch.inference_mode()
 def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.device, total_us: float) -> dict:
     """Median microseconds per cached token (batch 1) of the decode step with a full cache, of sampling, and
     of the rest of the loop (`total_us`, the measured cost of a whole token, minus the other two)."""
+    median = decode_times(model, vocab, device, max(1, model.context_length // 4), sampling=True)
+    step_us, sampling_us = median["step"] * 1e6, median["sampling"] * 1e6
+    return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
+            "loop": round(total_us - step_us - sampling_us, 1)}
+
+
+def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
+    """Median times of one cached decode step, of refilling the cache (per token), and of one uncached
+    forward over a full window, in microseconds."""
+    shift = default_window_shift(model)
+    median = decode_times(model, vocab, device, shift)
+    return {"generate_decode_step_us": round(median["step"] * 1e6, 1),
+            "generate_refill_us_per_token": round(median["refill"] / shift * 1e6, 1),
+            "generate_uncached_full_window_us": round(median["full"] * 1e6, 1)}
+
+
+@torch.inference_mode()
+def decode_times(model: AttentionLanguageModel, vocab: int, device: torch.device, tail: int,
+                 sampling: bool = False) -> dict[str, float]:
+    """Median seconds of refilling the cache with a window but its last `tail` positions (`refill`), of the decode
+    step at each of those positions, where a cache spends its time (`step`; with `sampling`, of sampling one id
+    after each), and of one uncached forward over the whole window (`full`)."""
     C = model.context_length
-    K = max(1, C // 4)  # steps per round, the last K positions of a window (where a cache spends its time)
     ids = torch.randint(0, vocab, (1, C), device=device)
     cache = new_cache(model, 1, device)
     step = DecodeStep(model, cache)
     logits = torch.randn(1, vocab, device=device)
     g = torch.Generator(device=device).manual_seed(0)
-    steps, draws = [], []
+    sampler = Sampler(vocab, device)
+    sampler.set(1.0, None, None, None)
+    times: dict[str, list[float]] = {"refill": [], "step": [], "sampling": [], "full": []}
     for _ in range(BREAKDOWN_ROUNDS):
         cache.reset(0)
-        model(ids[:, : C - K], kv_cache=cache, start=0)
-        cache.advance(C - K)
-        for p in range(C - K, C):
-            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
-            draws.append(seconds(lambda: sample_next(logits, 1.0, None, None, g), device))
-    step_us, sampling_us = statistics.median(steps) * 1e6, statistics.median(draws) * 1e6
-    return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
-            "loop": round(total_us - step_us - sampling_us, 1)}
-
-
-@torch.inference_mode()
-def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
-    """Median times of one cached decode step, of refilling the cache (per token), and of one uncached
-    forward over a full window, in microseconds."""
-    C, shift = model.context_length, default_window_shift(model)
-    ids = torch.randint(0, vocab, (1, C), device=device)
-    cache = new_cache(model, 1, device)
-    step = DecodeStep(model, cache)
-    steps, refills, full = [], [], []
-    for _ in range(BREAKDOWN_ROUNDS):
-        cache.reset(0)
-        refills.append(seconds(lambda: model(ids[:, : C - shift], kv_cache=cache, start=0, last_only=True), device))
-        cache.advance(C - shift)
-        for p in range(C - shift, C):
-            steps.append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
-        full.append(seconds(lambda: model(ids, last_only=True), device))
-    return {"generate_decode_step_us": round(statistics.median(steps) * 1e6, 1),
-            "generate_refill_us_per_token": round(statistics.median(refills) / shift * 1e6, 1),
-            "generate_uncached_full_window_us": round(statistics.median(full) * 1e6, 1)}
+        times["refill"].append(seconds(lambda: model(ids[:, : C - tail], kv_cache=cache, start=0, last_only=True),
+                                       device))
+        cache.advance(C - tail)
+        with OneThread(device.type == "cpu"):  # as the loop runs them
+            for p in range(C - tail, C):
+                times["step"].append(seconds(lambda p=p: step(ids[:, p : p + 1], cache), device))
+                if sampling:
+                    times["sampling"].append(seconds(lambda: sampler(logits, g), device))
+        times["full"].append(seconds(lambda: model(ids, last_only=True), device))
+    return {name: statistics.median(values) for name, values in times.items() if values}

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 from benchmarks import options as opt
+from benchmarks.ladder_checks import WHOLE_BUDGET
+from benchmarks.runs import last_line, train_py
+from benchmarks.tb_read import read_scalars
 from common.errors import UserError
 
 PARTS = ("shakespeare", "default_size", "real_loop", "sampling")
@@ -48,9 +51,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def train_run(folder: Path, name: str, *overrides: str) -> dict:
     """One `python train.py device=cuda ...` on the built-in corpus: steps made, validation losses, compile lines."""
-    from benchmarks.ladder_checks import WHOLE_BUDGET
-    from benchmarks.runs import last_line, train_py
-    from benchmarks.tb_read import read_scalars
     from inference.checkpoint import load_checkpoint
 
     run, started = folder / name, time.perf_counter()

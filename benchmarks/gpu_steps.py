@@ -1,17 +1,15 @@
-"""Training steps on a GPU, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
+"""Training steps, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
 
 Design choices:
-- nanoGPT's side is its own `model.py` (a checkout given on the command line, never copied in), stepped as its
-  train.py steps it: bf16 autocast, fused AdamW, eager or `torch.compile` (default mode), on one fixed batch.
-- Our side is train.py's own step, through `StepRunner` (training/runner/steps.py) on a session of train.py's own
-  set-up (benchmarks/lever_speed.py): batches drawn by the sampler, the learning-rate schedule, clipping. So the
-  numbers are what a run gets, not a bare model's; each way (eager, a CUDA graph, inductor and the graph) is one
-  timer.
-- Timers take turns, round after round, and report medians (benchmarks/timing.py); every timer has warmed up
-  (compiled, captured) before the first round.
-- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: what a graph replays is the
-  same kernels, launched at once.
-- MFU: the model's training FLOPs per token (model/counts.py) times tokens/s, over the card's dense bf16 peak.
+- nanoGPT's side is its own `model.py` (a checkout named on the command line, never copied in), stepped as its
+  train.py steps it: autocast, fused AdamW, clipping, eager or `torch.compile` (default mode), on one fixed batch.
+- Our side is train.py's own step through `StepRunner` (training/runner/steps.py) on a session of train.py's
+  set-up: the sampler's batches, the schedule, clipping; each way (eager, a CUDA graph, inductor and the graph) is
+  one timer. So the numbers are what a run gets, not a bare model's.
+- The timers take a device (cuda for gpu_check), take turns and report medians (benchmarks/timing.py), each warmed
+  up (compiled, captured) before the first round.
+- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: a graph replays the same
+  kernels, launched at once. MFU: FLOPs per token (model/counts.py) times tokens/s over the card's dense bf16 peak.
 """
 
 from __future__ import annotations
@@ -19,33 +17,36 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from benchmarks.timing import median_alternating, seconds, sync
+from benchmarks.timing import median_alternating, step_timer, sync
 from model.counts import flops_per_token
 
 SHAKESPEARE = dict(num_blocks=6, embedding_size=384, num_heads=6, context_length=256, batch=64)
 DEFAULT = dict(num_blocks=4, embedding_size=128, num_heads=4, context_length=128, batch=8)
 STEPS_PER_ROUND = 20
+WARMUP_STEPS = 5  # compiles and captures
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense, per card
 
 
-def nanogpt_step(checkout: Path, size: dict, vocab: int, dtype: torch.dtype | None,
-                 compiled: bool) -> Callable[[], None]:
+def nanogpt_step(checkout: Path, size: dict, vocab: int, dtype: torch.dtype, compiled: bool,
+                 device: torch.device | str) -> Callable[[], None]:
     """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
     from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
-    from benchmarks.training_speed import clipped_step
+    from benchmarks.training_speed import optimizer_step
 
-    model = nanogpt_model(nanogpt_module(checkout), vocab, size).cuda()
-    x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device="cuda")
-    return clipped_step(model, x, x, torch.compile(model) if compiled else None, dtype)
+    model = nanogpt_model(nanogpt_module(checkout), vocab, size).to(device)
+    x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device=device)
+    return optimizer_step(model, x, x, dtype, torch.compile(model) if compiled else None, clip=True)
 
 
-def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path) -> list[str]:
-    return ["device=cuda", f"train.dtype={dtype}", "model.dropout=0", f"data.path={corpus}",
+def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path, device: torch.device | str) -> list[str]:
+    """train.py's overrides for a run of `size` in `dtype` on `device` (no dropout, no compile, no step limit)."""
+    return [f"device={device}", f"train.dtype={dtype}", "model.dropout=0", f"data.path={corpus}",
             f"data.cache_dir={folder / 'cache'}", f"model.num_blocks={size['num_blocks']}",
             f"model.embedding_size={size['embedding_size']}", f"model.head_size={size['embedding_size']}",
             f"model.num_heads={size['num_heads']}", f"model.context_length={size['context_length']}",
@@ -53,7 +54,8 @@ def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path) -> list[s
 
 
 def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], None], torch.nn.Module]:
-    """One step of train.py's loop on a session of its own set-up, run `way` (training/runner/plan.py)."""
+    """One step of train.py's loop on a session of its own set-up (on the overrides' device), run `way`
+    (training/runner/plan.py)."""
     from benchmarks.lever_speed import session
     from training.runner.steps import StepRunner
 
@@ -68,24 +70,15 @@ def _quiet(fn, *args):
         return fn(*args)
 
 
-def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int) -> dict[str, float]:
+def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int,
+                      device: torch.device) -> dict[str, float]:
     """Median tokens/s of each step function, taking turns; each warms up (compiles, captures) first."""
-    device = torch.device("cuda")
-    for step in steps.values():
-        for _ in range(5):
-            step()
-
-    def timer(step: Callable[[], None]) -> Callable[[], float]:
-        return lambda: STEPS_PER_ROUND * tokens_per_step / seconds(lambda: [step() for _ in range(STEPS_PER_ROUND)],
-                                                                   device)
-
-    return median_alternating({name: timer(step) for name, step in steps.items()}, rounds)
+    return median_alternating({name: step_timer(step, tokens_per_step, STEPS_PER_ROUND, device, WARMUP_STEPS)
+                               for name, step in steps.items()}, rounds)
 
 
 def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
     """CUDA kernels, GPU busy time and wall time per step, over `n` profiled steps."""
-    import time
-
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -102,13 +95,9 @@ def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
             "wall_ms_profiled": round(wall / n * 1e3, 3)}
 
 
-def peak_flops() -> float | None:
-    name = torch.cuda.get_device_name()
-    return next((v for k, v in PEAK_BF16.items() if k in name), None)
-
-
 def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
-    peak = peak_flops()
+    """The share of this card's dense bf16 peak (None for a card PEAK_BF16 lacks)."""
+    peak = next((v for k, v in PEAK_BF16.items() if k in torch.cuda.get_device_name()), None)
     return None if peak is None else round(flops_per_token(model) * tokens_per_sec / peak, 4)
 
 
@@ -117,20 +106,20 @@ def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, ro
     nanoGPT's model.py eager and compiled; the ratios, MFU, and kernels per eager step."""
     from training.runner.plan import EAGER, Way
 
-    amp = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    cuda = torch.device("cuda")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        overrides = ours_overrides(size, dtype, corpus, folder)
+        overrides = ours_overrides(size, dtype, corpus, folder, cuda)
         steps, models = {}, {}
         for name, way in (("ours_eager", EAGER), ("ours_graph", Way(graph=True)),
                           ("ours_compiled_graph", Way(inductor=True, graph=True))):
             steps[name], models[name] = ours_step(overrides, way, folder / name)
         vocab = models["ours_eager"].config.vocab_size
         if checkout is not None:
-            steps["nanogpt_eager"] = nanogpt_step(checkout, size, vocab, amp, compiled=False)
-            steps["nanogpt_compiled"] = nanogpt_step(checkout, size, vocab, amp, compiled=True)
+            steps["nanogpt_eager"] = nanogpt_step(checkout, size, vocab, getattr(torch, dtype), False, cuda)
+            steps["nanogpt_compiled"] = nanogpt_step(checkout, size, vocab, getattr(torch, dtype), True, cuda)
         kernels = {k: kernels_per_step(steps[k]) for k in ("ours_eager", "nanogpt_eager") if k in steps}
-        speed = tokens_per_second(steps, size["batch"] * size["context_length"], rounds)
+        speed = tokens_per_second(steps, size["batch"] * size["context_length"], rounds, cuda)
         out = {"size": {**size, "vocab_size": vocab, "dtype": dtype},
                "tokens_per_sec": {k: round(v) for k, v in speed.items()},
                "steps_per_sec": {k: round(v / (size["batch"] * size["context_length"]), 1) for k, v in speed.items()},

@@ -4,27 +4,26 @@
     sampling_speeds(model, torch.device("cuda"))   # what benchmarks/gpu_check.py reads, for any model
 
 Design choices:
-- "Through generate.py's path": `stream` at generate.py's default temperature with a seeded generator, one row,
-  an 8-token prompt, and every new id read back to the host as generate.py reads it to write the text.
-- Three sides take turns (`median_alternating`): `graph` (what CUDA runs: decoder="graph"), `static_eager` (the
-  same static step, launched op by op) and `eager` (`DecodeStep`, what CUDA ran before the graph).
-- `same_text`: the graph's ids are the eager static step's, for the same seed (both draw the same numbers).
-- Each side runs once before timing, so the graph is captured (its cost is the stderr line it prints) and the
-  numbers are the replays'.
+- "Through generate.py's path": `stream` at generate.py's default temperature, seeded, one row, an 8-token prompt,
+  every new id read back to the host as generate.py reads it to write the text.
+- Three sides take turns: `graph` (what CUDA runs), `static_eager` (the same static step launched op by op) and
+  `eager` (`DecodeStep`, what CUDA ran before the graph); each runs once first, so the graph is captured (the
+  stderr line it prints gives the cost) and the numbers are the replays'.
+- `same_text`: the graph samples the eager static step's ids for the same seed (both draw the same numbers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
 
+from benchmarks.generation_speed import PROMPT_TOKENS
 from benchmarks.presets import model_kwargs, seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second
 from model.streaming import stream
 
-PROMPT_TOKENS = 8
 TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)
 SIDES = {"graph": "graph", "static_eager": "static", "eager": "eager"}  # report key -> stream's decoder
 
@@ -35,18 +34,14 @@ def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder
     return [int(nxt[0, 0]) for nxt, _ in stream(model, prompt, new_tokens, TEMPERATURE, generator=g, decoder=decoder)]
 
 
-def _timer(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str) -> Callable[[], float]:
-    sampled_ids(model, prompt, new_tokens, decoder)  # warm-up: the graph is captured here
-    return lambda: new_tokens / seconds(lambda: sampled_ids(model, prompt, new_tokens, decoder), prompt.device)
-
-
 def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
     """{"graph", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
     "new_tokens"} for `model` (on `device`) sampling `new_tokens` after an 8-token prompt."""
     model = model.eval()
     ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
     prompt = ids.to(device)
-    tps = median_alternating({k: _timer(model, prompt, new_tokens, d) for k, d in SIDES.items()}, rounds)
+    sides = {k: partial(sampled_ids, model, prompt, new_tokens, d) for k, d in SIDES.items()}
+    tps = median_alternating({k: per_second(run, new_tokens, prompt.device) for k, run in sides.items()}, rounds)
     same = sampled_ids(model, prompt, new_tokens, "graph") == sampled_ids(model, prompt, new_tokens, "static")
     return {**{k: round(v, 1) for k, v in tps.items()}, "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
             "same_text": same, "new_tokens": new_tokens}

@@ -11,13 +11,10 @@ number there is not a score). Also tokens/s, steps, parameters and a sample. One
 OUT/results.jsonl (a run already there is not repeated); the table goes to OUT/hangul.md.
 
 Design choices:
-- Every variant is `python train.py data.path=<train part> train.max_seconds=S` plus its own keys and nothing
-  else, so the recipe (the lecture's, by default; `--set` adds keys to all) is the same for all; early stopping is
-  off (`train.early_stop=null`, as in the ladder), so every variant has the whole budget, and each is scored with
-  the weights a reader of its run folder gets (its best validated: inference/run_files.py).
+- Every variant is the lecture recipe (`--set` adds keys to all) plus its own keys, trained as the ladder trains
+  a rung: the whole budget, early stopping off; each is scored on the weights a reader of its run folder gets.
 - A character's loss is the sum of its tokens' (three for a jamo syllable), so every variant is scored per
-  character of the same text; windows do not overlap, each token predicted once with the context before it in
-  its window.
+  character of the same text; windows do not overlap, each token predicted once with the context before it.
 """
 
 from __future__ import annotations
@@ -32,6 +29,9 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.heldout import split_heldout  # noqa: E402
+from benchmarks.ladder_checks import run_overrides, say_whole_budget  # noqa: E402
+from benchmarks.runs import campaign_run, keep, kept, results, run_facts, sample  # noqa: E402
 
 VARIANTS = {
     "char": "data.tokenizer=char",
@@ -49,12 +49,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS),
                     help="comma-separated (default: all)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
     ap.add_argument("--seeds", default="1337", check=opt.counts(0), help="comma-separated; each variant runs once per "
                     "seed and the table gives the mean and the spread (default 1337)")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/hangul", check=opt.out_folder, help="runs, splits and results go here")
+    opt.campaign_flags(ap, "runs/hangul")
+    ap.set_defaults(steps=None)  # a time budget only (benchmarks/ladder_checks.py's run_overrides)
     return ap.parse_args(argv)
 
 
@@ -104,23 +102,20 @@ def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
 
 def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
             args: argparse.Namespace) -> dict:
-    from benchmarks.ladder import train_rung
-    from benchmarks.runs import machine_before_run, run_facts, sample
     from data.text import iter_text_chunks
 
     train, heldout = paths
     run_dir = Path(args.out) / corpus / f"{variant}-seed{seed}"
-    record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set,
-              **machine_before_run()}
-    opts = argparse.Namespace(steps=None, seconds=args.seconds, set=f"{VARIANTS[variant]} {args.set}".strip())
-    trained = train_rung("lecture", seed, train, run_dir, opts)
-    if "error" in trained:
-        return {**record, **trained}
-    text = "".join(iter_text_chunks(heldout))
-    facts = run_facts(run_dir)
-    facts.pop("tokens_per_step", None)
-    return {**record, **trained, **facts, **breakdown(char_nats(run_dir, text), text, seen),
-            "sample": sample(run_dir, "그날 밤", 80)}
+    record = {"corpus": corpus, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+
+    def scores(_: dict) -> dict:
+        text = "".join(iter_text_chunks(heldout))
+        facts = run_facts(run_dir)
+        facts.pop("tokens_per_step", None)
+        return {**facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir, "그날 밤", 80)}
+
+    return campaign_run(record, run_overrides("lecture", VARIANTS[variant].split(), args, str(train), seed), run_dir,
+                        scores)
 
 
 def _mean_spread(values: list[float | None]) -> str:
@@ -132,13 +127,13 @@ def _mean_spread(values: list[float | None]) -> str:
     return f"{mean:.3f}" if len(v) == 1 else f"{mean:.3f} ± {(max(v) - min(v)) / 2:.3f}"
 
 
-def table(results: list[dict]) -> str:
+def table(rows: list[dict]) -> str:
     """One row per corpus and variant: the mean (± half the range over seeds) of each number."""
     lines = ["| corpus | variant | seeds | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s "
              "| steps | params |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in results:
+    for r in rows:
         groups.setdefault((r["corpus"], r["variant"]), []).append(r)
     for (corpus, variant), runs in groups.items():
         ok = [r for r in runs if "error" not in r]
@@ -155,9 +150,6 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.heldout import split_heldout
-    from benchmarks.ladder_checks import say_whole_budget
-    from benchmarks.runs import keep, results
     from data.text import iter_text_chunks
 
     args = parse_args(argv)
@@ -165,20 +157,14 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "results.jsonl"
-    done, table_rows = results(log_file), []
+    done, table_rows = [{"seed": 1337, **r} for r in results(log_file)], []  # rows from before --seeds: seed 1337
     for spec in args.corpus:
         name, _, path = spec.partition("=")
         paths = split_heldout(Path(path).expanduser(), out / "splits", args.heldout)
         seen = Counter("".join(iter_text_chunks(paths[0])))
         for seed, variant in ((s, v) for s in args.seeds for v in args.variants):
-            key = (name, variant, seed, args.seconds, args.set)
-            old = [r for r in done if (r["corpus"], r["variant"], r.get("seed", 1337), r["seconds_budget"], r["set"])
-                   == key and "error" not in r]
-            if old:
-                table_rows.append(old[-1])
-                continue
-            table_rows.append(one_run(name, variant, seed, paths, seen, args))
-            keep(table_rows[-1], log_file)
+            key = {"corpus": name, "variant": variant, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
+            table_rows.append(kept(key, done) or keep(one_run(name, variant, seed, paths, seen, args), log_file))
     report = table(table_rows)
     (out / "hangul.md").write_text(report, encoding="utf-8")
     print(report)

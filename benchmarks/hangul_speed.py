@@ -1,19 +1,14 @@
 """The hangul section of bench.py: `char` against `hangul` with jamo input and the staged head, same model size.
 
 Design choices:
-- The two sides differ only in the Hangul-aware parts: the char side is the lecture model over the corpus's
-  character vocabulary; the hangul side reads the hangul tokenizer's ids of the same corpus (every syllable
-  plus the corpus's other characters) with `embedding="jamo"` and `head="jamo"`. Everything else (size,
-  batch, dtype float32) is the same, so the ratio is the price of the Hangul-aware parts.
-- Training and generation each alternate the two sides round by round and report medians
-  (`benchmarks.timing`), like the other sections; generation is cached sampling at batch 1 from an 8-token
-  prompt, as the `generate_*` keys measure it.
-- The batches are windows of the corpus's own ids under each tokenizer, and the hangul side holds only the
-  syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`, model/hangul/held_rows.py).
-  `hangul_all_rows` trains all 11,172 rows of both per-syllable tables (`train.syllable_rows=all`): the
-  difference is what holding the rows saves.
-- `target_hangul_over_char` (0.9) is the training ratio the Hangul-aware parts are held to, printed beside it so a
-  reader of the JSON need not look it up.
+- The sides differ only in the Hangul-aware parts: the char side is the lecture model over the corpus's characters;
+  the hangul side reads the hangul tokenizer's ids of the same corpus with `embedding="jamo"` and `head="jamo"`, at
+  the same size, batch and dtype (float32), so the ratio is the price of those parts.
+- Training and generation (cached, batch 1, an 8-token prompt, as the `generate_*` keys) each take turns round by
+  round with medians (`benchmarks.timing`), on windows of the corpus's own ids under each tokenizer.
+- The hangul side holds only the syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`);
+  `hangul_all_rows` trains all 11,172 (`train.syllable_rows=all`): the difference is what holding them saves.
+- `target_hangul_over_char` (0.9), the training ratio these parts are held to, is printed beside it.
 """
 
 from __future__ import annotations
@@ -44,14 +39,9 @@ def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds
     compact_syllable_rows(models["hangul"], ids["hangul"].unique())
     train = median_alternating({side: training_timer(m, preset["batch"], device, torch.float32, steps,
                                                      ids[kind[side]]) for side, m in models.items()}, rounds)
-    timers = {}
-    for side, m in models.items():
-        if side == "hangul_all_rows":
-            continue  # its generation is the hangul side's
-        m.eval()
-        prompt = torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device)
-        timers[side] = generation_timer(m, prompt, new_tokens, True)
-    generate = median_alternating(timers, rounds)
+    prompts = {side: torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device) for side in ("char", "hangul")}
+    generate = median_alternating({side: generation_timer(models[side].eval(), prompt, new_tokens, True)
+                                   for side, prompt in prompts.items()}, rounds)  # hangul_all_rows generates as hangul
     out: dict[str, object] = {"config": dict(preset), "dtype": "float32"}
     out.update({f"vocab_size_{side}": vocabs[side] for side in ("char", "hangul")})
     out.update({f"train_tokens_per_sec_{side}": round(v, 1) for side, v in train.items()})

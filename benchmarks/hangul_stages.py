@@ -11,9 +11,8 @@ JSON line per run: bits per syllable for each stage, bits per other character, b
 held-out characters the training text holds (those every variant can score).
 
 Design choices:
-- Non-overlapping windows of the model's context, each target predicted once with the context before it in its
-  window, as `hangul_compare` scores; windows that do not fill a context are skipped.
-- Probabilities are summed in float64, so a stage's bits are the exact marginal of the model's distribution.
+- Non-overlapping windows of the model's context, each target predicted once, as `hangul_compare` scores; windows
+  that do not fill a context are skipped. Probabilities are summed in float64: exact marginals.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -65,8 +65,6 @@ def stage_bits(model, tokenizer, text: str, seen: set[str], batch: int = 8) -> d
     """The staged view of a model's held-out loss (see the module docstring); `seen` = the training characters."""
     import numpy as np
     import torch
-
-    from common.errors import UserError
 
     if (tokenizer.token_counts(text) != 1).any():
         raise UserError("hangul_stages needs one token per character (data.tokenizer=char or hangul)")

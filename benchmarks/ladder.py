@@ -1,32 +1,24 @@
-"""The ladder, measured so that it reproduces: every rung on every corpus, several seeds, one after another,
-scored on held-out text, beside nanoGPT; one command regenerates the table and the picture.
+"""The ladder, reproducibly: every rung on every corpus, several seeds, one after another, scored on held-out text
+beside nanoGPT; one command regenerates the tables and the picture.
 
     python -m benchmarks.ladder --corpus koconovel=../shared/corpora/koconovel_dev.txt \
         --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300 --seeds 2 --nanogpt ~/src/nanoGPT
     python -m benchmarks.ladder --corpus ... --steps 1500      # a fixed step count instead of --seconds
 
-Everything is checked before the first run (benchmarks/ladder_checks.py): every rung's and variant's train.py config,
-the budget, the held-out fraction, each corpus as train.py reads it, and the rows already in OUT. Every run prints
-one JSON line and is appended to OUT/results.jsonl, with what makes rows comparable (held-out fraction, budget, the
-corpus's fingerprint, the weights scored); a run already there (same corpus, rung, seed, budget and overrides) is not
-repeated, so an interrupted campaign continues where it stopped, and a run that failed makes the exit non-zero. At the
-end the table (mean and spread over seeds of the held-out bits per character, the gap to nanoGPT, tokens/s,
-steps, and each `--variant` against its recipe on the same seeds) is printed and written to OUT/ladder.md;
-`--docs` also replaces the tables in docs/en/ladder.md and docs/ko/ladder.md and redraws docs/images/ladder.png
-(benchmarks/ladder_report.py); a campaign with variants replaces the levers' block only.
+Everything is checked before the first run (benchmarks/ladder_checks.py). Every run is one JSON line appended to
+OUT/results.jsonl with what makes rows comparable (held-out fraction, budget, the corpus's fingerprint, the weights
+scored); a run already there (same corpus, rung, seed, budget and overrides) is not repeated, and a failed run makes
+the exit non-zero. The table (mean and spread over seeds, the gap to nanoGPT, each `--variant` against its recipe)
+goes to OUT/ladder.md; `--docs` also rewrites the docs' tables and picture (with variants: the levers' block only).
 
 Design choices:
-- A rung is a recipe (configs/recipe/) trained exactly as `python train.py recipe=<rung> data.path=...`
-  would train it, with `train.max_seconds` as the only limit; nothing else is pinned, so the lecture rung is
-  the default run a user gets. `--set` adds overrides to every run (e.g. to explore a learning rate).
-- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the
-  nanoGPT peer train on the rest and are scored by `evaluate.py` on the tail. A run is scored as a user's
-  `evaluate.py ckpt=<run>` scores it: its best validated weights (best.pt where it is better than ckpt.pt); the row
-  records which (`scored`) and, where that was best.pt, the last weights' score beside it (`heldout_bpc_last`).
-- Every run has the whole budget: early stopping (`train.early_stop`, on by default for a time budget) is off
-  (benchmarks/ladder_checks.py), and the campaign says so when it starts.
-- Runs go one after another, never in parallel; the machine's state before each is recorded, with a warning when
-  it is not idle (benchmarks/runs.py's `machine_before_run`).
+- A rung is a recipe (configs/recipe/) trained as `python train.py recipe=<rung> data.path=...` trains it, the budget
+  its only limit, so the lecture rung is the default run a user gets; `--set` adds overrides to every run.
+- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the nanoGPT
+  peer train on the rest. A run is scored as `evaluate.py ckpt=<run>` scores it (its best validated weights); the row
+  says which (`scored`) and, for best.pt, the last weights' score beside it (`heldout_bpc_last`).
+- Every run has the whole budget (early stopping off, said at the start) and the machine to itself, one after
+  another; the machine's state before each is recorded (benchmarks/runs.py).
 """
 
 from __future__ import annotations
@@ -34,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -42,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import ladder_checks, ladder_report, runs  # noqa: E402
 from benchmarks import options as opt  # noqa: E402
-from benchmarks.runs import evaluate, keep, last_line, machine_before_run, results, run_facts, trained  # noqa: E402
+from benchmarks.heldout import corpus_fingerprint, split_heldout  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")
 
@@ -53,9 +46,6 @@ def is_recipe(name: str) -> bool:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from benchmarks.ladder_checks import check_numbers
-    from common.errors import UserError
-
     ap = opt.script_parser("ladder.py", __doc__, "\n\nEvery run")
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
     ap.add_argument("--seconds", default=None, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
@@ -63,15 +53,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", default=2, check=opt.count(), help="seeds per rung (default 2: 1337, 1338)")
     ap.add_argument("--rungs", default=",".join(RUNGS), check=opt.chosen(is_recipe, "the recipes in configs/recipe/"),
                     help="comma-separated recipes (default: the ladder)")
-    ap.add_argument("--set", default="", help="space-separated train.py overrides added to every run")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=RECIPE:OVERRIDES",
                     help="an extra rung: a recipe with space-separated overrides, e.g. "
                          "'modern+gate=modern:model.attention_gate=true' (repeatable)")
     ap.add_argument("--nanogpt", default=None, check=opt.NANOGPT, help="a nanoGPT checkout: train it beside the rungs")
-    ap.add_argument("--heldout", default=0.05, check=opt.FRACTION,
-                    help="fraction of each corpus held out (default 0.05)")
-    ap.add_argument("--out", default="runs/ladder", check=opt.out_folder,
-                    help="runs, splits and results go here (default runs/ladder)")
+    opt.campaign_flags(ap, "runs/ladder")
     ap.add_argument("--docs", action="store_true",
                     help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
                     "table only)")
@@ -80,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in names:
         if names.count(name) > 1:  # the rows of two texts under one name would be averaged together
             raise UserError(f"--corpus: the name {name} is given {names.count(name)} times; give each corpus its own")
-    check_numbers(args)
+    ladder_checks.check_numbers(args)
     args.variants = {}
     for spec in args.variant:
         name, _, rest = spec.partition("=")
@@ -96,30 +82,12 @@ def budget(args: argparse.Namespace) -> str:
     return f"{args.steps} steps" if args.steps else f"{args.seconds:g} s"
 
 
-def train_rung(rung: str, seed: int, train: Path, run_dir: Path, args: argparse.Namespace) -> dict:
-    """One `train.py` run of a recipe; its closing numbers from the result line and TensorBoard."""
-    from benchmarks.ladder_checks import run_overrides
-    from benchmarks.runs import median_tokens_per_sec
-    from benchmarks.tb_read import read_scalars
-
-    recipe, extra = getattr(args, "variants", {}).get(rung, (rung, []))  # hangul_compare passes no variants
-    done = trained(run_overrides(recipe, extra, args, str(train), seed), run_dir)
-    if "error" in done:
-        return done
-    return {**{k: done[k] for k in ("steps", "seconds", "stopped")},
-            "tokens_per_sec": median_tokens_per_sec(read_scalars(run_dir))}
-
-
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
-    import json
-
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "nanogpt_peer.py"), "--nanogpt", args.nanogpt, "--corpus",
-           str(train), "--heldout", str(heldout), "--seed", str(seed), "--out", str(out)]
-    cmd += ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": last_line(proc.stderr, "nanogpt_peer.py failed")}
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    budget = ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
+    r = runs.printed_json("benchmarks/nanogpt_peer.py", "--nanogpt", args.nanogpt, "--corpus", str(train),
+                          "--heldout", str(heldout), "--seed", str(seed), "--out", str(out), *budget)
+    if "error" in r:
+        return r
     return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
             "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
 
@@ -136,69 +104,58 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
     train, heldout, fingerprint = split
     run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
     record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
-              "heldout": args.heldout, "corpus_sha256": fingerprint, **machine_before_run()}
+              "heldout": args.heldout, "corpus_sha256": fingerprint}
     if rung == "nanogpt":
-        return {**record, **run_peer(seed, train, heldout, run_dir, args)}
-    done = train_rung(rung, seed, train, run_dir, args)
-    if "error" in done:
-        return {**record, **done}
-    scored = evaluate(run_dir, heldout)
-    last = evaluate(run_dir / "ckpt.pt", heldout) if scored.get("chosen") == "best" else {}
-    facts = run_facts(run_dir)
+        return {**record, **runs.machine_before_run(), **run_peer(seed, train, heldout, run_dir, args)}
+    recipe, extra = args.variants.get(rung, (rung, []))
+    return runs.campaign_run(record, ladder_checks.run_overrides(recipe, extra, args, str(train), seed), run_dir,
+                             lambda done: scores(run_dir, heldout, done))
+
+
+def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
+    """A rung's held-out score as a user's `evaluate.py ckpt=RUN` gets it, the last weights' beside it where those
+    were best.pt's, and the run's size and tokens seen."""
+    scored = runs.heldout_scores(run_dir, heldout, weights="weights", average_updates="average_updates",
+                                 scored="chosen", scored_step="step")
+    last = runs.evaluate(run_dir / "ckpt.pt", heldout) if scored["scored"] == "best" else {}
+    facts = runs.run_facts(run_dir)
     if facts.get("tokens_per_step"):
         facts["tokens"] = done["steps"] * facts.pop("tokens_per_step")
-    return {**record, **done, "heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            "weights": scored.get("weights"), "average_updates": scored.get("average_updates"),
-            "scored": scored.get("chosen"), "scored_step": scored.get("step"), "heldout_bpc_last": last.get("bpc"),
-            **facts,
-            **({"error": scored["error"]} if "error" in scored else {})}
-
-
-def same_run(a: dict, b: dict) -> bool:
-    keys = ("corpus", "rung", "seed", "budget", "set")
-    return all(a.get(k) == b.get(k) for k in keys) and "error" not in a
+    return {**scored, "heldout_bpc_last": last.get("bpc"), **facts}
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import CampaignFailed, say_whole_budget
-    from benchmarks.ladder_report import report
-
     args = parse_args(argv)
     out = Path(args.out)
     results_file = out / "results.jsonl"
-    done = results(results_file)
+    done = runs.results(results_file)
     rungs = (["nanogpt"] if args.nanogpt else []) + args.rungs + list(args.variants)
     splits = prepare(args, rungs, done, out)  # every check before the first run; nothing written if one fails
-    say_whole_budget(budget(args))
+    ladder_checks.say_whole_budget(budget(args))
     failed = []
     for name, split in splits.items():
         for seed in range(1337, 1337 + args.seeds):
             for rung in rungs:
-                want = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
-                if any(same_run(d, want) for d in done):
-                    continue
-                record = one_run(name, rung, seed, split, args)
-                keep(record, results_file)
-                done.append(record)
-                failed += [record] if "error" in record else []
-    report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
+                key = {"corpus": name, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set}
+                if not runs.kept(key, done):
+                    done.append(runs.keep(one_run(name, rung, seed, split, args), results_file))
+                    failed += [done[-1]] if "error" in done[-1] else []
+    ladder_report.report(done, budget(args), args.set, (*RUNGS, *args.variants), out, args.docs)
     if failed:
-        raise CampaignFailed(failed)
+        raise ladder_checks.CampaignFailed(failed)
 
 
 def prepare(args: argparse.Namespace, rungs: list[str], done: list[dict], out: Path) -> dict[str, tuple]:
     """Check everything, then split each corpus: {name: (training file, held-out file, fingerprint)}."""
-    from benchmarks.heldout import corpus_fingerprint, split_heldout
-    from benchmarks.ladder_checks import check_results, check_runs
     from data.text import detect_encoding
 
     corpora = dict(spec.partition("=")[::2] for spec in args.corpus)
-    check_runs(args, rungs, next(iter(corpora.values())))
+    ladder_checks.check_runs(args, rungs, next(iter(corpora.values())))
     prints = {}
     for name, path in corpora.items():
         detect_encoding(Path(path).expanduser())  # train.py's check of the text, before any file is written
         prints[name] = corpus_fingerprint(path)
-        check_results(done, name, args.heldout, prints[name], out)
+        ladder_checks.check_results(done, name, args.heldout, prints[name], out)
     out.mkdir(parents=True, exist_ok=True)
     return {name: (*split_heldout(path, out / "splits", args.heldout), prints[name]) for name, path in corpora.items()}
 

@@ -2,22 +2,20 @@
 runs something other than what its table will say, and never merges rows measured on different settings.
 
 Design choices:
-- Budgets and fractions are range-checked as the flags are parsed (benchmarks/options.py), as train.py checks the
-  keys they become: `--seconds` as `train.max_seconds`, `--steps` as `train.max_steps`, `--heldout` as
-  `data.val_fraction`. A campaign has one budget: `--seconds` with `--steps`, or an override (`--set`, a variant)
-  that sets a limit of its own, is refused; so is an override of what the ladder sets per run (the recipe, the seed,
-  the corpus, the run folder), which would otherwise win silently over it.
-- Every run's `train.py` config (its recipe, the variant's and `--set`'s overrides, the budget) is composed with
-  Hydra and validated against the schema exactly as `train.py` would, before any run: an unknown key, a wrong type or
-  a setting that cannot act is one line naming the variant.
-- The rows already in `--out/results.jsonl` must have been measured on this campaign's split of each corpus (the
-  same held-out fraction of a corpus with the same fingerprint); a campaign that differs is refused rather than
-  averaged with them. Budgets and `--set` may differ: rows record both, and the table keeps them apart.
+- A campaign has one budget: `--seconds` with `--steps`, or an override (`--set`, a variant) setting a limit of its
+  own, is refused; so is an override of what the ladder sets per run (recipe, seed, corpus, run folder), which would
+  otherwise win silently. The flags themselves are range-checked as train.py checks the keys they become.
+- Every run's `train.py` config is composed with Hydra and validated against the schema as `train.py` does it, before
+  any run: an unknown key, a wrong type or a setting that cannot act is one line naming the variant.
+- Rows already in `--out/results.jsonl` must come from this campaign's split of each corpus (the same held-out
+  fraction of a corpus with the same fingerprint), or the campaign is refused rather than averaged with them. Budgets
+  and `--set` may differ: rows record both, and the table keeps them apart.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from benchmarks.options import ROOT
@@ -38,14 +36,10 @@ def check_numbers(args: argparse.Namespace) -> None:
         args.seconds = DEFAULT_SECONDS
 
 
-def _key(override: str) -> str:
-    return override.lstrip("+~").split("=", 1)[0]
-
-
 def check_overrides(where: str, overrides: list[str]) -> None:
     """No override may set a second budget, or what the ladder sets for each run."""
     for override in overrides:
-        key = _key(override)
+        key = override.lstrip("+~").split("=", 1)[0]
         if key in BUDGET_KEYS:
             raise UserError(f"{where} sets {key}, a second budget beside the campaign's (--seconds or --steps); give "
                             "the budget once, with --seconds or --steps")
@@ -61,16 +55,14 @@ WHOLE_BUDGET = "train.early_stop=null"
 
 def say_whole_budget(budget: str) -> None:
     """The one line a campaign that compares at equal time prints once its checks have passed."""
-    import sys
-
     print(f"note: every run trains for the whole budget ({budget}): early stopping is off ({WHOLE_BUDGET}, unless "
           "the overrides type train.early_stop)", file=sys.stderr, flush=True)
 
 
 def run_overrides(recipe: str, extra: list[str], args: argparse.Namespace, corpus: str, seed: int) -> list[str]:
     """The overrides train.py gets for one run (benchmarks/ladder.py adds only its folder)."""
-    limit = [f"train.max_steps={args.steps}"] if args.steps else [f"train.max_seconds={args.seconds}"]
-    return [f"recipe={recipe}", f"data.path={corpus}", f"seed={seed}", *limit, WHOLE_BUDGET, *extra, *args.set.split()]
+    limit = f"train.max_steps={args.steps}" if args.steps else f"train.max_seconds={args.seconds}"
+    return [f"recipe={recipe}", f"data.path={corpus}", f"seed={seed}", limit, WHOLE_BUDGET, *extra, *args.set.split()]
 
 
 def composed_job(overrides: list[str]):
@@ -119,12 +111,8 @@ def check_runs(args: argparse.Namespace, rungs: list[str], corpus: str) -> None:
 
 def check_results(done: list[dict], corpus: str, heldout: float, fingerprint: str, out: Path) -> None:
     """Rows of `corpus` already in `out` must come from the same split: the same held-out fraction of the same text."""
-    for row in done:
-        if row.get("corpus") != corpus:
-            continue
-        theirs = (row.get("heldout"), row.get("corpus_sha256"))
-        if theirs == (heldout, fingerprint):
-            continue
+    splits = [(row.get("heldout"), row.get("corpus_sha256")) for row in done if row.get("corpus") == corpus]
+    for theirs in (split for split in splits if split != (heldout, fingerprint)):
         if None in theirs:
             raise UserError(f"--out {out} holds results of the corpus {corpus!r} that do not record their held-out "
                             "fraction and corpus fingerprint (written by an earlier ladder), so they cannot be "

@@ -1,17 +1,16 @@
 """The ladder's table and picture from its results (benchmarks/ladder.py writes them; this only reads).
 
 Design choices:
-- One row per rung and corpus: the mean held-out bits per character over the seeds, the spread (half the
-  range, so "4.21 ± 0.02" covers every seed), the gap to nanoGPT's mean, the median over seeds of tokens seen
-  per second of the whole run (evaluations and checkpoints included, as for nanoGPT) and mean steps.
-- The docs pages keep their prose; only the text between `<!-- ladder:begin -->` and `<!-- ladder:end -->`
-  is replaced, in English and Korean (the table itself is numbers and names, the same in both).
-- A variant (a rung named `recipe+lever`) is compared with its recipe seed by seed: the mean of the paired
-  differences, each seed's difference and the recipe's own half-range, so a lever is only called a gain when it
-  is larger than what a new seed alone moves. Its rows go between `<!-- levers:begin -->` and `<!-- levers:end -->`
-  (a campaign with variants rewrites that block only, so a partial lever campaign never replaces the ladder).
-- The picture needs matplotlib, which only this report uses: without it the tables are still written and
-  one line says how to install it.
+- One row per rung and corpus: the mean held-out bpc over the seeds, the spread (half the range, so "4.21 ± 0.02"
+  covers every seed), the gap to nanoGPT's mean, tokens seen per second of the whole run (evaluations and
+  checkpoints included, as for nanoGPT; the median over seeds) and mean steps.
+- A variant (`recipe+lever`) is compared with its recipe seed by seed: the mean of the paired differences, each
+  seed's and the recipe's own half-range, so a lever is only called a gain when it is larger than what a new seed
+  alone moves.
+- The docs keep their prose: only the block between `<!-- ladder:begin -->` and `<!-- ladder:end -->` (a campaign
+  with variants: `<!-- levers:begin -->` to `<!-- levers:end -->`, so a partial lever campaign never replaces the
+  ladder) is replaced, in English and Korean (the table is numbers and names, the same in both).
+- The picture needs matplotlib, which only this report uses: without it the tables are still written.
 """
 
 from __future__ import annotations
@@ -166,9 +165,8 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
 
 def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path,
            docs: bool = False) -> None:
-    """The table of the results run with `budget` and `overrides` into out/ladder.md (and, with `docs`, the docs'
-    tables and picture); `rungs`: the ladder's order (benchmarks/ladder.py passes it: the report imports nothing
-    of the campaign)."""
+    """The table of the results run with `budget` and `overrides` into out/ladder.md (with `docs`, the docs' tables
+    and picture too); `rungs`, the ladder's order, comes from benchmarks/ladder.py (this imports nothing of it)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
     table = summarise(chosen, rungs)
     text = markdown(table, budget)

@@ -1,26 +1,25 @@
 """The price of each data-limited lever in training speed: `python -m benchmarks.lever_speed`.
 
 Design choices:
-- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token
-  targets, the Muon decay schedule, the weight average), set up from the same Hydra configs with the lever's
-  overrides added, so the number is what a run with the switch pays per step, not a model-only estimate.
-- Every side gets the same fixed dropout (auto would pick one from a speed probe, which differs between sides
-  and between runs) and no evaluation, sampling or checkpoints: only steps are timed.
-- Each lever is timed beside the plain recipe, the two taking turns round by round and reporting medians
-  (`benchmarks.timing`), like bench.py, because a machine's speed drifts; only that pair is set up at a time.
-  The ratio to the plain recipe is what the ladder's time-limited results pay for a lever (docs/en/ladder.md).
-- Multi-token targets are timed at their full weight (the start of a run): fading out makes later steps cheaper.
+- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token targets,
+  the Muon decay schedule, the weight average) set up from the Hydra configs with the lever's overrides, so the
+  number is what a run with the switch pays per step.
+- Every side gets the same fixed dropout (auto's speed probe differs between sides and runs) and no evaluation,
+  sampling or checkpoints: only steps are timed.
+- Each lever takes turns with the plain recipe, only that pair set up at a time (`benchmarks.timing`); the ratio is
+  what the ladder's time-limited results pay for the lever (docs/en/ladder.md).
+- Multi-token targets are timed at their full weight (a run's start): fading out makes later steps cheaper.
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from benchmarks import options as opt
 
-DEFAULT_CORPUS = opt.SHARED_CORPUS
 LEVERS = {
     "modern": "",
     "modern+ema": "train.average=ema train.ema_half_life=100",
@@ -37,7 +36,7 @@ LEVERS["modern+stack"] = " ".join(LEVERS[lever] for lever in STACK)
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("python -m benchmarks.lever_speed", __doc__)
-    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.is_file() else None,
+    ap.add_argument("--corpus", default=str(opt.SHARED_CORPUS) if opt.SHARED_CORPUS.is_file() else None,
                     check=opt.text_file, help="training text (default: the shared novels, else the built-in corpus)")
     ap.add_argument("--rounds", default=5, check=opt.count(), help="alternating timing rounds (default 5)")
     ap.add_argument("--steps", default=5, check=opt.count(), help="training steps per side and round (default 5)")
@@ -56,23 +55,11 @@ def session(overrides: list[str], run_dir: Path):
     return setup(composed_job(overrides), run_dir)
 
 
-def step_timer(s, state, steps: int, device):
-    from benchmarks.timing import seconds
-    from benchmarks.training_speed import WARMUP_STEPS
-    from training.step import train_step
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            train_step(s, state)
-
-    run(WARMUP_STEPS)
-    return lambda: s.tokens_per_step * steps / seconds(lambda: run(steps), device)
-
-
 def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
     at once slow the later ones, whatever their lever)."""
-    from benchmarks.timing import median_alternating
+    from benchmarks.timing import median_alternating, step_timer
+    from training.step import train_step
 
     timers = {}
     corpus = [f"data.path={args.corpus}"] if args.corpus else []
@@ -81,7 +68,7 @@ def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
             overrides = ["recipe=modern", *corpus, "model.dropout=0.08", "train.max_steps=100000",
                          "train.eval_interval=100000", *LEVERS[side].split(), *args.set.split()]
             s, state = session(overrides, Path(tmp) / side)
-            timers[side] = step_timer(s, state, args.steps, s.device)
+            timers[side] = step_timer(partial(train_step, s, state), s.tokens_per_step, args.steps, s.device)
         return median_alternating(timers, args.rounds)
 
 

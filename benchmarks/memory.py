@@ -1,14 +1,12 @@
 """Peak memory: of this process, and of `train.py` training on a large synthetic corpus.
 
 Design choices:
-- The large-corpus run is a separate `train.py` process, as a user would start it, so its peak resident
-  memory is that of real training (the token cache, the memory map, the model), not of this benchmark.
-- The child's peak is read from /proc/<pid>/status (VmHWM) while it runs: getrusage(RUSAGE_CHILDREN)
-  would also count this process's own pages, which a forked child starts out sharing. Without /proc
-  (macOS) getrusage is the fallback.
-- The synthetic text is random syllables drawn from a common-syllable-sized alphabet, with spaces and
-  newlines, generated in chunks so this process never holds the whole corpus.
-- The child's stderr goes to a temporary file, not a pipe, so a chatty child can never block on it.
+- The large-corpus run is a separate `train.py` process, as a user would start it, so its peak is that of real
+  training (the token cache, the memory map, the model), not of this benchmark.
+- The child's peak is read from /proc/<pid>/status (VmHWM) while it runs: getrusage(RUSAGE_CHILDREN) would also
+  count the pages a forked child starts out sharing with this process (it is the fallback without /proc: macOS).
+- The synthetic text is random syllables from a common-syllable-sized alphabet, spaces and newlines, written in
+  chunks so this process never holds the whole corpus; the child's stderr goes to a file, so it can never block.
 """
 
 from __future__ import annotations

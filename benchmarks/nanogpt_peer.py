@@ -7,24 +7,22 @@ score a held-out file exactly as `evaluate.py` scores our runs.
 Prints one JSON line: steps, tokens seen, tokens/s, the held-out loss and bits per character.
 
 Design choices:
-- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it
-  yourself); its `model.py` is imported from there, never copied.
+- `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it yourself); its `model.py` is imported from
+  there, never copied.
 - The loop is `train.py`'s, line for line in what it costs: a fresh `np.memmap` per batch, AdamW from
-  `configure_optimizers`, gradient clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters`
-  batches of both splits every `eval_interval` steps, and a checkpoint at every evaluation. Its defaults are
-  `train.py`'s (`bias=False`, betas 0.9/0.95, weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile),
-  with the lecture model's sizes and rate (128 wide, 4 blocks, 4 heads, context 128, batch 8, lr 2e-3, 100
-  warmup steps, dropout 0). The cosine decays over the time budget rather than a step count, so the rate
-  reaches its floor when the clock runs out, as ours does.
-- Data: our char tokenizer over the corpus (so both sides have the same vocabulary and the same characters
-  are left out of the held-out score), the first 90% of the ids as nanoGPT's `train.bin`, the rest `val.bin`.
-- The held-out score is `inference.scoring`'s: every token predicted once in non-overlapping windows of
-  the context length, bits per character over the characters the vocabulary knows.
+  `configure_optimizers`, clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters` batches of both
+  splits and a checkpoint every `eval_interval` steps. Its defaults are `train.py`'s (`bias=False`, betas 0.9/0.95,
+  weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile) at the lecture model's sizes and rate; the cosine
+  decays over the time budget, so the rate reaches its floor when the clock runs out, as ours does.
+- Data: our char tokenizer over the corpus (the same vocabulary, so the same characters are left out of the
+  held-out score), its first 90% as nanoGPT's `train.bin`, the rest `val.bin`.
+- The held-out score is `inference.scoring`'s, as `evaluate.py` scores our runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import os
@@ -36,6 +34,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -48,8 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget (default 300)")
     ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds")
     ap.add_argument("--seed", default=1337, check=opt.count(0))
-    ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder,
-                    help="where its bins and checkpoint go")
+    ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder, help="where its bins and checkpoint go")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
     return ap.parse_args(argv)
@@ -61,8 +59,6 @@ SETTINGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, bias=False, dro
 
 
 def settings(overrides: list[str]) -> dict:
-    from common.errors import UserError
-
     s = dict(SETTINGS)
     for item in overrides:
         key, _, value = item.partition("=")
@@ -83,8 +79,6 @@ def nanogpt_module(checkout: str | Path):
 def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: float = 0.0, seed: int = 0):
     """nanoGPT's GPT at a size in our names (num_blocks, num_heads, embedding_size, context_length), seeded; the
     parameter count it prints goes to stderr (stdout is a benchmark's JSON)."""
-    import contextlib
-
     import torch
 
     torch.manual_seed(seed)
@@ -167,8 +161,6 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
 
 def score(model, tokenizer, heldout: Path, context_length: int) -> dict:
     """`evaluate.py`'s numbers for nanoGPT's model (which returns full logits only when given targets)."""
-    import contextlib
-
     import torch
     from torch import nn
 

@@ -1,14 +1,11 @@
 """Every benchmark's command line: one parser, one way of checking a path or a number, and `bench.py`'s flags.
 
 Design choices:
-- This module imports neither torch nor the model, so a mistyped flag is reported at once; the checks
-  that need torch (is there a GPU, does it do bf16) live in `benchmarks.run`.
-- Every mistake, argparse's own usage errors included, becomes a `UserError`: the entry script's
-  `run_cli` prints it as one `error:` line and exits with code 2, like the other entry scripts.
-- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, once
-  parsing is done, so a message shows the value as it was typed (common/config_checks.py) and every module refuses
-  a missing file, a file where a folder is needed, a count below one or a NaN with the same words.
-- `--quick` and `--smoke` are shorthands that only change defaults; flags given explicitly still win.
+- No torch here, so a mistyped flag is reported at once; the checks that need it (a GPU, bf16) are `benchmarks.run`'s.
+- Every mistake, argparse's usage errors included, is a `UserError`: one `error:` line and exit code 2 (`run_cli`).
+- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, so a message
+  shows the value as typed (common/config_checks.py) and every module refuses a bad path or number in the same words.
+- `--quick` and `--smoke` only change defaults; flags given explicitly still win.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import math
 import re
 import sys
 from collections.abc import Callable, Container
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.config_checks import refusal, shown_value
@@ -66,6 +62,13 @@ def script_parser(prog: str, doc: str, until: str = "\n\n") -> OneLineArgumentPa
     """The parser of a benchmark script run on its own: its docstring up to `until` as the description."""
     return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def campaign_flags(ap: OneLineArgumentParser, out: str, sides: str = "every run") -> None:
+    """`--set`, `--heldout` and `--out`, as every campaign that scores its runs on held-out text takes them."""
+    ap.add_argument("--set", default="", help=f"space-separated train.py overrides added to {sides}")
+    ap.add_argument("--heldout", default=0.05, check=FRACTION, help="fraction of each corpus held out (default 0.05)")
+    ap.add_argument("--out", default=out, check=out_folder, help=f"runs, splits and results go here (default {out})")
 
 
 def run_script(main: Callable[[list[str]], object]) -> None:
@@ -131,8 +134,7 @@ def counts(minimum: int = 0) -> Check:
 
 
 def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Check:
-    """Comma-separated names, each of `known` (or passing it, with `what` naming them) -> a list (an empty text: an
-    empty list)."""
+    """Comma-separated names (maybe none), each of `known` (or passing it, `what` naming them) -> a list."""
     def check(flag: str, text: str) -> list[str]:
         names = text.split(",") if text else []
         unknown = [n for n in names if not (known(n) if callable(known) else n in known)]
@@ -144,13 +146,28 @@ def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Che
     return check
 
 
-def text_file(flag: str, text: str) -> str:
-    """An existing file (a corpus, held-out text)."""
-    path = Path(text).expanduser()
-    if not path.is_file():
-        raise UserError(f"{flag} {shown_value(text)}: {'a directory, not a file' if path.is_dir() else 'not found'}; "
-                        "pass a text file")
-    return text
+def path_check(fits: Callable[[Path], bool], why: str | Callable[[Path], str]) -> Check:
+    """A check of a path as typed (`~` expanded): `fits` it, or one line saying `why` not."""
+    def check(flag: str, text: str) -> str:
+        path = Path(text).expanduser()
+        if not fits(path):
+            raise UserError(f"{flag} {shown_value(text)}: {why(path) if callable(why) else why}")
+        return text
+
+    return check
+
+
+def _existing(path: Path) -> Path | None:
+    return next((p for p in (path, *path.parents) if p.exists()), None)
+
+
+# an existing file (a corpus, held-out text)
+text_file = path_check(lambda p: p.is_file(),
+                       lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; pass a text file")
+# where results go: a folder, or a path where one can be made (no file on the way)
+out_folder = path_check(lambda p: _existing(p) is None or _existing(p).is_dir(),
+                        lambda p: f"{_existing(p)} is a file, not a folder; name a folder (it is made where missing)")
+run_or_checkpoint = path_check(lambda p: p.is_dir() or p.is_file(), "no such run folder or checkpoint")
 
 
 def named_text_file(flag: str, text: str) -> str:
@@ -161,53 +178,15 @@ def named_text_file(flag: str, text: str) -> str:
     return text
 
 
-def out_folder(flag: str, text: str) -> str:
-    """Where results go: a folder, or a path where one can be made (no file on the way)."""
-    path = Path(text).expanduser()
-    there = next((p for p in (path, *path.parents) if p.exists()), None)
-    if there is not None and not there.is_dir():
-        raise UserError(f"{flag} {shown_value(text)}: {there} is a file, not a folder; name a folder (it is made "
-                        "where missing)")
-    return text
-
-
-def run_or_checkpoint(flag: str, text: str) -> str:
-    """A trained run's folder or a checkpoint file."""
-    path = Path(text).expanduser()
-    if not (path.is_dir() or path.is_file()):
-        raise UserError(f"{flag} {shown_value(text)}: no such run folder or checkpoint")
-    return text
-
-
 def checkout(needed: str, what: str) -> Check:
     """A folder holding `needed` (nanoGPT's model.py, a kochar-gpt checkout's generate.py); `what` names it."""
-    def check(flag: str, text: str) -> str:
-        if not (Path(text).expanduser() / needed).is_file():
-            raise UserError(f"{flag} {shown_value(text)}: no {needed} there; give {what}")
-        return text
-
-    return check
+    return path_check(lambda p: (p / needed).is_file(), f"no {needed} there; give {what}")
 
 
 NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone it yourself)")
 
 
 # -- bench.py --------------------------------------------------------------------------------------------------------
-
-@dataclass
-class BenchOptions:
-    device: str
-    preset: str | None
-    dtype: str
-    rounds: int
-    steps: int
-    new_tokens: int
-    memory_mb: int
-    vocab_size: int | None
-    corpus: Path | None
-    smoke: bool
-    generation_only: bool = False
-
 
 def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) -> Check:
     def check(flag: str, text: str) -> str:
@@ -218,8 +197,8 @@ def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) 
     return check
 
 
-def build_parser(description: str | None = None, prog: str = "bench.py") -> OneLineArgumentParser:
-    ap = OneLineArgumentParser(prog=prog, description=description,
+def build_parser(description: str | None = None) -> OneLineArgumentParser:
+    ap = OneLineArgumentParser(prog="bench.py", description=description,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)",
                     check=_one_of(("auto", "cpu", "cuda", "cuda:N", "mps"), DEVICE_PATTERN.fullmatch))
@@ -245,20 +224,19 @@ def build_parser(description: str | None = None, prog: str = "bench.py") -> OneL
     return ap
 
 
-def _defaults(args: argparse.Namespace) -> dict[str, object]:
-    if args.smoke:
-        return {"rounds": 1, "steps": 1, "new_tokens": 16, "memory_mb": 0, "preset": "tiny"}
-    if args.quick:
-        return {"rounds": 2, "steps": 5, "new_tokens": 500, "memory_mb": 0, "preset": None}
-    return {"rounds": 5, "steps": 5, "new_tokens": 500, "memory_mb": 100, "preset": None}
+DEFAULTS = {"rounds": 5, "steps": 5, "new_tokens": 500, "memory_mb": 100}
+QUICK = {**DEFAULTS, "rounds": 2, "memory_mb": 0}
+SMOKE = {"rounds": 1, "steps": 1, "new_tokens": 16, "memory_mb": 0, "preset": "tiny"}
 
 
-def parse_options(argv: list[str], description: str | None = None) -> BenchOptions:
-    """Parse and check `bench.py`'s arguments; any mistake raises `UserError`."""
+def parse_options(argv: list[str], description: str | None = None) -> argparse.Namespace:
+    """`bench.py`'s arguments, checked, with `--quick`'s or `--smoke`'s defaults where a flag is not given, and
+    `corpus` a Path (None: the built-in one); any mistake raises `UserError`."""
     args = build_parser(description).parse_args(argv)
-    pick = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in _defaults(args).items()}
-    corpus = Path(args.corpus).expanduser() if args.corpus else None  # None: the built-in one
-    if corpus is None and not args.smoke and SHARED_CORPUS.is_file():
-        corpus = SHARED_CORPUS
-    return BenchOptions(device=args.device, dtype=args.dtype, vocab_size=args.vocab_size, corpus=corpus,
-                        smoke=args.smoke, generation_only=args.generation_only, **pick)
+    for key, value in (SMOKE if args.smoke else QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.corpus = Path(args.corpus).expanduser() if args.corpus else None
+    if args.corpus is None and not args.smoke and SHARED_CORPUS.is_file():
+        args.corpus = SHARED_CORPUS
+    return args

@@ -1,13 +1,10 @@
 """Model sizes the speed benchmarks measure, and the one way they build a model.
 
 Design choices:
-- `default` is the size the speed table of docs/en/speed.md reports (the project's own default benchmark
-  configuration); `shakespeare` is nanoGPT's shakespeare-char size, for comparing with its numbers on a GPU;
-  `tiny` exists only so a smoke test can run every benchmark in seconds.
-- `batch` sits next to the model's keyword arguments because it belongs to the measurement, and the
-  JSON output reports the whole dict under `config`.
-- Every side of a comparison is built by `seeded_model` from seed 0, so two sides differ only in what they are
-  asked to differ in.
+- `default` is the size docs/en/speed.md reports; `shakespeare` nanoGPT's shakespeare-char size, to compare with its
+  numbers on a GPU; `tiny` lets a smoke test run every benchmark in seconds.
+- `batch` belongs to the measurement, so it sits beside the model's arguments and the output reports both (`config`).
+- Every side of a comparison is built by `seeded_model` from seed 0, so two sides differ only where asked to.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ def model_kwargs(preset: dict[str, int]) -> dict[str, int]:
 
 def seeded_model(vocab: int, preset: dict[str, int] | None = None, device: torch.device | str | None = None,
                  **options) -> AttentionLanguageModel:
-    """The model over `vocab` ids at `preset`'s size (the model's defaults without one), with `options`, built from
-    seed 0 on `device`."""
+    """The model over `vocab` ids at `preset`'s size (else the model's defaults) with `options`, from seed 0."""
     torch.manual_seed(0)
     return AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset or {}), **options).to(device)

@@ -8,14 +8,13 @@ on its standard output is the first sampled character) from a checkout's folder,
 clock when that byte arrives and when the process ends. `--root` is the checkout timed (this one by default);
 `--baseline` another checkout (say main, for "before"), timed in turns with it, so a busy machine slows both alike.
 Without `--run`, a small run is trained first (this checkout's train.py, the default model, a few steps) into
-`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo (a second or
-more of its start on a small machine). Prints one JSON object: the medians and every timing, per checkout, and
-what each start-up check of a weight file and a batch costs here (`checks_ms`, in this process).
+`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo. Prints one JSON
+object: the medians and every timing, per checkout, and what each start-up check of a weight file and a batch
+costs here (`checks_ms`, in this process).
 
 Design choices:
-- Whole processes, not functions: the start a user waits for includes the interpreter, torch's import, Hydra's
-  config and the checkpoint's load, and a checkout's own imports differ between versions.
-- The same interpreter for both checkouts (the one running this), so only the code differs.
+- Whole processes, under the interpreter running this for both checkouts: the start a user waits for includes the
+  interpreter, torch's import, Hydra and the checkpoint's load, and only the code differs between the two.
 """
 
 from __future__ import annotations
@@ -33,6 +32,8 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import options as opt  # noqa: E402
+from benchmarks.runs import last_line, train_py  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 NEW_TOKENS = 20  # enough that a character is printed whatever the tokenizer (the jamo one spells a syllable in 3)
 
@@ -52,10 +53,8 @@ def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
     _, err = proc.communicate()
     ended = time.perf_counter() - started
     if proc.returncode != 0 or not first:
-        from common.errors import UserError
-
-        last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {last[0]}")
+        why = last_line(err.decode("utf-8", "replace"), "no output")
+        raise UserError(f"generate.py in {root} failed (exit {proc.returncode}): {why}")
     return first_at, ended
 
 
@@ -68,9 +67,6 @@ def imports_dynamo(root: Path, run: Path) -> bool:
 
 def train_run(out: Path, steps: int) -> Path:
     """A small trained run (the default model, `steps` steps on the built-in corpus) in `out`, reused if there."""
-    from benchmarks.runs import last_line, train_py
-    from common.errors import UserError
-
     run = out / "run"
     if (run / "ckpt.pt").is_file():
         return run
@@ -82,12 +78,12 @@ def train_run(out: Path, steps: int) -> Path:
 
 
 def check_costs(run: Path) -> dict[str, float]:
-    """Milliseconds each start-up check of a reader costs on `run`, in this process (this checkout's code): the
-    weights' structure (its meta build included: a fresh process pays it once), the export header's expected
-    tensors, the logits of the reader's model, the probe model of train.resume and train.init_from, and the memory
-    estimate of a training step at train.batch_size=8."""
+    """Milliseconds each start-up check costs on `run` in this process: the weights' structure (its meta build
+    included, as a fresh process pays it), the export header, the logits, train.resume's and train.init_from's probe
+    model, and a training step's memory estimate at train.batch_size=8."""
     import torch
 
+    from benchmarks.timing import mean_seconds
     from hf_export.writer import choose_layout
     from inference.checkpoint import load_checkpoint, resolve_checkpoint, usable
     from inference.exported_checks import expected_tensors
@@ -106,12 +102,7 @@ def check_costs(run: Path) -> dict[str, float]:
               "resume_probe": lambda: usable(ckpt),
               "memory_estimate": lambda: (available_bytes(torch.device("cpu")),
                                           estimate(model, TrainConfig(), torch.device("cpu"), torch.float32))}
-    costs = {}
-    for name, check in checks.items():
-        started = time.perf_counter()
-        check()
-        costs[name] = round((time.perf_counter() - started) * 1000, 2)
-    return costs
+    return {name: round(mean_seconds(check, 1)() * 1000, 2) for name, check in checks.items()}
 
 
 def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:

@@ -4,14 +4,12 @@
     python -m benchmarks.row_scores --held 1500,2600 --dtype float32
 
 Design choices:
-- A training position needs h · the 28 read-out rows of its target's (initial, medial) pair. `gather` fetches
-  those rows and multiplies them out (N x 28 x E values, through memory, forward and backward); `product`
-  multiplies h with every held row at once, (N, E) x (E, held), and keeps the 28 columns it needs. The first
-  grows with the positions, the second with the rows held too, so which is faster depends on how many
-  syllables the training text holds. `HeldReadoutRows.dot` (model/hangul/held_rows.py) picks by the held rows' count;
-  this benchmark is where its threshold comes from.
-- Both sides run `HeldReadoutRows`' own methods on the same random table, targets and upstream gradient, alternated
-  round by round with medians (`benchmarks.timing`).
+- A position needs h · the 28 read-out rows of its target's (initial, medial) pair. `gather` fetches those rows
+  (N x 28 x E values through memory, forward and backward); `product` multiplies h with every held row, (N, E) x
+  (E, held), and keeps the 28 columns it needs. The first grows with the positions, the second with the rows held
+  too; `HeldReadoutRows.dot` (model/hangul/held_rows.py) picks by the held rows' count, from this benchmark.
+- Both sides run `HeldReadoutRows`' own methods on the same random table, targets and gradient, taking turns
+  (`benchmarks.timing`).
 """
 
 from __future__ import annotations

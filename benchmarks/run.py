@@ -1,16 +1,17 @@
 """Running the speed benchmark: the device and precisions to measure, then one JSON-ready dict.
 
 Design choices:
-- The checks that need torch (is the GPU there, does it do bf16) run before any measurement starts and
-  raise `UserError`, so a bad `--device` or `--dtype` costs seconds, not a half-finished benchmark.
-- The output is one flat dict per measurement family, merged in a fixed order: the machine, on CUDA the
-  `gpu_sampling` section (batch-1 sampling as a CUDA graph against eager), the training presets (one nested
-  dict each), generation, hangul (char against hangul with the jamo parts), encoding, memory. Its keys are
-  what docs/en/speed.md and any scripts reading the JSON rely on, so they stay stable across refactorings.
+- The checks that need torch (a GPU, bf16) raise `UserError` before any measurement: a bad `--device` or `--dtype`
+  costs seconds, not a half-finished benchmark.
+- One flat dict per measurement family, merged in a fixed order: the machine, on CUDA `gpu_sampling`, the training
+  presets (one nested dict each), generation, hangul, encoding, memory. docs/en/speed.md and scripts read its keys,
+  so they stay stable.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 
@@ -19,7 +20,7 @@ from benchmarks.generation_speed import bench_cache_against_crop, bench_generati
 from benchmarks.graph_sampling import bench_gpu_sampling
 from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
-from benchmarks.options import SHARED_CORPUS, BenchOptions
+from benchmarks.options import SHARED_CORPUS
 from benchmarks.presets import PRESETS
 from benchmarks.training_speed import bench_training, matmul_peak_flops
 from common.device import enable_fast_matmul, pick_device, resolve_dtype
@@ -56,7 +57,7 @@ def dtypes_to_measure(name: str, device: torch.device) -> list[str]:
     return ["float32"] if name == "float32" else ["float32", name]
 
 
-def corpus_text(opts: BenchOptions) -> tuple[str, str]:
+def corpus_text(opts: argparse.Namespace) -> tuple[str, str]:
     """(the corpus's name for the output, its text)."""
     path = opts.corpus or EMBEDDED_CORPUS
     text = read_text(path)
@@ -68,13 +69,12 @@ def corpus_text(opts: BenchOptions) -> tuple[str, str]:
 
 
 def machine(device: torch.device) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} "
-    if device.type != "cuda":
-        name += f"({torch.get_num_threads()} threads)"
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else f"{device.type} ({torch.get_num_threads()} threads)")
     return {"device": str(device), "device_name": name, "torch": torch.__version__}
 
 
-def run_benchmarks(opts: BenchOptions) -> dict:
+def run_benchmarks(opts: argparse.Namespace) -> dict:
     """Every benchmark `opts` asks for, as one dict ready for `json.dumps`."""
     device = resolve_device(opts.device)
     dtypes = dtypes_to_measure(opts.dtype, device)

@@ -1,17 +1,16 @@
 """The project's own scripts run from a benchmark as a user runs them, what they print kept, and the machine's state.
 
 Design choices:
-- Every run is its own process from the repository root under this interpreter (`python train.py ...`,
-  `evaluate.py`, `generate.py`), so a number is what a user's command gets, start-up and checks included.
-- A process that fails is a record holding the last line of its error (`last_line`), never an exception: one bad
-  run must not cost a long campaign, and the record says why.
-- A training run's closing numbers come from train.py's `run:` line (`RESULT`); its tokens/s is the median of
-  those it logged to TensorBoard, which it writes anyway.
-- A campaign's rows go one JSON line each to stdout and to OUT/results.jsonl (`keep`), read back before it starts
-  (`results`), so an interrupted campaign continues where it stopped.
-- Before each run the 1-minute load average (which still counts the previous run), the CPU share other programs
-  use now, and the machine's speed on a fixed matrix product are recorded (`machine_before_run`), with a warning
-  when the machine is not idle: a machine that looks idle can still slow down between one run and the next.
+- Every run is its own process (`python train.py ...`, `evaluate.py`, `generate.py`) from the repository root under
+  this interpreter, so a number is what a user's command gets, start-up and checks included.
+- A failed process is a record holding its last error line, never an exception: one bad run must not cost a long
+  campaign, and the record says why.
+- A training run's numbers are train.py's `run:` line (`RESULT`) and what it logged to TensorBoard anyway.
+- A campaign's rows go one JSON line each to stdout and OUT/results.jsonl (`keep`), read back before it starts
+  (`results`, `kept`), so an interrupted campaign continues where it stopped.
+- Before each run the load average, the CPU share other programs use now and the machine's speed on a fixed matrix
+  product are recorded (`machine_before_run`), with a warning when it is not idle: an idle-looking machine can
+  still slow down between one run and the next.
 """
 
 from __future__ import annotations
@@ -22,9 +21,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.options import ROOT
+from benchmarks.tb_read import read_scalars
 
 RESULT = re.compile(r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
                     r"(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
@@ -44,28 +45,51 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
 
 
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
-    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc}, or {error: its last line}."""
+    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc} from its `run:` line, the median of the
+    tokens/s and the best validation bpc it logged, or {error: its last line}."""
     proc, m = train_py(overrides, run_dir, env)
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line")}
-    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
-            "val_bpc": float(m["bpc"])}
-
-
-def median_tokens_per_sec(scalars: dict) -> int | None:
-    """The median of the tokens/s a run logged (`read_scalars`'s dict), or None where it logged none."""
+    scalars = read_scalars(run_dir)
     tps = sorted(v for _, v in scalars.get("train/tokens_per_sec", []))
-    return round(tps[len(tps) // 2]) if tps else None
+    bpcs = [v for _, v in scalars.get("val/bpc", [])]
+    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
+            "val_bpc": float(m["bpc"]), "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None,
+            "best_val_bpc": min(bpcs) if bpcs else None}
+
+
+def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callable[[dict], dict],
+                 keys: tuple[str, ...] = ("steps", "seconds", "stopped", "tokens_per_sec")) -> dict:
+    """A campaign's row: `record`, the machine's state before the run, the `keys` of `trained`'s numbers, then what
+    `then(those numbers)` adds (nothing where training failed: the row holds its error)."""
+    record = {**record, **machine_before_run()}
+    done = trained(overrides, run_dir)
+    if "error" in done:
+        return {**record, **done}
+    return {**record, **{k: done[k] for k in keys}, **then(done)}
+
+
+def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
+    """`evaluate.py`'s score of a run as a campaign's row holds it: heldout_bpc, heldout_chars, {name: its key} of
+    `more`, and its error where it failed."""
+    scored = evaluate(run_dir, heldout)
+    return {"heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
+            **{name: scored.get(key) for name, key in more.items()},
+            **({"error": scored["error"]} if "error" in scored else {})}
+
+
+def printed_json(script: str, *args: str) -> dict:
+    """The JSON object `python SCRIPT ARGS` prints last, or {error: its last line}."""
+    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": last_line(proc.stderr, f"{Path(script).name} failed")}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def evaluate(ckpt: Path, heldout: Path) -> dict:
     """`evaluate.py ckpt=CKPT data.path=HELDOUT`'s JSON (its best validated weights, for a run folder), or
     {error: its last line}."""
-    cmd = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt={ckpt}", f"data.path={heldout}", "progress=false"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": last_line(proc.stderr, "evaluate.py failed")}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return printed_json("evaluate.py", f"ckpt={ckpt}", f"data.path={heldout}", "progress=false")
 
 
 def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:
@@ -97,18 +121,23 @@ def results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def keep(record: dict, path: Path) -> None:
-    """One row: printed as a JSON line and appended to `path`."""
+def kept(key: dict, done: list[dict]) -> dict | None:
+    """The last row of `done` that has `key`'s values and no error: a run a continued campaign does not repeat."""
+    return next((r for r in reversed(done) if "error" not in r and all(r.get(k) == v for k, v in key.items())), None)
+
+
+def keep(record: dict, path: Path) -> dict:
+    """One row: printed as a JSON line and appended to `path`; returned."""
     line = json.dumps(record, ensure_ascii=False)
     print(line, flush=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(line + "\n")
+    return record
 
 
 def cpu_busy(seconds: float = 2.0) -> float | None:
-    """The share of all CPUs busy over the next `seconds` (from /proc/stat; None where there is none). The
-    campaign itself sleeps meanwhile, so this is what other programs use: unlike the load average, it does not
-    still count the run that just ended."""
+    """The share of all CPUs busy over the next `seconds` (/proc/stat; None without it): the campaign sleeps
+    meanwhile, so this is what other programs use, without the run that just ended (which the load average counts)."""
     def sample_stat() -> tuple[int, int]:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait

@@ -4,23 +4,19 @@
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
 Prints one JSON object: the operations of each whole step, and the backward pass's operations by ATen name side by
-side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show (a
-concatenation or a copy there is a kernel per block on a GPU). On a GPU every dispatched operation is at least one
-kernel launch (a view is a launch-free one, and still costs the CPU a dispatch), so counting them on the CPU tells
-how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `.tolist()`, `bool()` of a
+side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show. On a GPU
+every dispatched operation is at least one kernel launch (a view costs the CPU a dispatch still), so counting them
+on the CPU tells how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `bool()` of a
 tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
 
 Design choices:
-- The model's step is the same for every model measured (benchmarks/training_speed.py's `clipped_step`): forward
-  with targets, backward, `clip_grad_norm_(1.0)`, a fused AdamW step and `zero_grad(set_to_none=True)`, at the
-  default size (4 blocks, 128 wide, 4 heads, context 128, batch 8, 1,480 ids: about the vocabulary of the novels
-  in ../shared/corpora), float32, dropout 0, after two warm-up steps. The backward is counted alone the same way:
-  `loss.backward()` after a forward with targets, gradients unset.
-- train.py's step is `training.step.train_step` on a session `training/session.py` built from the default config
-  (clipping at 1.0; dropout 0, so that the count does not follow the automatic dropout): the model's step and what
-  train.py adds to it (the loss kept on the device, the learning rate set).
-- nanoGPT is not part of this project: `--nanogpt` names a checkout of github.com/karpathy/nanoGPT, whose
-  `model.py` is imported from there, never copied. tests/test_step_cost.py holds the counts it gave.
+- Every model takes the same step (benchmarks/training_speed.py's `optimizer_step`, clipped at 1.0 as nanoGPT's
+  train.py clips) at the default size (4 blocks, 128 wide, context 128, batch 8, 1,480 ids: about the novels'
+  vocabulary), float32, dropout 0, after two warm-up steps; the backward is counted alone the same way.
+- train.py's step is `training.step.train_step` on a session of the default config (dropout 0, so the count does not
+  follow the automatic dropout): the model's step and what train.py adds to it.
+- nanoGPT's `model.py` is imported from the checkout `--nanogpt` names, never copied;
+  tests/training/test_step_cost.py holds the counts it gave.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import contextlib
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -87,13 +83,13 @@ class HostSyncs(TorchFunctionMode):
             self.pauses -= 1
 
 
-def model_step_ops(model: torch.nn.Module) -> int:
-    """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    from benchmarks.training_speed import clipped_step
-
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
-    step = clipped_step(model, x, y)
+    return tuple(torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
+
+
+def _third_step_ops(step: Callable[[], object]) -> int:
+    """Operations the third call of `step` dispatches: the first two warm up."""
     for _ in range(2):
         step()
     with DispatchCount() as count:
@@ -101,12 +97,17 @@ def model_step_ops(model: torch.nn.Module) -> int:
     return count.total
 
 
+def model_step_ops(model: torch.nn.Module) -> int:
+    """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
+    from benchmarks.training_speed import optimizer_step
+
+    return _third_step_ops(optimizer_step(model, *_batch(), clip=True))
+
+
 def backward_ops(model: torch.nn.Module) -> Counter[str]:
     """Operations one backward pass dispatches (after a forward with targets, no gradient held yet), by name."""
-    g = torch.Generator().manual_seed(0)
-    x, y = (torch.randint(0, VOCAB, (BATCH, SIZE["context_length"]), generator=g) for _ in range(2))
     model.zero_grad(set_to_none=True)
-    _, loss = model(x, y)
+    _, loss = model(*_batch())
     with DispatchCount() as count:
         loss.backward()
     model.zero_grad(set_to_none=True)
@@ -139,11 +140,7 @@ def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
 
     s, state = session(["device=cpu", "train.dtype=float32", "model.dropout=0", f"data.path={corpus}",
                         f"data.cache_dir={run_dir / 'cache'}", f"train.batch_size={BATCH}"], run_dir)
-    for _ in range(2):
-        train_step(s, state)
-    with DispatchCount() as count:
-        train_step(s, state)
-    return count.total
+    return _third_step_ops(lambda: train_step(s, state))
 
 
 def main(argv: list[str]) -> None:

@@ -6,13 +6,9 @@
 Prints one JSON line per run: name, overrides, steps, val_loss, val_bpc, best_val_bpc, tokens/s, seconds.
 
 Design choices:
-- Each run is its own `train.py` process, started as a user would, one after another so every run has the
-  whole machine; `train.max_seconds` is the budget and the step limit is set out of reach. Every run has the
-  whole budget: early stopping is off (`train.early_stop=null`, unless a run's overrides type it).
-- The final numbers come from train.py's closing `run:` line; the best validation bpc and the median
-  tokens/s come from the run's TensorBoard events, which train.py writes anyway.
-- A failed run prints a JSON line with its error and the others still run: one bad override should not
-  cost a long sweep.
+- Each run is its own `train.py` process, one after another, each with the whole machine and the whole budget
+  (`train.max_seconds`; the step limit out of reach, early stopping off unless a run's overrides type it).
+- A failed run prints a JSON line with its error and the others still run: one bad override must not cost a sweep.
 - Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
 """
 
@@ -20,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -28,14 +23,12 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
-
-RUN_NAME = re.compile(r"[\w.-]+")
+from benchmarks.ladder_checks import say_whole_budget  # noqa: E402
+from benchmarks.runs import trained  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The checked arguments (an argparse Namespace); any mistake raises `UserError`."""
-    from common.errors import UserError
-
     ap = opt.script_parser("time_budget.py", __doc__, "\n\nDesign")
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="the text file every run trains on")
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
@@ -46,34 +39,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     for spec in args.run:
         name = spec.partition("=")[0]
-        if not RUN_NAME.fullmatch(name):
+        if not opt.NAME.fullmatch(name):
             raise UserError(f"--run {spec!r}: give it as NAME=OVERRIDES, NAME made of letters, digits, . _ -")
     return args
 
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
     """Train one configuration for the budget; its result line as a dict."""
-    from benchmarks.runs import median_tokens_per_sec, trained
-    from benchmarks.tb_read import read_scalars
-
     env = None
     if args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    run_dir = Path(args.out) / name
     done = trained([f"data.path={Path(args.corpus).expanduser()}", f"train.max_seconds={args.seconds}",
-                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], run_dir, env)
+                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], Path(args.out) / name, env)
     if "error" in done:
         return {"name": name, **done}
-    tags = read_scalars(run_dir)
-    bpcs = [v for _, v in tags.get("val/bpc", [])]
-    return {"name": name, "overrides": overrides, "steps": done["steps"], "val_loss": done["val_loss"],
-            "val_bpc": done["val_bpc"], "best_val_bpc": min(bpcs) if bpcs else None,
-            "tokens_per_sec": median_tokens_per_sec(tags), "seconds": done["seconds"]}
+    keys = ("steps", "val_loss", "val_bpc", "best_val_bpc", "tokens_per_sec", "seconds")
+    return {"name": name, "overrides": overrides, **{k: done[k] for k in keys}}
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.ladder_checks import say_whole_budget
-
     args = parse_args(argv)
     say_whole_budget(f"{args.seconds:g} s")
     for spec in args.run:

@@ -5,6 +5,7 @@ Design choices:
   slow spell of the machine (another process, frequency scaling) then hits every side alike instead of
   whichever happened to run during it, and one outlier round does not move the result.
 - CUDA launches work asynchronously, so every timer synchronises the device before reading the clock.
+- A timer warms up before its first round (buffers allocated, kernels picked, graphs captured or compiled).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 
 import torch
+
+WARMUP_STEPS = 3  # the first training steps allocate buffers and pick kernels
 
 
 def sync(device: torch.device) -> None:
@@ -31,13 +34,23 @@ def median_alternating(timers: Mapping[str, Callable[[], float]], rounds: int) -
     return {name: statistics.median(values) for name, values in results.items()}
 
 
+def repeated(fn: Callable[[], object], n: int) -> Callable[[], None]:
+    """`fn` called `n` times in a row."""
+
+    def run() -> None:
+        for _ in range(n):
+            fn()
+
+    return run
+
+
 def mean_seconds(fn: Callable[[], object], reps: int) -> Callable[[], float]:
     """A timer returning the mean wall time of `reps` calls of `fn` (one call alone is too noisy)."""
+    run = repeated(fn, reps)
 
     def timer() -> float:
         start = time.perf_counter()
-        for _ in range(reps):
-            fn()
+        run()
         return (time.perf_counter() - start) / reps
 
     return timer
@@ -50,3 +63,16 @@ def seconds(fn: Callable[[], object], device: torch.device) -> float:
     fn()
     sync(device)
     return time.perf_counter() - start
+
+
+def per_second(fn: Callable[[], object], amount: float, device: torch.device,
+               warmup: Callable[[], object] | None = None) -> Callable[[], float]:
+    """A timer returning `amount` per second of one call of `fn`, once `warmup` (by default `fn`) has run."""
+    (warmup or fn)()
+    return lambda: amount / seconds(fn, device)
+
+
+def step_timer(step: Callable[[], object], tokens_per_step: int, steps: int, device: torch.device,
+               warmup: int = WARMUP_STEPS) -> Callable[[], float]:
+    """A timer returning the tokens/s of `steps` training steps, after `warmup` steps."""
+    return per_second(repeated(step, steps), tokens_per_step * steps, device, repeated(step, warmup))

@@ -1,31 +1,26 @@
 """Training throughput of the `heads` and `fused` attention paths, and the share of the matmul peak it reaches.
 
 Design choices:
-- Every (attention, dtype) pair gets its own freshly seeded model and optimizer, built before any timing,
-  so the pairs can take turns round by round (see `benchmarks.timing`).
-- The batches are random ids: the speed of a step does not depend on the text, and no data pipeline
-  is measured by accident.
-- float32 is always measured: it is the baseline of every ratio and of the achieved FLOP/s.
-- The "peak" is what a large square matmul reaches on this device in the same run, not a datasheet
-  figure, so the achieved fraction compares like with like.
+- Every (attention, dtype) pair gets its own freshly seeded model and optimizer, built before any timing, so the
+  pairs can take turns round by round (`benchmarks.timing`).
+- The batches are random ids: a step's speed does not depend on the text, and no data pipeline is timed by accident.
+- float32 is always measured: the baseline of every ratio and of the achieved FLOP/s.
+- The "peak" is what a large square matmul reaches on this device in the same run, not a datasheet figure.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
 
 from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second, repeated, step_timer
 from common.device import autocast
 from model import AttentionLanguageModel
 from model.counts import flops_per_token, num_parameters
 from training.optim.averaging import WeightAverage
 from training.settings.config import TrainConfig
-
-WARMUP_STEPS = 3  # the first steps allocate buffers and pick kernels
 
 
 def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, small: bool = False) -> float:
@@ -36,20 +31,13 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
         n, reps = 256, 2
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-
-    def many() -> None:
-        for _ in range(reps):
-            a @ b
-
-    many()
-    return median_alternating({"mm": lambda: 2 * n**3 * reps / seconds(many, device)}, rounds)["mm"]
+    return median_alternating({"mm": per_second(repeated(lambda: a @ b, reps), 2 * n**3 * reps, device)}, rounds)["mm"]
 
 
 def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
                    steps: int, tokens: torch.Tensor | None = None, average: str = "none") -> Callable[[], float]:
-    """A timer returning the tokens/s of `steps` optimizer steps on one batch (after a warm-up): random ids, or
-    windows of `tokens` (a text's ids) at random offsets. `average="ema"` updates a weight average after every
-    step, as train.average=ema does."""
+    """A timer returning the tokens/s of `steps` optimizer steps (`optimizer_step`) on one batch, after a warm-up:
+    random ids, or windows of `tokens` (a text's ids) at random offsets."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
         x = torch.randint(0, vocab, (batch, context), device=device)
@@ -57,41 +45,28 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
     else:
         window = tokens[torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)]
         x, y = window[:, :-1].to(device), window[:, 1:].to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type in ("cuda", "cpu"))
+    return step_timer(optimizer_step(model, x, y, dtype, average=average), batch * context, steps, device)
+
+
+def optimizer_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype = torch.float32,
+                   forward: Callable | None = None, clip: bool = False, average: str = "none") -> Callable[[], None]:
+    """One step on (x, y): forward with targets (through `forward`, say `model` compiled) under `dtype`'s autocast,
+    backward, with `clip` gradients clipped at 1.0 (as nanoGPT's train.py clips), a fused AdamW step, gradients unset,
+    and with `average="ema"` a weight average updated (as train.average=ema does)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=x.device.type in ("cuda", "cpu"))
     averaged = WeightAverage(model, TrainConfig(average=average)) if average != "none" else None
+    forward = forward or model
 
     def step() -> None:
-        with autocast(device, dtype):
-            _, loss = model(x, y)
+        with autocast(x.device, dtype):
+            _, loss = forward(x, y)
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if averaged is not None:
             averaged.update(model)
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            step()
-
-    run(WARMUP_STEPS)
-    return lambda: batch * context * steps / seconds(lambda: run(steps), device)
-
-
-def clipped_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, run: Callable | None = None,
-                 amp: torch.dtype | None = None) -> Callable[[], None]:
-    """One optimizer step as nanoGPT's train.py takes one: forward with targets (through `run`, `model` compiled,
-    where given; under `amp` autocast where given), backward, gradients clipped at 1.0, a fused AdamW step,
-    gradients unset."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = run or model
-
-    def step() -> None:
-        with torch.autocast(x.device.type, dtype=amp) if amp else contextlib.nullcontext():
-            _, loss = forward(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
     return step
 

@@ -1,11 +1,10 @@
 """A real peer for our sampler: `transformers`' cached `generate` on the very same weights.
 
 Design choices:
-- The lecture model of the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
+- The lecture model at the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
   (hf_export/) and loaded as `GPT2LMHeadModel`: both sides run the same network, weight for weight.
-- Both sample from the full distribution at temperature 1 (transformers' `top_k` default of 50 is switched
-  off), with their KV caches, from a 1-token prompt, batch 1 and 8. GPT-2's learned positions stop at the
-  context length, so each side makes `context_length - 1` new tokens (or fewer when `--new-tokens` says so).
+- Both sample the full distribution at temperature 1 (transformers' default `top_k` of 50 off) with their KV caches,
+  from a 1-token prompt, batch 1 and 8, `context_length - 1` new tokens at most (GPT-2's positions stop there).
 - Measured at the machine's default thread count and at one thread; tokens/s count every row's tokens.
 """
 
@@ -16,11 +15,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.generation_speed import generation_timer
 from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating, seconds
+from benchmarks.timing import median_alternating, per_second
 from model import AttentionLanguageModel
 from model.counts import num_parameters
-from model.streaming import stream
 
 BATCHES = (1, 8)
 
@@ -28,20 +27,14 @@ BATCHES = (1, 8)
 def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, vocab: int) -> dict:
     prompt = torch.randint(0, vocab, (batch, 1))
 
-    def ours_run() -> None:
-        g = torch.Generator().manual_seed(0)
-        for _ in stream(ours, prompt, new_tokens, temperature=1.0, use_cache=True, generator=g):
-            pass
-
     def theirs_run() -> None:
         torch.manual_seed(0)
         theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                         min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                         use_cache=True, pad_token_id=0)
 
-    ours_run(), theirs_run()  # warm up
-    return {"ours": lambda: batch * new_tokens / seconds(ours_run, prompt.device),
-            "transformers": lambda: batch * new_tokens / seconds(theirs_run, prompt.device)}
+    return {"ours": generation_timer(ours, prompt, new_tokens, use_cache=True),  # the same sampling, seeded
+            "transformers": per_second(theirs_run, batch * new_tokens, prompt.device)}
 
 
 @torch.inference_mode()

@@ -1,18 +1,18 @@
 """Files written whole or not at all, and the user's cache folder.
 
 Design choices:
-- `atomic_write` is the project's one write-to-temp-then-rename: the bytes go to a hidden temp file in the
-  target's folder (so the rename never crosses file systems), are fsynced, then `os.replace`d over the
-  target, and the folder is fsynced so the rename itself survives a power cut. A crash or Ctrl-C at any
-  moment leaves the old file or the new one, never half of one.
-- `atomic_rename` is the same rename for a file that was written elsewhere in full (a download's `.part`):
-  together they are the only places in the project that call `os.replace`.
+- `atomic_write` is the project's one write-to-temp-then-rename: a hidden temp file in the target's folder (so the
+  rename never crosses file systems) is fsynced, `os.replace`d over the target, and the folder fsynced so the
+  rename survives a power cut: a crash or Ctrl-C leaves the old file or the new one, never half of one.
+  `atomic_rename` is the same rename for a file written elsewhere in full (a download's `.part`); the two are the
+  only places in the project that call `os.replace`.
 - Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
 - `user_cache_dir` is the one answer to "where do derived files go when no folder was given".
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterable
@@ -37,8 +37,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | 
             elif callable(data):
                 data(f)
             else:
-                for chunk in data:
-                    f.write(chunk)
+                f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -55,16 +54,12 @@ def atomic_rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 
 def _fsync_folder(folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # some file systems cannot fsync a folder; the rename is still atomic
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot fsync a folder; the rename is still atomic
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def remove_stale_temps(path: Path) -> None:

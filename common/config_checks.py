@@ -3,13 +3,11 @@
 Types are Hydra's job (the dataclasses are its schema); these check what a type cannot say.
 
 Design choices:
-- A refused value is shown as it was typed (`shown_value`): bare where that is unambiguous, in quotes as Python
-  writes a string where it has spaces, is empty or holds characters a line cannot show. A message never shows
-  `cpu ` as `cpu`, and so never advises the very value that failed.
+- A refused value is shown as it was typed (`shown_value`): a message never shows `cpu ` as `cpu`, and so never advises
+  the very value that failed.
 - Surrounding spaces are refused, for every word a key takes and every environment variable the project reads
-  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still
-  has them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another is what made the
-  rule unpredictable. Where the value without them would do, the line says so and shows it.
+  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still has
+  them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another made the rule unpredictable.
 """
 
 from __future__ import annotations
@@ -114,7 +112,7 @@ BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
 
 def field_type(schema: type, dotted_key: str) -> object | None:
     """The annotated type of `a.b.c` in a tree of dataclasses (None when the key is not in it)."""
-    import dataclasses
+    import dataclasses  # here, not at the top: cli.entry reads environment variables before anything slow
     import typing
 
     node: object = schema

@@ -36,8 +36,7 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere bf16 is emulated, slower.
-    KOCHAR_CPU_BF16=1 or 0 overrides the detection (`cpu_bf16_forced`)."""
+    """True where the CPU has bf16 instructions (AVX512-BF16 or AMX), or KOCHAR_CPU_BF16 says so."""
     forced = cpu_bf16_forced()
     return _cpu_flags_have_bf16() if forced is None else forced
 
@@ -59,8 +58,7 @@ def _cpu_flags_have_bf16() -> bool:
 
 
 def resolve_dtype(name: str, device: torch.device, key: str = "train.dtype") -> torch.dtype:
-    """The precision `name` (`auto`, or one of DTYPES) means on `device`: `choose_precision`'s dtype. `key`: the
-    setting as the running tool spells it (`dtype` in evaluate.py), named by its messages."""
+    """`choose_precision`'s dtype."""
     return choose_precision(name, device, key)[0]
 
 
@@ -68,13 +66,10 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
     """(dtype, why) for `key=name` on `device`. `key`: the setting as the tool that was run spells it, so a refusal
     names what the user typed (`dtype=float16` in evaluate.py, `train.dtype=float16` in train.py).
 
-    `auto`: on CUDA bfloat16 where the card computes it natively (compute capability 8.0 and up), float16 with a
-    GradScaler on the tensor cores of 7.x cards (a T4, a V100: `torch.cuda.is_bf16_supported()` says yes there too,
-    through slow emulation), float32 on older cards; on the CPU bfloat16 where it has bf16 instructions, else
-    float32; float32 on MPS.
-
-    bf16 autocast on the CPU became the default only after it matched fp32's validation bpc at equal steps
-    (docs/en/speed.md has the numbers).
+    `auto`: on CUDA bfloat16 where the card computes it natively (8.0 and up), float16 with a GradScaler on the
+    tensor cores of 7.x cards (`torch.cuda.is_bf16_supported()` says yes there too, through slow emulation), float32
+    on older cards; on the CPU bfloat16 where it has bf16 instructions (it matches fp32's validation bpc at equal
+    steps: docs/en/speed.md), else float32; float32 on MPS.
     """
     if name not in ("auto", *DTYPES):
         raise UserError(f"unknown {key}={shown_value(name)}; use one of: auto, {', '.join(DTYPES)}")
@@ -115,8 +110,7 @@ def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
 
 
 def has_native_bf16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware rather than emulating it (a CPU: as KOCHAR_CPU_BF16 says where
-    it is set)."""
+    """Whether `device` computes bfloat16 in hardware rather than emulating it."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device) >= NATIVE_BF16
     return device.type == "cpu" and cpu_has_native_bf16()

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """A mistake the user can fix (bad path, bad config value, foreign checkpoint, ...).
-
-    The message must fit on one line and say how to fix the problem.
-    """
+    """A mistake the user can fix (bad path, bad config value, foreign checkpoint, ...): its message fits on one
+    line and says how to fix it."""
 
     exit_code = 2
 

@@ -1,17 +1,14 @@
 """Keep freed memory in the process instead of handing it back to the system at every step (glibc only).
 
 Design choices:
-- A training step on the CPU allocates and frees the same large buffers (activations, logits, gradients,
-  autocast's bf16 copies of the weights) every step. glibc's malloc serves blocks above its mmap threshold
-  with fresh pages from the kernel and returns them on free, and trims the heap's top likewise, so every step
-  pays page faults and zeroing for memory it just gave back; how much depends on where its adaptive threshold
-  happens to settle, which made identical runs differ by a fifth in speed.
-- `keep_freed_memory` raises the mmap threshold to glibc's maximum (32 MiB on 64-bit; setting it also stops
-  the adaptation) and the trim threshold to 1 GiB, through `mallopt` at run time: what
-  `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:glibc.malloc.trim_threshold=...` does at start-up, without
-  asking the user to set it. The cost is that the process keeps its peak heap until it exits.
-- Anywhere else (macOS, musl, Windows) it does nothing and says so by returning False; jemalloc or tcmalloc
-  preloaded by the user keep their own behaviour (mallopt is then glibc's and has no effect on them).
+- A CPU training step frees and re-allocates the same large buffers every step. glibc's malloc serves blocks above
+  its adaptive mmap threshold with fresh pages from the kernel and returns them on free, and trims the heap's top
+  likewise, so each step pays page faults and zeroing for memory it just gave back (docs/en/speed.md).
+- `keep_freed_memory` raises the mmap threshold to glibc's maximum (which also stops its adaptation) and the trim
+  threshold to 1 GiB through `mallopt` at run time: what `GLIBC_TUNABLES` does at start-up, without asking the
+  user to set it. The cost is that the process keeps its peak heap until it exits.
+- Anywhere else (macOS, musl, Windows) it does nothing and returns False; a jemalloc or tcmalloc the user preloads
+  keeps its own behaviour.
 """
 
 from __future__ import annotations

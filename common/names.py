@@ -14,14 +14,9 @@ def shown_name(text: str) -> str:
     try:
         text.encode("utf-8")
         return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape" if _escaped_only(text) else "surrogatepass").decode(
-            "utf-8", "replace")
-
-
-def _escaped_only(text: str) -> bool:
-    """Whether every surrogate is one `surrogateescape` made from a byte (U+DC80..U+DCFF)."""
-    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in text)
+    except UnicodeEncodeError:  # every surrogate one that `surrogateescape` made from a byte (U+DC80..U+DCFF)?
+        escaped = all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in text)
+        return text.encode("utf-8", "surrogateescape" if escaped else "surrogatepass").decode("utf-8", "replace")
 
 
 def shown_names(value):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +19,7 @@ class DataConfig:
     tokenizer: str = "char"  # char (one token per character) | jamo (a syllable = initial, medial, final)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.val_fraction) and 0.0 < self.val_fraction < 1.0):
-            raise ConfigError(f"data.val_fraction={checks.shown_value(self.val_fraction)} is invalid: it must be in "
-                              "(0, 1)")
+        checks.number_in("data.val_fraction", self.val_fraction, 0, 1, low_open=True, high_open=True)
         if self.val_files is not None:
             self.val_files = checked_val_files(self.val_files)
         checks.one_of("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)

@@ -1,17 +1,12 @@
 """Turn a corpus (a file, a folder of files or a glob: data/corpus_files.py) into token ids once, cached on disk
-as a memory-mapped array.
+as a memory-mapped array (data/token_cache.py: keyed by the corpus and the vocabulary, checked when opened).
 
 Design choices:
-- The cache (see `data.token_cache`) is keyed by a hash of the corpus bytes (for several files: of their
-  paths, sizes and contents) and of the tokenizer vocabulary, so an edited file or another vocabulary never
-  reads stale ids, and a second run starts without re-tokenising. Every cache file is checked when opened;
-  a damaged one is rebuilt, never used.
-- Ids are stored as uint16 (uint32 when the vocabulary needs it) and read through `np.memmap`, so a 1 GB
-  corpus never sits in memory as Python objects.
+- Ids are uint16 (uint32 when the vocabulary needs it) read through `np.memmap`, so a 1 GB corpus never sits in
+  memory as Python objects.
 - `data.val_files` holds out whole documents of a folder corpus (the cache records where each one starts).
-- The cache lives in `.cache/` beside a corpus file or inside a folder corpus (whose walk skips hidden
-  folders), or in the user's cache folder (`common.atomic_files.user_cache_dir`) when that folder is read-only;
-  `data.cache_dir` overrides both.
+- The cache lives in `.cache/` beside a corpus file or inside a folder corpus (whose walk skips hidden folders), or
+  in the user's cache folder when that folder is read-only; `data.cache_dir` overrides both.
 """
 
 from __future__ import annotations
@@ -50,10 +45,9 @@ class Corpus:
             n_train = len(self.tokens) - n_val
             return self.tokens[:n_train], self.tokens[n_train:]
         held = held_out_documents(self.files, val_files, self.path)
-        ends = self.doc_starts[1:] + [len(self.tokens)]
-        spans = [(self.doc_starts[i], ends[i]) for i in range(len(self.files))]
+        spans = list(zip(self.doc_starts, self.doc_starts[1:] + [len(self.tokens)], strict=False))
         if held == list(range(len(self.files) - len(held), len(self.files))):  # a tail: no copy
-            cut = spans[held[0]][0]
+            cut = self.doc_starts[held[0]]
             return self.tokens[:cut], self.tokens[cut:]
         train = [self.tokens[a:b] for i, (a, b) in enumerate(spans) if i not in held]
         return np.concatenate(train), np.concatenate([self.tokens[a:b] for a, b in (spans[i] for i in held)])
@@ -67,10 +61,9 @@ def held_out_documents(files: list[str], val_files: int | list[str], path: Path)
                             f"between 1 and {len(files) - 1} of them (or use data.val_fraction)")
         return list(range(len(files) - val_files, len(files)))
     wanted = {str(Path(os.path.expanduser(str(v)))) for v in val_files}
-    held = sorted(i for i, f in enumerate(files) if f in wanted or str(path / f) in wanted
-                  or Path(f).name in wanted)
-    known = {f for f in files} | {Path(f).name for f in files} | {str(path / f) for f in files}
-    missing = sorted(w for w in wanted if w not in known)
+    names = [{f, Path(f).name, str(path / f)} for f in files]  # each file as data.val_files may name it
+    held = [i for i, known in enumerate(names) if known & wanted]
+    missing = sorted(wanted - set().union(*names))
     if missing:
         raise UserError(f"data.val_files names {', '.join(missing[:3])}, not among the {len(files)} files of {path}")
     if not held or len(held) == len(files):
@@ -92,12 +85,8 @@ def default_cache_dir(home: Path) -> Path:
     return user_cache_dir()
 
 
-def load_corpus(
-    path: str | os.PathLike | None,
-    tokenizer: Tokenizer | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    tokenizer_kind: str = "char",
-) -> Corpus:
+def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = None,
+                cache_dir: str | os.PathLike | None = None, tokenizer_kind: str = "char") -> Corpus:
     """Tokenise what `path` names (a file, folder or glob; building a `tokenizer_kind` vocabulary from it unless
     `tokenizer` is given), using the cache."""
     if tokenizer is None and tokenizer_kind not in TOKENIZER_KINDS:
@@ -118,5 +107,4 @@ def load_corpus(
     if cached.num_chars == 0:
         raise UserError(f"corpus {'file ' if source.single else ''}is empty: {source.path}")
     files = [source.relative(f) for f in source.files]
-    return Corpus(source.path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown, files,
-                  cached.doc_starts)
+    return Corpus(source.path, tokenizer, cached.tokens, cached.num_chars, cached.num_unknown, files, cached.doc_starts)

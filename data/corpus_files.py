@@ -1,24 +1,18 @@
 """What `data.path` names: one text file, a folder of them, or a glob; and the one text stream they make.
 
 Design choices:
-- A file is itself. A folder is every text file under it (`.txt`, `.text`, `.md`; hidden files and folders,
-  such as our own `.cache/`, are skipped; symbolic links to folders are not followed, so a link loop cannot
-  trap the walk). A glob (`~/blog/**/*.txt`) is exactly the regular files it matches; its `**` does not follow
-  links to folders either (as bash's globstar, and Python's pathlib), so no layout of links can make it hang
-  or read a folder over and over. Each real file is read once, however many names lead to it. Files are taken
-  in sorted path order, so the same folder always gives the same stream. What is not a regular file (a pipe,
-  a device, a socket) is never read from a folder or glob; named directly it is refused (data/text.py).
-- A file may vanish or change after the scan: each file's size, modification time and inode are recorded when
-  its content is hashed (the cache's key) and compared when it has been read, so tokens are never cached under
-  a hash of other bytes; either change is one UserError naming the file.
-- Each file is one document, read like a single corpus file (encoding detection, NFC, "\\n" line endings; a
-  bad byte is named with the file and its offset). Documents are joined by a blank line: their trailing line
-  breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n". A corpus file whose documents
-  are already separated by single blank lines, split at them into files, gives back exactly the same text.
-- The stream's identity for the token cache is a hash of every file's relative path, size and content hash:
-  adding, removing, renaming or changing a file changes it.
-- Every way a `data.path` can name nothing usable (missing, an empty folder, a folder without text files, a
-  glob that matches nothing, a link loop) is one `UserError` saying what was found.
+- A folder is its regular text files (`.txt`, `.text`, `.md`; hidden ones and our own `.cache/` skipped), a glob
+  (`~/blog/**/*.txt`) the regular files it matches, each real file once, in sorted path order (the same folder
+  always gives the same stream). Neither follows a link to a folder (nor do bash's globstar and pathlib), so no
+  layout of links can make the walk hang or read a folder twice. A pipe or a device named directly is refused.
+- A file may vanish or change after the scan: its size, modification time and inode are recorded when its content
+  is hashed (the cache's key) and compared once it has been read, so tokens are never cached under a hash of other
+  bytes; either change is one UserError naming the file.
+- Each file is one document, read like a single corpus file (data/text.py). Documents are joined by a blank line:
+  their trailing line breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n", so a corpus file
+  of documents separated by single blank lines, split at them into files, gives back exactly the same text.
+- Every way a `data.path` can name nothing usable (missing, an empty folder, a folder without text files, a glob
+  that matches nothing, a link loop) is one `UserError` saying what was found.
 """
 
 from __future__ import annotations
@@ -48,13 +42,9 @@ class CorpusFiles:
     @property
     def name(self) -> str:
         """A file-name-safe label for caches: the file's name, the folder's name, or the glob's folder + "glob"."""
-        if self.is_glob:
+        if _is_glob(self.path):
             return f"{self.home.name or 'root'}.glob"
         return self.path.name or "root"
-
-    @property
-    def is_glob(self) -> bool:
-        return any(c in str(self.path) for c in GLOB_CHARS) and not self.path.exists()
 
     @property
     def single(self) -> bool:
@@ -88,8 +78,7 @@ class CorpusFiles:
 
     def chunks(self) -> Iterator[str]:
         """The normalised text of every file, documents joined by a blank line (see the module's docstring)."""
-        for _, chunk in self.document_chunks():
-            yield chunk
+        return (chunk for _, chunk in self.document_chunks())
 
     def document_chunks(self) -> Iterator[tuple[int, str]]:
         """(index of the file, a chunk of its text): the stream of `chunks`, each chunk with the document it
@@ -100,23 +89,24 @@ class CorpusFiles:
             return
         previous = None  # the last document that gave any text
         for index, f in enumerate(self.files):
-            held: list[str] = []  # the newest chunk with text, and any chunks of bare line breaks after it
-            for chunk in self._read(f):
-                if held and chunk.strip("\n"):  # more text follows: what is held is not the document's end
-                    if previous is not None and previous != index:
-                        yield previous, DOCUMENT_SEPARATOR
-                    previous = index
-                    yield index, "".join(held)
-                    held = []
-                held.append(chunk)
-            last = "".join(held).rstrip("\n")  # the document's trailing line breaks are dropped
-            if last:
-                if previous is not None and previous != index:
+            for text in self._document(f):
+                if previous not in (None, index):
                     yield previous, DOCUMENT_SEPARATOR
                 previous = index
-                yield index, last
+                yield index, text
         if previous is not None:
             yield previous, "\n"
+
+    def _document(self, f: Path) -> Iterator[str]:
+        """The chunks of `f`, its trailing line breaks dropped (none for a file without text)."""
+        held: list[str] = []  # the newest chunk with text, and any chunks of bare line breaks after it
+        for chunk in self._read(f):
+            if held and chunk.strip("\n"):  # more text follows: what is held is not the document's end
+                yield "".join(held)
+                held = []
+            held.append(chunk)
+        if last := "".join(held).rstrip("\n"):
+            yield last
 
     def _read(self, f: Path) -> Iterator[str]:
         """The chunks of `f`; one UserError if it vanishes, or differs from what was hashed or first seen."""
@@ -180,6 +170,10 @@ def _walk_text_files(folder: Path) -> tuple[list[Path], int]:
     return _once(sorted(found)), others
 
 
+def _is_glob(path: Path) -> bool:
+    return any(c in str(path) for c in GLOB_CHARS) and not path.exists()
+
+
 def _glob_home(pattern: str) -> Path:
     parts = Path(pattern).parts
     fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if any(c in p for c in GLOB_CHARS))]]
@@ -214,7 +208,7 @@ def corpus_files(path: str | os.PathLike) -> CorpusFiles:
             raise UserError(f"data.path={path} is a folder with no text files: it holds {what}; pass a folder of "
                             f"{'/'.join(TEXT_SUFFIXES)} files, a file, or a glob such as '{p}/**/*.txt'")
         return CorpusFiles(p, files, p)
-    if any(c in str(p) for c in GLOB_CHARS) and not p.exists():
+    if _is_glob(p):
         matches = _glob(str(p))
         files = _once([m for m in matches if m.is_file()])
         if not files:

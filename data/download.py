@@ -1,21 +1,18 @@
 """Fetch one file over http(s):// or file://, resumably, and give it its final name only once it is sound.
 
 Design choices:
-- Bytes go to `<file>.part`; a later run resumes it with an HTTP Range request (a server that ignores
-  Range sends the whole file again, which is then written from the start).
-- A Content-Length that disagrees with the bytes received is a download cut short: the `.part` is kept to
-  be resumed, and nothing gets the final name.
+- Bytes go to `<file>.part`; a later run resumes it with an HTTP Range request (a server that ignores Range sends
+  the whole file again, which is then written from the start). A Content-Length that disagrees with the bytes
+  received is a download cut short: the `.part` is kept to be resumed.
 - Bounds (`Limits`): a body larger than the corpus's bound is refused (from its Content-Length before a byte is
   kept, or once it passes the bound, so an endless body stops); a mirror slower than `min_speed` over a whole
-  `slow_seconds` window is given up on (the socket's timeout only catches one that sends nothing); a disk
-  that fills up is named, with what to free, instead of "run again", which would fail the same way.
-- Before the final name, the caller's `validate` checks that the body is what it claims to be (not an HTML
-  error page, a binary or an empty body), then a pinned SHA-256, if any, is compared. A body that fails is
-  deleted; if it was resumed, the old partial bytes may be what is wrong, so it is fetched once more from
-  the start. Nothing that failed is ever under the final name, so nothing downstream can trust it.
-- The final name is given by `common.atomic_files.atomic_rename`: the file is complete or absent.
-- `base_url_of` turns what the user typed as a base URL into one: http(s):// and file:// URLs as they are,
-  an existing folder as its file:// URL; anything else is refused in one line.
+  `slow_seconds` window is given up on (the socket's timeout only catches one that sends nothing); a full disk is
+  named, with what to free, instead of "run again", which would fail the same way.
+- Before the final name, the caller's `validate` checks that the body is what it claims to be (not an HTML error
+  page, a binary or an empty body), then a pinned SHA-256, if any, is compared. A body that fails is deleted; if it
+  was resumed, the old partial bytes may be what is wrong, so it is fetched once more from the start.
+- The final name is given by `common.atomic_files.atomic_rename`: the file is complete or absent, so nothing
+  downstream can trust a body that failed.
 """
 
 from __future__ import annotations
@@ -72,12 +69,9 @@ def base_url_of(text: str, option: str = "--base-url") -> str:
 def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS,
              validate: Callable[[Path], object] | None = None, mismatch_hint: str = "",
              limits: Limits = Limits()) -> str:
-    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256.
-
-    `dest` appears only complete, accepted by `validate` (which raises `BadContent`) and matching
-    `expected_sha256`; otherwise the download is deleted and a UserError raised (`mismatch_hint` is added
-    to a checksum mismatch's message).
-    """
+    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256. A body
+    that `validate` refuses (by raising `BadContent`) or that does not match `expected_sha256` is deleted and one
+    UserError raised (`mismatch_hint` ends a checksum mismatch's message)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     resumed = _fetch(url, part, timeout, limits)
@@ -137,8 +131,7 @@ def _fetch(url: str, part: Path, timeout: float, limits: Limits) -> bool:
 
 def _receive(url: str, response, part: Path, start: int, resumed: bool, expected_size: int | None,
              limits: Limits) -> int:
-    """Append the body to `part` (from `start`); the bytes written in all. Gives up on a full disk, a body over
-    `limits.max_bytes` and a mirror slower than `limits.min_speed` for `limits.slow_seconds`, each in one line."""
+    """Append the body to `part` (from `start`) within `limits`; the bytes written in all."""
     read = getattr(response, "read1", None) or response.read  # read1: whatever arrived, so a trickle is timed
     written = start
     window = (time.monotonic(), written)  # start of the current speed window: (time, bytes by then)

@@ -1,16 +1,15 @@
 """Random (x, y) windows for next-token training, reproducible from a seed and resumable.
 
 Design choices:
-- Windows start at uniformly random positions rather than walking the corpus in order: no epoch
-  bookkeeping, and any prefix of a run sees the whole corpus.
+- Windows of `context_length + 1` tokens start at uniformly random positions rather than walking the corpus in
+  order: no epoch bookkeeping, and any prefix of a run sees the whole corpus.
 - One numpy gather per batch from the (memory-mapped) token array; ids become int64 only for that batch.
-- The generator is seeded from (seed, rank), so DDP ranks draw different batches, and its state is a plain
-  dict a checkpoint can carry.
+- The generator is seeded from (seed, rank), so DDP ranks draw different batches, and its state is a plain dict a
+  checkpoint can carry, so a resumed run draws exactly the batches it would have drawn.
 - Input noise (`train.input_noise`, off by default) swaps each input id, with that probability, for an id drawn
-  from the training tokens themselves, i.e. from the corpus's own character frequencies, and leaves every
-  target as it is: a regulariser for a corpus seen many times ("data noising as smoothing", Xie et al. 2017).
-  Drawn from the same generator after the window starts, so a run without it draws exactly what it drew
-  before the option existed.
+  from the training tokens themselves (the corpus's own character frequencies), and leaves every target as it is:
+  a regulariser for a corpus seen many times ("data noising as smoothing", Xie et al. 2017). Drawn from the same
+  generator after the window starts, so a run without it draws what it drew before the option existed.
 """
 
 from __future__ import annotations
@@ -20,23 +19,10 @@ import torch
 
 
 class BatchSampler:
-    """Draws `batch_size` windows of `context_length + 1` tokens at uniformly random positions.
+    """`batch_size` windows a batch: `x` each window's first `context_length` tokens, `y` the same shifted by one."""
 
-    `x` is each window's first `context_length` tokens, `y` the same shifted by one. Each (seed, rank)
-    pair gives its own stream, so DDP ranks see different batches. `state_dict()` / `load_state_dict()`
-    let a resumed run draw exactly the batches it would have drawn.
-    """
-
-    def __init__(
-        self,
-        tokens: np.ndarray,
-        context_length: int,
-        batch_size: int,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        rank: int = 0,
-        input_noise: float = 0.0,
-    ):
+    def __init__(self, tokens: np.ndarray, context_length: int, batch_size: int, device: torch.device | str = "cpu",
+                 seed: int = 0, rank: int = 0, input_noise: float = 0.0):
         if len(tokens) < context_length + 1:
             raise ValueError(f"need at least {context_length + 1} tokens, got {len(tokens)}")
         self.tokens = tokens
@@ -55,7 +41,10 @@ class BatchSampler:
         windows = self.tokens[starts[:, None] + self._offsets]  # (B, T+1), one gather from the memmap
         if self.input_noise:
             # x and y overlap in a window, so the noised inputs get their own copy: (B, T) + (B, T) -> (B, 2T)
-            windows = np.concatenate([self._noised(windows[:, :-1]), windows[:, 1:]], axis=1)
+            inputs = windows[:, :-1].copy()
+            swap = self.rng.random(inputs.shape) < self.input_noise
+            inputs[swap] = self.tokens[self.rng.integers(0, len(self.tokens), size=int(swap.sum()))]
+            windows = np.concatenate([inputs, windows[:, 1:]], axis=1)
         batch = torch.from_numpy(windows.astype(np.int64))
         if self._pin:
             batch = batch.pin_memory()
@@ -63,12 +52,6 @@ class BatchSampler:
         T = self.context_length
         # (B, T+1) windows, or (B, 2T) noised inputs then targets: either way x leads and y ends the row
         return batch[:, :T], batch[:, -T:]  # x, y: (B, T) each
-
-    def _noised(self, inputs: np.ndarray) -> np.ndarray:
-        inputs = inputs.copy()
-        swap = self.rng.random(inputs.shape) < self.input_noise
-        inputs[swap] = self.tokens[self.rng.integers(0, len(self.tokens), size=int(swap.sum()))]
-        return inputs
 
     __next__ = next_batch
 

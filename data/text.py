@@ -1,20 +1,19 @@
 """Read a text corpus as NFC Unicode whatever its encoding or normalisation.
 
 Design choices:
-- Accepted: UTF-8, UTF-8 with BOM, UTF-16 with BOM (Windows "Unicode"), CP949 / EUC-KR. A file without a
-  BOM is UTF-8 if all of it decodes as UTF-8, else CP949 if all of it decodes as CP949.
-- The whole file is checked once before any of it is used, so a bad byte ends in one `UserError` that names
-  the file, the byte offset and the likely cause, never in a traceback halfway through tokenising.
-- A file that fails as UTF-8 but holds more valid UTF-8 characters than invalid bytes around the first bad
-  byte is called damaged (or of mixed encodings) rather than tried as CP949: reading it as CP949 would turn
-  the good text into nonsense, while in a real CP949 file almost every Korean character is invalid UTF-8.
-- A NUL byte (a NUL code unit in UTF-16) never occurs in text: it marks a binary file, or UTF-16 saved
-  without its byte-order mark.
+- Accepted: UTF-8, UTF-8 with BOM, UTF-16 with BOM (Windows "Unicode"), CP949 / EUC-KR. A file without a BOM is
+  UTF-8 if all of it decodes as UTF-8, else CP949 if all of it decodes as CP949.
+- The whole file is checked once before any of it is used, so a bad byte ends in one `UserError` that names the
+  file, the byte offset and the likely cause, never in a traceback halfway through tokenising.
+- A file that fails as UTF-8 but holds more valid UTF-8 characters than invalid bytes around the first bad byte is
+  called damaged (or of mixed encodings) rather than tried as CP949: reading it as CP949 would turn the good text
+  into nonsense, while in a real CP949 file almost every Korean character is invalid UTF-8.
+- A NUL byte (a NUL code unit in UTF-16) never occurs in text: it marks a binary file, or UTF-16 without its BOM.
 - Only a regular file is read (named directly or through a link): a named pipe, a process substitution
-  (`data.path=<(...)`), a device or a socket is refused in one line, since the text is read more than once
-  and a pipe without a writer would block for ever.
-- Line endings are normalised to "\\n" so a Windows file and its Unix twin give the same vocabulary and ids.
-  Reading is done in chunks that end at line boundaries, so a 1 GB file never sits in memory as one string.
+  (`data.path=<(...)`), a device or a socket is refused in one line, since the text is read more than once and a
+  pipe without a writer would block for ever.
+- Line endings become "\\n" so a Windows file and its Unix twin give the same vocabulary and ids. Reading goes in
+  chunks that end at line boundaries, so a 1 GB file never sits in memory as one string.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def _check_file(path: Path) -> None:
     if path.is_dir():
         raise UserError(f"data.path is a directory, not a text file: {path}")
     mode = path.stat().st_mode
-    if not stat.S_ISREG(mode):  # opening a pipe with no writer would wait forever; a stream cannot be reread
+    if not stat.S_ISREG(mode):
         what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
         raise UserError(f"{path} is {what}, not a regular file: a corpus is read more than once (checked, hashed, "
                         "then tokenised), which a stream cannot be; save the text to a file first "
@@ -79,7 +78,8 @@ def detect_encoding(path: str | Path) -> str:
     bad_cp949 = _scan(path, "cp949")
     if bad_cp949 is None:
         return "cp949"
-    _raise_if_bad(path, bad_cp949, "CP949", "", only_nul=True)
+    if bad_cp949[1] == "NUL":
+        _raise_if_bad(path, bad_cp949, "CP949", "")
     raise UserError(f"{path} is not text in a supported encoding (tried {TRIED}): not valid UTF-8 at byte "
                     f"{bad_utf8[0]}, nor CP949 at byte {bad_cp949[0]}; save it as UTF-8")
 
@@ -126,15 +126,13 @@ def _check_utf16(path: Path, codec: str) -> None:
     _raise_if_bad(path, _scan(path, codec, 2, unit=2), "UTF-16", " (in UTF-16 text)")
 
 
-def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where: str, only_nul: bool = False) -> None:
+def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where: str) -> None:
     if bad is None:
         return
     offset, reason = bad
     if reason == "NUL":
         raise UserError(f"{path} has a NUL byte at offset {offset}{where}: this looks like a binary file, not text "
                         f"(tried {TRIED}); pass a text file")
-    if only_nul:
-        return
     if any(word in reason for word in ("end of data", "incomplete", "truncated")):
         cause = "the file ends in the middle of a character, so it is cut short"
     else:
@@ -173,10 +171,8 @@ def normalize(text: str) -> str:
 
 
 def iter_text_chunks(path: str | Path, chunk_chars: int = 1 << 22) -> Iterator[str]:
-    """Yield the normalised text of `path` in chunks of about `chunk_chars` ending at line breaks.
-
-    Splitting only at line breaks keeps NFC exact: no combining sequence spans two chunks.
-    """
+    """The normalised text of `path` in chunks of about `chunk_chars` ending at line breaks, so NFC stays exact (no
+    combining sequence spans two chunks)."""
     path = Path(path)
     enc = detect_encoding(path)
     buf: list[str] = []

@@ -1,26 +1,20 @@
 """The token cache of a corpus: its files, how each is checked when opened, and how it is rebuilt.
 
 Design choices:
-- Three files in the cache folder for a corpus `<name>` whose bytes hash to `<sha16>`:
-  `<name>.<sha16>.<kind>.vocab.json` (the vocabulary built from the corpus, when no tokenizer was given),
-  `<stem>.uint16` or `<stem>.uint32` (the raw ids, read through `np.memmap`) and `<stem>.json` (metadata),
-  where `<stem>` is `<name>.<sha16>.<vocabulary fingerprint>`: an edited corpus or another vocabulary
-  never meets stale ids.
-- Every file is checked when opened. A damaged one is never used: it is rebuilt from the corpus with one
-  warning that names it. The checks cost a read of the files, never a new tokenisation:
-  the vocabulary carries a format version, the corpus hash and kind it was built for, and the fingerprint
-  of its content (a bit flip that still parses is caught); the metadata carries a format version and a
-  sha256 of its own content, and records the corpus hash, the vocabulary's fingerprint and size, the id
-  dtype, the token count, the largest id, the `<unk>` count and the sum of the ids; the token file's size
-  must be the token count times the dtype size (a file cut short is never read as a shorter corpus), and
-  one vectorised pass over it, in blocks of bounded size, must find the recorded largest id (below the
-  vocabulary size, so no id indexes past the embedding), `<unk>` count and sum (zero-filled or overwritten
-  blocks change them).
-- Files are written with `common.atomic_files.atomic_write`, ids before metadata, so a crash never leaves
-  metadata that describes ids that are not there. Processes building the same cache at once (DDP ranks)
-  write identical bytes; the last rename wins.
-- A folder that cannot be written is a `UserError` only when something must be written there: a complete,
-  valid cache in a read-only folder is used as it is.
+- For a corpus `<name>` whose bytes hash to `<sha16>`: `<name>.<sha16>.<kind>.vocab.json` (the vocabulary built
+  from the corpus, when no tokenizer was given), and with `<stem>` = `<name>.<sha16>.<vocabulary fingerprint>`,
+  `<stem>.uint16` or `<stem>.uint32` (the raw ids, read through `np.memmap`) and `<stem>.json` (metadata): an
+  edited corpus or another vocabulary never meets stale ids.
+- Every file is checked when opened, at the cost of a read, never of a new tokenisation; a damaged one is never
+  used but rebuilt, with one warning that names it. Both JSON files carry a format version, the corpus hash and
+  the vocabulary's fingerprint (a bit flip that still parses is caught); the metadata also a sha256 of itself and
+  the ids' count, largest value, `<unk>` count and sum, which the id file's size and one pass over it in bounded
+  blocks must match: a file cut short, zero-filled or overwritten is never read, and no id indexes past the
+  embedding.
+- Files are written with `common.atomic_files.atomic_write`, ids before metadata, so a crash never leaves metadata
+  that describes ids that are not there. DDP ranks building the same cache at once write identical bytes.
+- A folder that cannot be written is a `UserError` only when something must be written there: a complete, valid
+  cache in a read-only folder is used as it is.
 """
 
 from __future__ import annotations
@@ -91,7 +85,6 @@ def _read_json(file: Path, fmt: str) -> dict:
     return d
 
 
-# -- the vocabulary built from the corpus ---------------------------------------------------------------
 def vocabulary(cache: Path, corpus: CorpusFiles, digest: str, kind: str) -> Tokenizer:
     """The `kind` vocabulary of `corpus` (sha256 `digest`): from the cache when it is sound, else built."""
     file = cache / f"{corpus.name}.{digest[:16]}.{kind}.vocab.json"
@@ -128,7 +121,6 @@ def _load_vocabulary(file: Path, digest: str, kind: str) -> Tokenizer:
     return tokenizer
 
 
-# -- token ids and their metadata -----------------------------------------------------------------------
 def token_ids(cache: Path, corpus: CorpusFiles, digest: str, tokenizer: Tokenizer) -> CachedTokens:
     """The ids of `corpus` under `tokenizer`: from the cache when every check passes, else tokenised again."""
     dtype = id_dtype(tokenizer)

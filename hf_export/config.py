@@ -17,8 +17,7 @@ class ExportConfig:
     out: str | None = None  # the folder to write (created; refused when it holds files, unless overwrite)
     overwrite: bool = False  # replace a previous export there (hf_export/destination.py: nothing else)
     verify: bool = True  # name the folder only once transformers reads it back and gives the run's logits
-    weights: str | None = None  # the set the folder holds: null (the average where the run kept one, else raw),
-    #                             averaged or raw (inference/weights.py: a set the run does not hold is refused)
+    weights: str | None = None  # the one set the folder holds: null | averaged | raw (inference/weights.py)
 
     def __post_init__(self) -> None:
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)

@@ -2,18 +2,16 @@
 
 Design choices:
 - `overwrite=true` replaces only what an export wrote: an empty folder, or one whose kochar.json says it is an
-  export and that holds nothing but an export's files. Anything else (the run being exported, a folder that
-  holds it, a folder with the user's own files or a `.git`) is refused in one line naming what would be lost,
-  as `git clone` refuses a folder that is not empty.
-- A symbolic link as `out=` is refused: renaming a folder onto it would replace the link, not what it points at.
-- The folder is assembled in a hidden sibling `.kochar-export.<pid>.<random>`, whose name is short whatever
-  `out`'s is (a name at the file system's limit still works), and renamed to `out` in one step. A folder that is
-  replaced is first renamed aside, so an interruption leaves the old export or the new one, never a mix; a
-  sibling left by a killed export (its process gone) is removed by the next export into the same parent.
+  export and that holds nothing but an export's files. Anything else (the run being exported, a folder that holds
+  it, the user's own files, a `.git`) is refused in one line naming what would be lost, as `git clone` refuses a
+  folder that is not empty. A symbolic link as `out=` is refused: a rename would replace the link, not its target.
+- The folder is assembled in a hidden sibling `.kochar-export.<pid>.<random>` (short whatever `out`'s name is) and
+  renamed to `out` in one step; a folder replaced is first renamed aside, so an interruption leaves the old export
+  or the new one, never a mix. A sibling left by a killed export is removed by the next export into that parent.
 - One export per `out` at a time: an `flock` on a hidden lock file beside it refuses a second one in one line,
   and the final rename never replaces a folder that something else filled meanwhile.
-- The folder and its files get the modes the umask gives any file (mkdtemp and safetensors make them private).
-- Every file-system fault is one UserError naming the path and its cause; nothing is left behind.
+- The folder and its files get the modes the umask gives any file (mkdtemp and safetensors make them private);
+  every file-system fault is one UserError naming the path and its cause, and nothing is left behind.
 """
 
 from __future__ import annotations
@@ -173,14 +171,9 @@ def temporary_folder(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _public_modes(folder: Path) -> None:
-    mask = _umask()
+    mask = os.umask(0o022)  # the umask is read by setting it: put it back at once
+    os.umask(mask)
     for f in folder.iterdir():
         f.chmod(0o666 & ~mask)
     folder.chmod(0o777 & ~mask)

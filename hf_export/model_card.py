@@ -1,14 +1,12 @@
 """The exported folder's README.md: what the model is, in Korean and English, from what the run recorded.
 
 Design choices:
-- Every fact comes from the checkpoint and its run folder (the corpus, recipe, size, steps, validation bits
-  per character, `train.init_from`, which weights were exported and how many updates their average had, which
-  checkpoint file they came from, the overrides in `.hydra/overrides.yaml`), never from guesses. Those records
-  are read defensively: one that is damaged or unreadable never stops an export, the card says what it could not
-  read; names that are not valid UTF-8 are shown with U+FFFD.
-- The corpus's license is stated where the run can know it: `python -m data.prepare` writes SOURCE.txt
-  (with a `License:` line) beside every corpus it prepares.
-- The card says how the folder loads: a stock class, or the project's code with `trust_remote_code=True`.
+- Every fact comes from the checkpoint and its run folder (corpus, recipe, size, steps, validation bits per
+  character, `train.init_from`, which weights and which checkpoint file, `.hydra/overrides.yaml`), never from
+  guesses. Those records are read defensively: one damaged or unreadable never stops an export, the card says what
+  it could not read; names that are not valid UTF-8 are shown with U+FFFD.
+- The corpus's license is stated where the run can know it: the `License:` line of the SOURCE.txt that
+  `python -m data.prepare` writes beside every corpus it prepares.
 """
 
 from __future__ import annotations
@@ -86,46 +84,44 @@ def source_words(source: dict) -> str:
     return f"`{source.get('checkpoint')}` (step / 스텝 {source.get('step')}{loss}; {why})"
 
 
-def facts(ckpt: Checkpoint, params: int) -> dict:
-    config = ckpt.config if isinstance(ckpt.config, dict) else {}
-    data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    val = ckpt.training.val_loss if ckpt.training and isinstance(ckpt.training.val_loss, float) else float("nan")
-    bpc = val * ckpt.tokens_per_char / math.log(2) if math.isfinite(val) else None
+def provenance(ckpt: Checkpoint, config: dict, layout: str) -> str:
+    """The card's lines on where the weights come from: the run fine-tuned from, which set, which checkpoint."""
     start = config.get("init_from") if isinstance(config.get("init_from"), dict) else {}
-    corpus = data.get("path") if isinstance(data.get("path"), str) else None
-    return {"corpus": shown_name(corpus) if corpus else "the built-in corpus (data/corpus/ko_default.txt)",
-            "tokenizer": data.get("tokenizer", "char"), "recipe": config.get("recipe", "lecture"),
-            "params": params, "steps": ckpt.step, "val_bpc": bpc,
-            "init_from": shown_name(str(start["from"])) if start.get("from") else None,
-            "license": corpus_license(data.get("path"))}
+    lines = f"\n- Fine-tuned from / 미세 조정 출발점: `{shown_name(str(start['from']))}`" if start.get("from") else ""
+    lines += f"\n- Weights / 가중치: {weights_words(ckpt)}"
+    lines += f"\n- Exported from / 내보낸 체크포인트: {source_words(ckpt.source)}" if ckpt.source else ""
+    if ckpt.model_config.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it, exactly
+        lines += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
+                  "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")
+    return lines
 
 
 def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) -> str:
-    f = facts(ckpt, params)
     c = ckpt.model_config
-    bpc = f"{f['val_bpc']:.3f}" if f["val_bpc"] is not None else "—"
-    remote = layout == "custom" or f["tokenizer"] == "jamo"
+    config = ckpt.config if isinstance(ckpt.config, dict) else {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    corpus = shown_name(data["path"]) if isinstance(data.get("path"), str) and data["path"] else \
+        "the built-in corpus (data/corpus/ko_default.txt)"
+    tokenizer = data.get("tokenizer", "char")
+    val = ckpt.training.val_loss if ckpt.training and isinstance(ckpt.training.val_loss, float) else float("nan")
+    bpc = f"{val * ckpt.tokens_per_char / math.log(2):.3f}" if math.isfinite(val) else "—"
+    remote = layout == "custom" or tokenizer == "jamo"
     trust = ", trust_remote_code=True" if remote else ""
     load = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
             f"model = AutoModelForCausalLM.from_pretrained(\"<this folder>\"{trust})\n"
             f"tok = AutoTokenizer.from_pretrained(\"<this folder>\"{trust})")
-    license_line = f["license"] or "unknown: the run does not know where its corpus came from"
-    started = f"\n- Fine-tuned from / 미세 조정 출발점: `{f['init_from']}`" if f["init_from"] else ""
-    started += f"\n- Weights / 가중치: {weights_words(ckpt)}"
-    started += f"\n- Exported from / 내보낸 체크포인트: {source_words(ckpt.source)}" if ckpt.source else ""
-    if c.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it: exact, the parts no longer shown
-        started += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
-                    "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")
+    license_line = corpus_license(data.get("path")) or "unknown: the run does not know where its corpus came from"
+    started = provenance(ckpt, config, layout)
     return shown_name(f"""# kochar-gpt character model / 문자 단위 한국어 GPT
 
 A character-level Korean GPT trained with kochar-gpt and exported to the Hugging Face
 format. 한국어 문자 단위 GPT를 kochar-gpt로 학습해 Hugging Face 형식으로 내보낸 모델입니다.
 
-- Corpus / 말뭉치: `{f['corpus']}` (license / 라이선스: {license_line})
-- Recipe / 레시피: `{f['recipe']}`; tokenizer / 토크나이저: `{f['tokenizer']}`
-- Size / 크기: {f['params']:,} parameters, {c.num_blocks} blocks, width {c.embedding_size}, {c.num_heads} heads,
+- Corpus / 말뭉치: `{corpus}` (license / 라이선스: {license_line})
+- Recipe / 레시피: `{config.get('recipe', 'lecture')}`; tokenizer / 토크나이저: `{tokenizer}`
+- Size / 크기: {params:,} parameters, {c.num_blocks} blocks, width {c.embedding_size}, {c.num_heads} heads,
   context {c.context_length} tokens (position {c.position}, norm {c.norm}, MLP {c.mlp}, query/key norm {c.qk_norm})
-- Steps / 학습 스텝: {f['steps']:,}; validation bits per character / 검증 문자당 비트: {bpc}{started}
+- Steps / 학습 스텝: {ckpt.step:,}; validation bits per character / 검증 문자당 비트: {bpc}{started}
 - Loads as / 불러오는 클래스: {LOADERS[layout]}{' with trust_remote_code=True' if remote else ''}
 
 ```python

@@ -2,16 +2,13 @@
 that is possible, and every model setting accounted for.
 
 Design choices:
-- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors), so when
-  the rest of the architecture is a GPT-2 or a LLaMA it is folded into one ordinary embedding matrix, summed in
-  the order our forward sums it: the folded model gives the same logits and loads as the stock class. The head
-  keeps the unfolded rows, so a tied head becomes an untied one. Where the project's own code ships anyway
-  (the staged `model.head=jamo`, squared ReLU, ...) the embedding stays composed, as trained.
-- Every field of `ModelConfig` is listed in `HANDLED` with how export treats it. A field this table does not
-  know (a new architecture switch) is refused in one line when the run uses anything but its default, rather
-  than exported into a folder that computes something else; tests/test_export_matrix.py fails when a field is
-  added without being listed here, which is where the exporter (and hf_export/hf_code/modeling_kochar.py,
-  which expresses every architecture no stock class does) learns it.
+- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors): where the
+  rest is a GPT-2 or a LLaMA it is folded into one embedding matrix, summed in our forward's order, so the stock
+  class gives the same logits; the head keeps the unfolded rows (a tied head becomes untied). Where the project's
+  own code ships anyway (the staged `model.head=jamo`, squared ReLU, ...) it stays composed.
+- Every field of `ModelConfig` is listed in `HANDLED` with how export treats it: one it does not know is refused in
+  one line when the run changes its default, rather than exported into a folder that computes something else
+  (tests/hf_export/test_every_recipe.py fails when a field is added without being listed here).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The tokenizer in the formats `AutoTokenizer.from_pretrained` reads.
 
 Design choices:
-- `char`: a `tokenizers` WordLevel model whose words are single characters: an NFC normaliser (never NFD or
-  NFKC, which change Hangul), a pre-tokenizer that isolates every character (newlines and spaces included),
-  and a decoder that joins tokens without spaces. Id 0 is written as U+FFFD, the character our `<unk>`
-  decodes to, so decoding needs no replacement and a literal U+FFFD in the input is unknown in both (a
-  vocabulary that holds U+FFFD itself keeps the name `<unk>`).
-- `jamo`: one character becomes three tokens, which a WordLevel model cannot express; the folder gets the
-  project's own tokenizer class (hf_export/hf_code/tokenization_kochar.py) and `auto_map` pointing at it, loaded
-  with `trust_remote_code=True` like a custom model.
+- `char` (and `hangul`): a `tokenizers` WordLevel model over single characters, with an NFC normaliser (NFD and
+  NFKC change Hangul), a pre-tokenizer that isolates every character (newlines and spaces included) and a decoder
+  that joins tokens without spaces. Id 0 is written as U+FFFD, the character our `<unk>` decodes to, so decoding
+  needs no replacement and a literal U+FFFD is unknown in both (a vocabulary holding U+FFFD keeps `<unk>`).
+- `jamo`: one character becomes three tokens, which a WordLevel model cannot express; the folder ships the project's
+  own tokenizer class (hf_export/hf_code/tokenization_kochar.py), loaded with `trust_remote_code=True`.
 """
 
 from __future__ import annotations
@@ -20,17 +18,13 @@ from pathlib import Path
 from hf_format.deps import require
 from tokenizer import Tokenizer
 
-CODE = Path(__file__).resolve().parent / "hf_code"
+CODE = Path(__file__).resolve().parent / "hf_code"  # the code a jamo tokenizer's or a custom model's folder ships
 UNK_SHOWN = "\ufffd"
-
-
-def unk_name(chars: list[str]) -> str:
-    return "<unk>" if UNK_SHOWN in chars else UNK_SHOWN
 
 
 def _char_tokenizer(chars: list[str]):
     tk = require("tokenizers")
-    unk = unk_name(chars)
+    unk = "<unk>" if UNK_SHOWN in chars else UNK_SHOWN
     vocab = {unk: 0} | {c: i + 1 for i, c in enumerate(chars)}
     tok = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token=unk))
     tok.normalizer = tk.normalizers.NFC()
@@ -39,8 +33,8 @@ def _char_tokenizer(chars: list[str]):
     return tok, unk
 
 
-def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> str:
-    """Write the tokenizer files into `out`; returns how AutoTokenizer loads them ("stock" or "custom")."""
+def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> None:
+    """Write the files AutoTokenizer reads the tokenizer from into `out`."""
     if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
         transformers = require("transformers")
         tok, unk = _char_tokenizer(tokenizer.chars)
@@ -48,7 +42,6 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> str
                                                     model_max_length=context_length, clean_up_tokenization_spaces=False)
         fast.save_pretrained(str(out))
         specials = {"unk_token": unk}
-        kind = "stock"
     else:
         shutil.copy(CODE / "tokenization_kochar.py", out / "tokenization_kochar.py")
         vocab = {"tokens": tokenizer.tokens}  # in id order after <unk>, characters added by fine-tuning included
@@ -58,8 +51,6 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> str
                   "clean_up_tokenization_spaces": False}
         (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
         specials = {"unk_token": "<unk>"}
-        kind = "custom"
     if not (out / "special_tokens_map.json").is_file():
         (out / "special_tokens_map.json").write_text(json.dumps(specials, ensure_ascii=False, indent=2),
                                                      encoding="utf-8")
-    return kind

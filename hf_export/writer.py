@@ -1,8 +1,5 @@
-"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place.
-
-The folder is assembled in a temporary sibling and renamed at the end, so an interrupted export never leaves
-a half-written folder under the name asked for; what `out=` may be, and what overwrite=true may replace, is
-hf_export/destination.py's to decide.
+"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place
+(hf_export/destination.py: an interrupted export never leaves a half-written folder under the name asked for).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from pathlib import Path
 from hf_export import destination
 from hf_export.model_card import model_card
 from hf_export.plain import plain_model
-from hf_export.tokenizer_files import write_tokenizer
+from hf_export.tokenizer_files import CODE, write_tokenizer
 from hf_export.verify import check_folder
 from hf_format import FORMAT, LAYOUTS, RECORD, VERSION, custom, gpt2, llama
 from hf_format.deps import require
@@ -23,8 +20,6 @@ from inference.loading import model_from_checkpoint
 from inference.weights import held_weights
 from model.config import ModelConfig
 
-CODE = Path(__file__).resolve().parent / "hf_code"  # the modeling code a custom folder ships
-
 
 def choose_layout(c: ModelConfig) -> str:
     """The stock class that expresses the architecture exactly, or "custom"."""
@@ -32,11 +27,10 @@ def choose_layout(c: ModelConfig) -> str:
 
 
 def record(ckpt: Checkpoint, layout: str, exported: ModelConfig) -> dict:
-    """kochar.json: what our own scripts need to rebuild the exact model (as exported: `trained_as` keeps the
-    settings it was trained with when hf_export/plain.py folded something) and tokenizer, and which of the run's
-    weights it holds (`weights`, `average_updates`: inference/weights.py) and of which checkpoint (`source`: the file,
-    why it was read, its step and validation loss; inference/run_files.py)."""
-    held = held_weights(ckpt)  # which set the folder holds: readers asked for the other one are refused
+    """kochar.json: what our scripts need to rebuild the exact model as exported (`trained_as`: as trained, where
+    hf_export/plain.py folded something) and its tokenizer, which weights it holds (inference/weights.py) and of
+    which checkpoint (`source`: inference/run_files.py)."""
+    held = held_weights(ckpt)
     return {"format": FORMAT, "version": VERSION, "layout": layout, "model_config": exported.to_dict(),
             "trained_as": ckpt.model_config.to_dict(), "tokenizer": ckpt.tokenizer,
             "tokens_per_char": float(ckpt.tokens_per_char), "step": ckpt.step, "config": ckpt.config,

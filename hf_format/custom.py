@@ -1,11 +1,9 @@
 """Every architecture no stock class expresses: the project's own modeling code ships in the folder.
 
 The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules) in
-the lecture's per-head layout of the attention weights (a fused `qkv` is written head by head), except that the
-shipped code keeps the Hangul-aware layers beside the token embedding and the LM head, as the project did before
-version 3 of its checkpoints (`jamo_embedding.*`, `jamo_head.*`): folders written before and after read the same.
-`config.json` names the shipped classes in `auto_map`, which is how `transformers` finds code that lives in a model
-folder (`trust_remote_code=True`).
+the lecture's per-head attention layout, except that the Hangul-aware layers keep the names they had before
+version 3 of the checkpoints (`jamo_embedding.*`, `jamo_head.*`), so folders written before and after read the
+same. `config.json` names the shipped classes in `auto_map`, which is how `transformers` finds them.
 """
 
 from __future__ import annotations
@@ -17,8 +15,8 @@ from model.input_output import RENAMED, upgrade_state_names
 from model.qkv_layout import to_heads
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
-# The kinds the shipped modeling code computes (its own KINDS; tests/test_restatements.py checks the two agree and
-# runs every kind of every setting through it); a run with another kind is refused before anything is written.
+# The kinds the shipped modeling code computes (its own KINDS; tests/model/test_restated_forward.py checks the two
+# agree and runs every kind of every setting through it); a run with another kind is refused before anything is written.
 COMPUTES = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
             "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 
@@ -32,9 +30,7 @@ def hf_config(c: ModelConfig) -> dict:
             "norm": c.norm, "mlp": c.mlp, "qk_norm": c.qk_norm, "mlp_hidden": c.mlp_hidden,
             "tie_weights": c.tie_weights, "embedding": c.embedding, "head": c.head, "jamo_initials": c.jamo_initials,
             "attention_gate": c.attention_gate, "value_embedding": c.value_embedding, "unet_skips": c.unet_skips,
-            "logit_softcap": c.logit_softcap,
-            "tie_word_embeddings": False,
-            "pad_token_id": 0}
+            "logit_softcap": c.logit_softcap, "tie_word_embeddings": False, "pad_token_id": 0}
 
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:

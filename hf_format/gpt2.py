@@ -46,24 +46,31 @@ def hf_config(c: ModelConfig) -> dict:
             "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0}
 
 
-# (our name, GPT-2's name, transposed: Conv1D stores (in, out)) for the tensors of block i
+# (our name, GPT-2's name) of the top tensors, then (ours, GPT-2's, transposed: Conv1D stores (in, out)) of a block
+TOP = (("token_embedding.weight", "transformer.wte.weight"), ("position_embedding.weight", "transformer.wpe.weight"),
+       ("ln_f.weight", "transformer.ln_f.weight"), ("ln_f.bias", "transformer.ln_f.bias"))
 BLOCK = (("ln1.weight", "ln_1.weight", False), ("ln1.bias", "ln_1.bias", False),
          ("attn.proj.weight", "attn.c_proj.weight", True), ("attn.proj.bias", "attn.c_proj.bias", False),
          ("ln2.weight", "ln_2.weight", False), ("ln2.bias", "ln_2.bias", False),
          ("ffwd.fc.weight", "mlp.c_fc.weight", True), ("ffwd.fc.bias", "mlp.c_fc.bias", False),
          ("ffwd.proj.weight", "mlp.c_proj.weight", True), ("ffwd.proj.bias", "mlp.c_proj.bias", False))
-TOP = (("token_embedding.weight", "transformer.wte.weight"), ("position_embedding.weight", "transformer.wpe.weight"),
-       ("ln_f.weight", "transformer.ln_f.weight"), ("ln_f.bias", "transformer.ln_f.bias"))
+
+
+def renamed(tensors: dict[str, Tensor], c: ModelConfig, top: tuple, block: tuple, theirs: str,
+            back: bool = False) -> dict[str, Tensor]:
+    """The tensors both sides hold alike, under the stock class's names (`back`: under ours): `top`'s (our name,
+    theirs), then `block`'s (ours, theirs, transposed) for every block (`theirs`: the block's prefix there)."""
+    pairs = [(ours, name, False) for ours, name in top] + [(f"blocks.{i}.{ours}", theirs.format(i) + name, flip)
+                                                         for i in range(c.num_blocks) for ours, name, flip in block]
+    pairs = [(name, ours, transposed) for ours, name, transposed in pairs] if back else pairs
+    return {new: tensors[old].t() if transposed else tensors[old] for old, new, transposed in pairs}
 
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    out = {theirs: sd[ours] for ours, theirs in TOP}
+    out = renamed(sd, c, TOP, BLOCK, "transformer.h.{}.")
     if not c.tie_weights:
         out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
-        for ours, theirs, transposed in BLOCK:
-            w = sd[f"blocks.{i}.{ours}"]
-            out[f"transformer.h.{i}.{theirs}"] = w.t() if transposed else w
         qkv = qkv_rows(sd, i).flatten(0, 1)  # (3 * head_size, E)
         out[f"transformer.h.{i}.attn.c_attn.weight"] = qkv.t()
         out[f"transformer.h.{i}.attn.c_attn.bias"] = torch.zeros(qkv.shape[0], dtype=qkv.dtype)
@@ -72,12 +79,9 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """The inverse of `to_hf`: our state dict from the exported tensors."""
-    sd = {ours: hf[theirs] for ours, theirs in TOP}
+    sd = renamed(hf, c, TOP, BLOCK, "transformer.h.{}.", back=True)
     sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
-        for ours, theirs, transposed in BLOCK:
-            w = hf[f"transformer.h.{i}.{theirs}"]
-            sd[f"blocks.{i}.{ours}"] = w.t() if transposed else w
         rows = hf[f"transformer.h.{i}.attn.c_attn.weight"].t().unflatten(0, (3, c.head_size))
         sd[f"blocks.{i}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
     return {k: v.contiguous() for k, v in sd.items()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hf_format.gpt2 import qkv_rows, qkv_tensor
+from hf_format.gpt2 import qkv_rows, qkv_tensor, renamed
 from model.config import ModelConfig, levers
 from model.qkv_layout import QKV
 from model.rope import ROPE_BASE
@@ -45,47 +45,39 @@ def hf_config(c: ModelConfig) -> dict:
             "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0}
 
 
+# (our name, LLaMA's name) of the top tensors both hold alike, then (ours, LLaMA's, transposed) of a block's
+TOP = (("token_embedding.weight", "model.embed_tokens.weight"), ("ln_f.weight", "model.norm.weight"))
+BLOCK = (("ln1.weight", "input_layernorm.weight", False), ("ln2.weight", "post_attention_layernorm.weight", False),
+         ("attn.proj.weight", "self_attn.o_proj.weight", False), ("attn.proj.bias", "self_attn.o_proj.bias", False),
+         ("ffwd.proj.weight", "mlp.down_proj.weight", False), ("ffwd.proj.bias", "mlp.down_proj.bias", False))
+
+
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    out = {"model.embed_tokens.weight": sd["token_embedding.weight"], "model.norm.weight": sd["ln_f.weight"]}
+    out = renamed(sd, c, TOP, BLOCK, "model.layers.{}.")
     if not c.tie_weights:
         out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         q, k, v = qkv_rows(sd, i)
-        q, k = _flip_second_half(q, c.num_heads), _flip_second_half(k, c.num_heads)
-        gate, up = sd[f"{b}.ffwd.fc.weight"].chunk(2, dim=0)
-        gate_bias, up_bias = sd[f"{b}.ffwd.fc.bias"].chunk(2, dim=0)
-        zeros = torch.zeros(c.head_size, dtype=q.dtype)
-        out |= {f"{m}.input_layernorm.weight": sd[f"{b}.ln1.weight"],
-                f"{m}.post_attention_layernorm.weight": sd[f"{b}.ln2.weight"],
-                f"{m}.self_attn.q_proj.weight": q, f"{m}.self_attn.k_proj.weight": k,
-                f"{m}.self_attn.v_proj.weight": v, f"{m}.self_attn.q_proj.bias": zeros,
-                f"{m}.self_attn.k_proj.bias": zeros.clone(), f"{m}.self_attn.v_proj.bias": zeros.clone(),
-                f"{m}.self_attn.o_proj.weight": sd[f"{b}.attn.proj.weight"],
-                f"{m}.self_attn.o_proj.bias": sd[f"{b}.attn.proj.bias"],
-                f"{m}.mlp.gate_proj.weight": gate, f"{m}.mlp.gate_proj.bias": gate_bias,
-                f"{m}.mlp.up_proj.weight": up, f"{m}.mlp.up_proj.bias": up_bias,
-                f"{m}.mlp.down_proj.weight": sd[f"{b}.ffwd.proj.weight"],
-                f"{m}.mlp.down_proj.bias": sd[f"{b}.ffwd.proj.bias"]}
+        for name, rows in (("q", _flip_second_half(q, c.num_heads)), ("k", _flip_second_half(k, c.num_heads)),
+                           ("v", v)):
+            out[f"{m}.self_attn.{name}_proj.weight"] = rows
+            out[f"{m}.self_attn.{name}_proj.bias"] = torch.zeros(c.head_size, dtype=q.dtype)  # a tensor each
+        for part in ("weight", "bias"):
+            out[f"{m}.mlp.gate_proj.{part}"], out[f"{m}.mlp.up_proj.{part}"] = sd[f"{b}.ffwd.fc.{part}"].chunk(2)
     return {k: v.contiguous() for k, v in out.items()}
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """The inverse of `to_hf`."""
-    sd = {"token_embedding.weight": hf["model.embed_tokens.weight"], "ln_f.weight": hf["model.norm.weight"],
-          "lm_head.weight": hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]}
+    sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
+    sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         rows = torch.stack([_flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
                             _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
                             hf[f"{m}.self_attn.v_proj.weight"]])  # (3, head_size, E)
         sd[f"{b}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
-        sd |= {f"{b}.ln1.weight": hf[f"{m}.input_layernorm.weight"],
-               f"{b}.ln2.weight": hf[f"{m}.post_attention_layernorm.weight"],
-               f"{b}.attn.proj.weight": hf[f"{m}.self_attn.o_proj.weight"],
-               f"{b}.attn.proj.bias": hf[f"{m}.self_attn.o_proj.bias"],
-               f"{b}.ffwd.fc.weight": torch.cat([hf[f"{m}.mlp.gate_proj.weight"], hf[f"{m}.mlp.up_proj.weight"]]),
-               f"{b}.ffwd.fc.bias": torch.cat([hf[f"{m}.mlp.gate_proj.bias"], hf[f"{m}.mlp.up_proj.bias"]]),
-               f"{b}.ffwd.proj.weight": hf[f"{m}.mlp.down_proj.weight"],
-               f"{b}.ffwd.proj.bias": hf[f"{m}.mlp.down_proj.bias"]}
+        for part in ("weight", "bias"):
+            sd[f"{b}.ffwd.fc.{part}"] = torch.cat([hf[f"{m}.mlp.gate_proj.{part}"], hf[f"{m}.mlp.up_proj.{part}"]])
     return {k: v.contiguous() for k, v in sd.items()}

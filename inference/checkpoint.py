@@ -1,22 +1,17 @@
 """Checkpoints: a typed record, written atomically, loaded safely.
 
 Design choices:
-- `Checkpoint` holds what every reader needs (the `ModelConfig`, the weights, the tokenizer, bits-per-
-  character scale) and, for resuming, a `TrainingState`. Generation and evaluation need only the first part,
-  so a checkpoint without a training state still samples.
+- `Checkpoint` holds what every reader needs (the `ModelConfig`, the weights, the tokenizer, bits-per-character
+  scale) and, for resuming, a `TrainingState`. A training state missing any entry makes `training` None and
+  `missing_training` names the entries: the weights still sample and score, only resuming is refused, in one line.
 - On disk it is a plain dict of tensors and built-in types with a format name and version, so
-  `torch.load(weights_only=True)` can read it: a file crafted to run code when unpickled is refused.
-- Version 1 (the flat dict written before this record existed) still loads: `from_payload` maps it. Versions
-  1 and 2 named the Hangul-aware layers `jamo_embedding` and `jamo_head`; version 3 holds them where the token
-  embedding and the LM head are (model/input_output.py), and older names are renamed when a file is read.
-  Files written before the fused attention held one `qkv` tensor per block hold each head's query, key and value;
-  the weights are put in the layout the file's settings build when it is read (model/qkv_layout.py).
+  `torch.load(weights_only=True)` reads it: a file crafted to run code when unpickled is refused.
+- Every older version loads: version 1 (a flat dict) is mapped by `from_payload`; the Hangul-aware layers' names of
+  versions 1 and 2 (model/input_output.py) and the per-head query, key and value of files written before the fused
+  attention (model/qkv_layout.py) are put as the file's settings build them, once every key, dtype and shape has
+  been checked against those settings (inference/weight_checks.py).
 - Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
   a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
-- A checkpoint is usable in two parts. The weights and model settings (checked against each other when it
-  loads, key by key before any conversion: inference/weight_checks.py) are all that sampling and scoring need;
-  a training state missing any entry makes `training` None and `missing_training` names the entries, so only
-  resuming is refused, in one line that says what still works.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ import re
 import shutil
 import warnings
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,8 +37,6 @@ FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
-_TRAINING_KEYS = ("step", "optimizer", "scaler", "best_val_loss", "val_loss", "elapsed_seconds", "rng", "sampler",
-                  "world_size", "average_updates", "early_stop")
 
 
 class CheckpointWriteError(UserError):
@@ -69,6 +62,9 @@ class TrainingState:
     early_stop: dict = field(default_factory=dict)  # train.early_stop's count, for resuming (training/early_stop.py)
 
 
+_TRAINING_KEYS = tuple(f.name for f in fields(TrainingState))
+
+
 @dataclass
 class Checkpoint:
     model_config: ModelConfig
@@ -89,8 +85,7 @@ class Checkpoint:
         return self.training.step if self.training else 0
 
     def weights(self, which: str = "averaged") -> dict[str, torch.Tensor]:
-        """The average where the checkpoint holds one (`which="averaged"`), else the raw weights; `which="raw"` always
-        the raw ones (inference/weights.py decides which a reader may have, and says so)."""
+        """`which="averaged"`: the average where the checkpoint holds one, else the raw weights (as `which="raw"`)."""
         return self.averaged if which == "averaged" and self.averaged is not None else self.model
 
     def to_payload(self) -> dict[str, Any]:
@@ -143,12 +138,8 @@ def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
     """The TrainingState, or None and the entries it lacks. Older files may lack the optional ones."""
     if not isinstance(raw, dict) or not raw:
         return None, ()
-    state = {k: raw[k] for k in _TRAINING_KEYS if k in raw}
-    state.setdefault("scaler", {})
-    state.setdefault("val_loss", float("nan"))
-    state.setdefault("world_size", 1)
-    state.setdefault("average_updates", 0)
-    state.setdefault("early_stop", {})
+    optional = {"scaler": {}, "val_loss": float("nan"), "world_size": 1, "average_updates": 0, "early_stop": {}}
+    state = optional | {k: raw[k] for k in _TRAINING_KEYS if k in raw}
     missing = tuple(k for k in _TRAINING_KEYS if k not in state)
     return (None, missing) if missing else (TrainingState(**state), ())
 
@@ -163,8 +154,7 @@ def another_checkpoint(path: str | Path | None) -> str:
 
 
 def refuse_non_finite(ckpt: Checkpoint) -> None:
-    """Weights that hold NaN or infinity sample noise and score NaN: one UserError, whatever would read them (the
-    averaged weights, where the run kept them, as well as the raw ones)."""
+    """Weights (raw or averaged) holding NaN or infinity, which sample noise and score NaN: one UserError."""
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
             raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
@@ -173,26 +163,22 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
-    """`ckpt` once its weights (the set `which`, or None: every set) are finite and compute finite logits
-    (inference/weight_checks.py), else one UserError naming them: train.resume and train.init_from, at start."""
+    """`ckpt`, once the set `which` of its weights (None: every set) is finite and computes finite logits."""
     refuse_non_finite(ckpt)
     for kind in [which] if which is not None else ["raw"] + (["averaged"] if ckpt.averaged is not None else []):
-        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind,
-                                 another_checkpoint(ckpt.path))
+        refuse_non_finite_logits(probe_model(ckpt.model_config, ckpt.weights(kind)), ckpt.path, kind)
     return ckpt
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
-    """Write atomically; a failed write (full disk, quota, read-only folder) is one UserError that says the
-    file already there is kept (atomic_write never touches it before the new one is complete)."""
+    """Write atomically; a failed write is one UserError saying the file already there is kept."""
     payload = ckpt.to_payload()
     _write_checkpoint(Path(path), lambda f: torch.save(payload, f))
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
-    """`dst` becomes the complete checkpoint `src`, written the same way from its bytes (no second
-    serialisation, and a file of its own: never a hard link, which an in-place `cp` over one name would change
-    under the other)."""
+    """`dst` becomes the checkpoint `src`, written the same way from its bytes: no second serialisation, and never a
+    hard link (which an in-place `cp` over one name would change under the other)."""
     def copy(f: BinaryIO) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)
@@ -288,10 +274,8 @@ def _load_payload(path: Path, mmap: bool = False) -> Any:
     except PermissionError:
         raise UserError(f"cannot read checkpoint {path}: permission denied") from None
     except pickle.UnpicklingError:
-        raise UserError(
-            f"refusing to load {path}: it holds Python objects other than tensors and plain data "
-            "(it may be malicious, or not a kochar-gpt checkpoint)"
-        ) from None
+        raise UserError(f"refusing to load {path}: it holds Python objects other than tensors and plain data (it may "
+                        "be malicious, or not a kochar-gpt checkpoint)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
         raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "

@@ -15,9 +15,7 @@ from common.device import DTYPES
 from common.errors import ConfigError
 from model.sampling import check_sampling_args
 
-# Which of a checkpoint's weights a reader asks for; null = the average where the run kept one, else the raw weights
-# (inference/weights.py: a set that is not there is refused in one line).
-WEIGHTS = ("averaged", "raw")
+WEIGHTS = ("averaged", "raw")  # the sets `weights=` may ask for (null: inference/weights.py's default)
 
 
 @dataclass

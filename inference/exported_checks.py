@@ -1,15 +1,12 @@
 """An exported folder checked before it is trusted: its record's fields, then its weights' header.
 
 Design choices:
-- Every field of `kochar.json` is typed and checked as a checkpoint's are (the model settings by
-  `ModelConfig`'s own checks, the tokenizer's fields by building its vocabulary), so a missing or mistyped field
-  is one line naming the file and the field, never an error deep inside.
-- The safetensors header (8 bytes of length, then JSON) is read alone and checked before any tensor is read
-  or any model built: each entry's dtype, shape and byte range must agree with each other and with the file,
-  and the names, shapes and dtypes must be exactly those the record's settings give through the layout's own
-  mapping (a model built on the `meta` device: shapes only, no memory, and none of the Python references
-  that would import torch._dynamo: inference/weight_checks.py). A record that claims more blocks than
-  the header holds is refused before even that, in the time it takes to read the header.
+- Every field of `kochar.json` is typed and checked as a checkpoint's are (the model settings by `ModelConfig`'s
+  own checks, the tokenizer's by building its vocabulary): a bad field is one line naming the file and the field.
+- The safetensors header (8 bytes of length, then JSON) is read alone, before any tensor or model: each entry's
+  dtype, shape and byte range must agree with each other and with the file, and the names, shapes and dtypes must
+  be exactly those the record's settings give through the layout's own mapping, run on the `meta` model of
+  inference/weight_checks.py. A record that claims more blocks than the header holds is refused before even that.
 - The exporter writes every floating tensor as float32: a header that relabels bytes as another dtype is
   refused rather than read as garbage.
 """
@@ -28,6 +25,7 @@ from common.errors import UserError
 from hf_format import FORMAT, LAYOUTS, VERSION
 from inference.config import WEIGHTS
 from model.config import ModelConfig
+from tokenizer import tokenizer_from_dict
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own bound
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -39,13 +37,17 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def checked_record(rec: object, path: Path) -> ModelConfig:
     """The record's model settings, once every field has the type and range it must have."""
     again = "; export the run again"
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise UserError(f"{path} is not a kochar-gpt export record{again}")
     version = rec.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not _whole(version) or version < 1:
         raise UserError(f"{path} has no valid format version ({version!r}){again}")
     if version > VERSION:
         raise UserError(f"{path} has format version {version}; this kochar-gpt reads version {VERSION} (update it)")
@@ -58,21 +60,23 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
             found = type(rec.get(key)).__name__ if key in rec else "missing"
             raise UserError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}"
                             f"{again}")
-    _check_tokenizer(rec["tokenizer"], path)
+    if not isinstance(rec["tokenizer"].get("kind", "char"), str):
+        raise UserError(f"{path}: tokenizer.kind must be text{again}")
+    try:
+        tokenizer_from_dict(rec["tokenizer"])  # every field typed: the vocabulary built once, then dropped
+    except UserError as e:
+        raise UserError(f"{path}: {e}{again}") from None
     if rec.get("source") is not None and not isinstance(rec["source"], dict):  # null: exported before it was recorded
         raise UserError(f"{path}: source must be a JSON object or null, found {type(rec['source']).__name__}{again}")
     if rec.get("weights") not in (None, *WEIGHTS, "unknown"):  # unknown: re-exported from an unrecorded folder
         raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found "
                         f"{str(rec['weights'])[:40]!r}{again}")
-    updates = rec.get("average_updates")
-    if updates is not None and (not isinstance(updates, int) or isinstance(updates, bool) or updates < 0):
-        raise UserError(f"{path}: average_updates must be a whole number >= 0 or null, found {updates!r}{again}")
-    per_char = rec.get("tokens_per_char", 1.0)
-    if not _number(per_char) or per_char <= 0:
-        raise UserError(f"{path}: tokens_per_char must be a positive number, found {per_char!r}{again}")
-    step = rec.get("step", 0)
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise UserError(f"{path}: step must be a whole number >= 0, found {step!r}{again}")
+    scalars = (("average_updates", None, lambda v: v is None or _whole(v), "a whole number >= 0 or null"),
+               ("tokens_per_char", 1.0, lambda v: _number(v) and v > 0, "a positive number"),
+               ("step", 0, _whole, "a whole number >= 0"))
+    for key, default, fits, need in scalars:
+        if not fits(rec.get(key, default)):
+            raise UserError(f"{path}: {key} must be {need}, found {rec.get(key, default)!r}{again}")
     for key in ("trained_as", "model_config"):
         if key in rec:
             try:
@@ -82,19 +86,6 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
     if config.vocab_size is None:
         raise UserError(f"{path}: model_config.vocab_size is missing{again}")
     return config
-
-
-def _check_tokenizer(d: dict, path: Path) -> None:
-    """Every field of the record's tokenizer typed (the vocabulary built once, then dropped): a wrong one is one line
-    naming the file and the field, never an error inside the tokenizer."""
-    from tokenizer import tokenizer_from_dict
-
-    if not isinstance(d.get("kind", "char"), str):
-        raise UserError(f"{path}: tokenizer.kind must be text; export the run again")
-    try:
-        tokenizer_from_dict(d)
-    except UserError as e:
-        raise UserError(f"{path}: {e}; export the run again") from None
 
 
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -119,7 +110,7 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         dtype, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets")) \
             if isinstance(entry, dict) else (None, None, None)
         if dtype not in DTYPE_BYTES or not isinstance(shape, list) or not isinstance(offsets, list) \
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape + offsets) \
+                or not all(map(_whole, shape + offsets)) \
                 or len(offsets) != 2 or not offsets[0] <= offsets[1] <= data:
             raise UserError(f"{bad} (the entry of {name} is malformed or points outside the file); export again")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[dtype]:
@@ -134,8 +125,7 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def expected_tensors(config: ModelConfig, layout: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{name: (dtype, shape)} of the tensors an export of `config` in `layout` holds: the layout's own mapping run
-    on the `meta` tensors of the model `config` builds (inference/weight_checks.py: shapes only, no memory)."""
+    """{name: (dtype, shape)} an export of `config` in `layout` holds: the layout's mapping of the `meta` model."""
     from inference.weight_checks import meta_model, shapes_only
 
     fused = replace(config, attention="fused")  # the same export from either layout, with no stacking on `meta`

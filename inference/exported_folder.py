@@ -1,13 +1,9 @@
 """Reading an exported folder back into a Checkpoint, so every script that takes `ckpt=` takes the folder.
 
-Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed. Both are checked
-before they are trusted (inference/exported_checks.py); the weights are then mapped back from the layout the
-folder was written in (hf_format/gpt2.py, llama.py, custom.py) and put in the layout the settings build
-(model/qkv_layout.py). The folder holds one set of weights; its record says which (`weights`), and a record
-written before it did is `raw` where its run kept no average, else `unknown` (inference/weights.py). A folder that
-also holds a run's checkpoint gives no one model: every reader, and train.resume, refuses it naming both
-(inference/checkpoint.py's `refuse_two_models`), unless the file meant is named. The folder's record also
-names the checkpoint it came from (`source`: the file, its step and validation loss, and why that file was read).
+Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed, and both are checked
+before they are trusted (inference/exported_checks.py). The weights are mapped back from the folder's layout
+(hf_format/) into the one its settings build (model/qkv_layout.py); the record says which one set of weights the
+folder holds (inference/weights.py) and which checkpoint it came from (inference/run_files.py).
 """
 
 from __future__ import annotations
@@ -16,7 +12,8 @@ import json
 from pathlib import Path
 
 from common.errors import UserError
-from hf_format import RECORD
+from hf_format import LAYOUTS, RECORD
+from hf_format.deps import require
 from inference.checkpoint import Checkpoint
 from inference.weights import run_average
 from model.qkv_layout import match_layout
@@ -34,10 +31,7 @@ def is_exported(path: str | Path) -> bool:
 
 
 def read_folder(path: str | Path) -> Checkpoint:
-    """The folder as a Checkpoint, once its record and its weights' header have passed every check
-    (inference/exported_checks.py): nothing is built or read in bulk before."""
-    from hf_format import LAYOUTS
-    from hf_format.deps import require
+    """The folder as a Checkpoint, once its record and weights' header pass inference/exported_checks.py."""
     from inference.exported_checks import check_tensors, checked_record
 
     folder = exported_folder(path)

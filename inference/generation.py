@@ -32,8 +32,7 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
 
 
 def token_grammar(tokenizer: Tokenizer) -> TokenGrammar | None:
-    """The spelling rules sampling must follow for this tokenizer (the jamo one: whole syllables only), or
-    None when every id is a whole character."""
+    """The spelling rules sampling must follow (the jamo tokenizer's: whole syllables only), or None."""
     rules = getattr(tokenizer, "next_token_rules", None)  # optional: only tokenizers that spell in parts
     if rules is None:
         return None
@@ -49,11 +48,10 @@ def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: 
                    device: torch.device, use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
     """Write each sample to `out`; the same seed gives the same text.
 
-    The samples are generated as one batch (of up to BATCH_ROWS rows, then the next batch), each row drawn
-    independently from the one generator. The first row of a batch is written as it is produced, the others
-    when their batch ends. One sample gives the text a single generation always gave for its seed; with
-    several, row n's text differs from what the n-th of several separate generations gave (the rows share
-    the generator's stream), but is just as reproducible.
+    The samples are generated in batches of up to BATCH_ROWS rows, each drawn from the one generator; a batch's first
+    row is written as it is produced, the others when the batch ends. One sample is the text a single generation
+    always gave for its seed; with several, row n differs from the n-th of several separate generations (the rows
+    share the generator's stream), but is just as reproducible.
     """
     ids = prompt_ids(tokenizer, prompt)
     generator = torch.Generator(device=device).manual_seed(seed)

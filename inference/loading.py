@@ -12,13 +12,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import (
-    Checkpoint,
-    another_checkpoint,
-    load_checkpoint,
-    refuse_non_finite,
-    refuse_two_models,
-)
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models
 from inference.run_files import RunFile, run_file
 from inference.weight_checks import refuse_non_finite_logits
 from inference.weights import WeightsUsed, choose_weights
@@ -57,8 +51,7 @@ class LoadedRun:
 
 
 def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> AttentionLanguageModel:
-    """The exact model the checkpoint was saved from, on the CPU, with its averaged weights where it holds them
-    (`weights="raw"`: the raw ones; choose_weights decides which a reader asked for); a mismatch is one UserError."""
+    """The model the checkpoint was saved from, on the CPU, holding `ckpt.weights(weights)` (else one UserError)."""
     try:
         model = AttentionLanguageModel(ckpt.model_config)
         model.load_state_dict(ckpt.weights(weights))
@@ -70,9 +63,8 @@ def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> Attent
 
 def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
              mmap: bool = False) -> tuple[Checkpoint, RunFile | None]:
-    """A checkpoint from a run folder (its best validated weights: inference/run_files.py), a checkpoint file, or
-    a folder `export.py` wrote (Hugging Face format), with the file chosen (None for an exported folder); `mmap`
-    maps a checkpoint file's tensors instead of reading them (load_checkpoint)."""
+    """The checkpoint of a run folder (its file chosen by inference/run_files.py), a checkpoint file or an exported
+    folder, and the file chosen (None for an exported folder); `mmap` as load_checkpoint's."""
     if isinstance(ckpt, RunFile):
         return load_checkpoint(ckpt.path, mmap=mmap), ckpt
     if ckpt not in (None, ""):
@@ -87,10 +79,8 @@ def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
 
 def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root: str | Path = "runs",
              weights: str | None = None) -> LoadedRun:
-    """Model (on `device`, eval mode), tokenizer and checkpoint record from a run folder (its best validated
-    weights), a checkpoint file or an exported folder; `None` means the newest run under `runs_root`. `weights`:
-    None (the average where the run kept one, else the raw weights), averaged or raw (refused in one line where the
-    checkpoint does not hold that set)."""
+    """Model (on `device`, eval mode), tokenizer and checkpoint of `ckpt` as `load_any` reads it (None: the newest
+    run under `runs_root`), holding the weights `weights=` asks for (inference/weights.py)."""
     checkpoint, chosen = load_any(ckpt, runs_root)
     used = choose_weights(checkpoint, weights)
     refuse_non_finite(checkpoint)
@@ -101,5 +91,5 @@ def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root:
     model = model_from_checkpoint(checkpoint, used.kind)
     if model.config.vocab_size != tokenizer.vocab_size:
         raise UserError(f"checkpoint {checkpoint.path} is inconsistent: model and tokenizer vocabularies differ")
-    refuse_non_finite_logits(model, checkpoint.path, used.kind, another_checkpoint(checkpoint.path))  # can overflow
+    refuse_non_finite_logits(model, checkpoint.path, used.kind)  # finite weights can still overflow
     return LoadedRun(model.to(device).eval(), tokenizer, checkpoint, used, chosen)

@@ -1,27 +1,19 @@
 """Which checkpoint file of a run a reader reads: the best validated weights unless a file is named.
 
 Design choices:
-- A run folder holds `ckpt.pt`, the last weights (written at every evaluation and when a signal stops the run;
-  `train.resume` continues from it), and `best.pt`, a byte copy of `ckpt.pt` at the evaluation with the lowest
-  validation loss. Given a run folder, or nothing (the newest run under runs/), generate.py, evaluate.py,
-  serve.py, export.py and train.init_from read `best.pt` only where it is better: its recorded validation loss is
-  finite and lower than `ckpt.pt`'s, and it is this run's (`passed_over`). Otherwise they read `ckpt.pt`, and the
-  words of the file say why `best.pt` was passed over. A run that memorises its text then never hands a reader
-  weights worse than the best it had, and a `best.pt` that is another run's, left behind, or never validated is
-  never called the best.
-- "This run's" is what a checkpoint records that fixes what its validation loss measures: the model settings that
-  make the weights (all but `model.dropout` and `model.attention`, which a resumed run may change), the tokenizer
-  (its whole dict: the vocabulary), and the corpus: its config's `data.path`, `data.val_fraction`,
-  `data.val_files` and `data.tokenizer` (a file written before a key existed has its default), and the tokens per
-  character. Two losses compare only where all of these are the same.
-- A folder with `best.pt` but no `ckpt.pt` is refused in one line that names `best.pt`: there is nothing to
-  compare it with, so it cannot be called the best, and the user may still read it by naming it.
-- A file named on the command line is read as named: `ckpt=<run>/ckpt.pt` is how to get the last weights, and
-  `ckpt=<run>/best.pt` the best ones whatever the last. Every reader says which file it read, its step and
-  validation loss, and why (`RunFile.words()`), so the choice is never silent.
-- What the two files hold is read from their headers (mapped, not read: inference/checkpoint.py) once per version
-  of each file, so the playground may ask on every request.
-- A `best.pt` that cannot be read does not stop a reader: it reads `ckpt.pt` and says why.
+- A run folder holds `ckpt.pt`, the last weights, and `best.pt`, a byte copy of it at the evaluation with the
+  lowest validation loss. Given a folder, or nothing (the newest run under runs/), every reader (generate.py,
+  evaluate.py, serve.py, export.py, train.init_from) reads `best.pt` only where it is this run's and its validation
+  loss is finite and lower than `ckpt.pt`'s (`passed_over`), else `ckpt.pt`, saying why: a run that memorises its
+  text never hands a reader weights worse than its best, and a `best.pt` left behind by another run, or never
+  validated, is never called the best. An unreadable `best.pt` does not stop a reader; a folder with `best.pt` and
+  no `ckpt.pt` is refused in one line (nothing to compare it with) that says how to name it.
+- "This run's": the same model settings that make the weights (all but `model.dropout` and `model.attention`, which
+  a resumed run may change), tokenizer (its whole dict), corpus (`data.path`, `data.val_fraction`,
+  `data.val_files`, `data.tokenizer`; a key a file predates takes its default) and tokens per character.
+- A file named is read as named. Every reader says which file it read, its step and validation loss, and why
+  (`RunFile.words()`), so the choice is never silent.
+- The headers are read mapped, not loaded, once per version of each file: the playground may ask on every request.
 """
 
 from __future__ import annotations
@@ -46,7 +38,6 @@ from inference.checkpoint import (
     resolve_checkpoint,
 )
 
-CHOSEN = ("best", "last", "named")  # best.pt over ckpt.pt | ckpt.pt (best.pt absent or passed over) | the file named
 RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/settings/resume.py's MODEL_CHANGEABLE
 CORPUS_KEYS = ("path", "val_fraction", "val_files", "tokenizer")  # the data keys that fix the validation text
 
@@ -65,7 +56,7 @@ class Header:
 @dataclass(frozen=True)
 class RunFile:
     path: Path
-    chosen: str  # one of CHOSEN
+    chosen: str  # best (best.pt over ckpt.pt) | last (ckpt.pt: best.pt absent or passed over) | named
     header: Header
     other: Header | None = None  # best: the last weights' (ckpt.pt); named ckpt.pt: best.pt's where it is better
     note: str = ""  # why best.pt was not read although it is there (passed_over)
@@ -74,10 +65,9 @@ class RunFile:
         """E.g. `runs/x/best.pt (step 500, val loss 3.8512: the best validation; ...)`; `extra` ends the brackets."""
         loss = "not evaluated" if math.isnan(self.header.val_loss) else f"val loss {self.header.val_loss:.4f}"
         detail = f"step {self.header.step}, {loss}"
-        folder = self.path.parent
         if self.chosen == "best" and self.other is not None:
             detail += (f": the best validation; the last weights, step {self.other.step}{_loss(self.other)}, are "
-                       f"ckpt={folder / CKPT_NAME}")
+                       f"ckpt={self.path.parent / CKPT_NAME}")
         elif self.chosen == "named" and self.other is not None:
             detail += (f": the last weights, as named; the best, step {self.other.step}{_loss(self.other)}, are "
                        f"{BEST_NAME}")
@@ -87,8 +77,7 @@ class RunFile:
         return f"{self.path} ({detail})"
 
     def fields(self) -> dict:
-        """What a JSON answer carries about the file: its step and validation loss, and why it was read (`note`: why
-        best.pt was passed over, or None)."""
+        """What a JSON answer carries about the file: its step, validation loss, and why it was read (`note`)."""
         loss = None if math.isnan(self.header.val_loss) else self.header.val_loss
         return {"checkpoint": str(self.path), "chosen": self.chosen, "step": self.header.step, "val_loss": loss,
                 "note": self.note or None}
@@ -108,8 +97,7 @@ def header(path: Path) -> Header:
 @lru_cache(maxsize=256)
 def _header(path: str, mtime_ns: int, size: int) -> Header:  # keyed by the file's version: rewritten, read again
     ckpt = load_checkpoint(path, mmap=True)
-    training = ckpt.training
-    val_loss = float(training.val_loss) if training is not None else math.nan
+    val_loss = float(ckpt.training.val_loss) if ckpt.training is not None else math.nan
     model = tuple((f"model.{k}", v) for k, v in ckpt.model_config.to_dict().items() if k not in RESUMABLE_MODEL_KEYS)
     return Header(ckpt.step, val_loss, model, json.dumps(ckpt.tokenizer, sort_keys=True, default=str), _corpus(ckpt))
 
@@ -130,9 +118,7 @@ def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str =
     """The file a reader reads for `ckpt`: a run folder (or None: the newest run under `runs_root`) gives best.pt
     where it is this run's and validated better than ckpt.pt, else ckpt.pt; a file is read as named. A folder that
     also holds an exported model is refused naming `key` (checkpoint.py's refuse_two_models)."""
-    if ckpt in (None, ""):
-        return folder_file(newest_checkpoint(runs_root).parent, key)
-    p = Path(ckpt).expanduser()
+    p = newest_checkpoint(runs_root).parent if ckpt in (None, "") else Path(ckpt).expanduser()
     if p.is_dir():
         return folder_file(p, key)
     path = resolve_checkpoint(p, runs_root, key)  # a missing file: the one line every reader gives

@@ -1,22 +1,17 @@
 """Scoring a whole text file with a trained model: loss per token and bits per original character.
 
-Every token of the file is predicted exactly once. Windows of `context_length` tokens start every
-`stride` tokens; each window scores only the targets no earlier window scored, so with stride =
-context_length the windows do not overlap, and with a smaller stride each target gets at least
-context_length - stride tokens of left context (the usual strided perplexity). The last window is moved
-back to end at the last token, so every window is full and batches stack.
-
-Bits per character divide the total loss by the number of characters of the text, not of tokens, so a
-jamo model (about 2.4 tokens per character on Korean prose) and a character model compare fairly. The
-first character only gives context. A character the vocabulary cannot represent (`<unk>`) is left out of
-the score, every one of its tokens, and counted apart.
-
-A hangul model can score syllables its training text never held, which a `char` model of the same corpus
-would call `<unk>` and leave out. Its score is also split (`bpc_seen`, `bpc_unseen`, `chars_unseen`): the
-seen part covers the characters a char model scores, so it is the number to compare with a char model's bpc.
-Design choices: the split rides along the one scoring pass (a second per-token mask), not a second pass; it
-is reported only for tokenizers that record their training characters (hangul), and is null for a hangul
-vocabulary saved before that record existed, since "unknown" must not read as "none unseen".
+Design choices:
+- Every token of the file is predicted exactly once. Windows of `context_length` tokens start every `stride`
+  tokens and each scores only the targets no earlier window scored: with stride = context_length the windows do
+  not overlap, with a smaller one each target gets at least context_length - stride tokens of left context (the
+  usual strided perplexity). The last window ends at the last token, so every window is full and batches stack.
+- Bits per character divide the total loss by the text's characters, not its tokens, so a jamo model and a
+  character model compare fairly. The first character only gives context; a character the vocabulary cannot
+  represent (`<unk>`) is left out of the score, every one of its tokens, and counted apart.
+- A hangul model can score syllables its training text never held, which a `char` model of the same corpus would
+  call `<unk>`: its score is also split (`bpc_seen`, `bpc_unseen`, `chars_unseen`), the seen part being the number
+  to compare with a char model's bpc. The split rides along the one scoring pass (a second per-token mask); it is
+  null for a hangul vocabulary saved before it recorded its training characters ("unknown" is not "none unseen").
 """
 
 from __future__ import annotations
@@ -74,7 +69,6 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
     ids, scored, unseen, unknown = [], [], [], Counter()
     trained = _training_ids(tokenizer)
     num_chars = num_unseen = 0
-    first = True
     for chunk in chunks:
         chunk_ids = tokenizer.encode(chunk)
         counts = tokenizer.token_counts(chunk)  # (chars,) tokens per character
@@ -83,9 +77,8 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
         starts = np.cumsum(counts) - counts
         char_unknown = np.add.reduceat((chunk_ids == UNK_ID).astype(np.int64), starts) > 0  # (chars,)
         char_scored = ~char_unknown
-        if first:
-            char_scored[0] = False  # nothing before it to predict it from
-            first = False
+        if not ids:  # the text's first character: nothing before it to predict it from
+            char_scored[0] = False
         if char_unknown.any():
             unknown.update(tokenizer.unknown_chars(chunk))
         num_chars += int(char_scored.sum())

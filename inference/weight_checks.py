@@ -1,22 +1,16 @@
 """A weight file checked for what it computes: its structure before any conversion, then its logits.
 
 Design choices:
-- One check for every reader (generate, evaluate, serve and the playground, export, train.resume and
-  train.init_from), in two parts. `check_state` runs on the file's dict before the layout conversion
-  (model/qkv_layout.py) touches it: every key known and expected, no stray per-head key beside a stacked `qkv`,
-  float dtypes only, every shape as the model settings need. `refuse_non_finite_logits` runs the model built from
-  the weights on a few tokens: weights that are finite can still overflow to logits that are not.
-- The names and shapes expected come from the model itself, built on the `meta` device (shapes only, no memory),
-  so the model's code stays the one statement of its shapes. On `meta` torch computes many operations (`normal_`,
-  `tril`, `neg`, `cat`...) through its Python references, whose first call imports torch._dynamo: more than a
-  second of a reader's start on a small machine. `shapes_only` avoids every one the build and the export's
-  mappings make: in-place operations on `meta` tensors are skipped (they would change no shape), and the small
-  tables a module derives (masks, positions, ids) are made on the CPU. The same build, with a checkpoint's
-  weights assigned in place of its parameters, is the model the logits check of train.resume and train.init_from
-  runs (`probe_model`): no random initialisation, no copy.
-- A file may hold each attention module's weights in either layout (a file written before the fused `qkv` holds
-  them head by head); a module holding both, or only some of its heads, is refused naming the key, where the
-  conversion would otherwise fail inside with a KeyError.
+- One check for every reader (generate, evaluate, serve, export, train.resume, train.init_from). `check_state`
+  runs on the file's dict before the layout conversion (model/qkv_layout.py): every key known and expected, each
+  attention module's weights in one layout (all its heads, or its stacked `qkv`), float dtypes, the shapes the
+  settings need: a bad file is one line naming the key, never a KeyError inside the conversion. Then
+  `refuse_non_finite_logits` runs the model on a few tokens: finite weights can still overflow.
+- The names and shapes expected come from the model itself built on the `meta` device, so the model's code stays
+  the one statement of its shapes; `shapes_only` keeps that build, and the export's mappings, off torch's Python
+  references, whose first call imports torch._dynamo (a cost every reader's start would pay). The same build with
+  a checkpoint's weights assigned in place is the model the logits check of train.resume and train.init_from runs
+  (`probe_model`): no random initialisation, no copy.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,11 +44,10 @@ def _in_place(name: str) -> bool:
 
 
 class _ShapesOnly(TorchFunctionMode):
-    """Inside `torch.device("meta")`: what building a model there and mapping its weights need, without torch's
-    Python references (on `meta`, `normal_`, `tril`, `neg`, `cat` and others run through them, and their first call
-    imports torch._dynamo). An in-place operation on a `meta` tensor is skipped: it holds no values, and its shape
-    and dtype stay. A table a module derives (a mask, positions, ids: made in a dtype other than the default float,
-    which a parameter never has) is made on the CPU, where it costs a few small tensors."""
+    """Inside `torch.device("meta")`, where `normal_`, `tril`, `neg`, `cat` and others run through torch's Python
+    references: an in-place operation on a `meta` tensor is skipped (it holds no values; its shape and dtype stay),
+    and a table a module derives (a mask, positions, ids: in a dtype other than the default float, which a
+    parameter never has) is made on the CPU."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -72,7 +66,7 @@ class _ShapesOnly(TorchFunctionMode):
 
 @contextmanager
 def shapes_only() -> Iterator[None]:
-    """New tensors on `meta`, computed as `_ShapesOnly` says: names, shapes and dtypes at no cost in memory."""
+    """New tensors on `meta`, computed as `_ShapesOnly` says."""
     with torch.device("meta"), _ShapesOnly():
         yield
 
@@ -150,8 +144,7 @@ def _head_keys(config: ModelConfig, state: dict[str, Any], expected: dict, path:
 
 
 def checked_weights(config: ModelConfig, weights: dict, path: object) -> dict[str, Tensor]:
-    """A checkpoint's weights (`path` names it) in the layout `config` builds, once the names of older versions
-    are upgraded and `check_state` has passed: the checks run before any conversion."""
+    """A checkpoint's weights, older names upgraded and `check_state` passed, in the layout `config` builds."""
     weights = upgrade_state_names(weights)
     check_state(config, weights, path)
     return match_layout(weights, config.attention)
@@ -166,11 +159,10 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 
 
 @torch.no_grad()
-def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "",
-                             advice: str = "use another checkpoint or train again") -> None:
+def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
     """One forward pass of `model` (on its device, in eval mode for the pass) on a few tokens spread over the
-    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`) and
-    ending in `advice` (inference/checkpoint.py's `another_checkpoint`: never the file that failed)."""
+    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`)."""
+    from inference.checkpoint import another_checkpoint  # which imports this module
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)
     device = next(model.parameters()).device
@@ -184,12 +176,11 @@ def refuse_non_finite_logits(model: nn.Module, source: object, which: str = "",
     if not bool(torch.isfinite(logits).all()):
         raise UserError(f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
                         "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
-                        f"sampled, scored, exported, resumed or fine-tuned from; {advice}")
+                        f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}")
 
 
 def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
-    """A CPU model holding `weights` (as float32) for one check, built at no cost: on `meta`, then the weights
-    assigned in place of its parameters (no random initialisation, no copy of float32 weights)."""
+    """A CPU model holding `weights` (as float32) for one check: built on `meta`, the weights assigned in place."""
     model = meta_model(config)
     model.load_state_dict({k: v.float() for k, v in weights.items()}, assign=True)
     return model

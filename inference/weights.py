@@ -1,19 +1,17 @@
 """Which of a checkpoint's weights a reader uses, and the words that say so.
 
 Design choices:
-- One rule for every reader (generate.py, evaluate.py, serve.py, export.py and train.init_from): `weights=null`,
-  the default, takes the average where the run kept one and the raw weights otherwise; `weights=averaged` or
-  `weights=raw` asks for exactly that set, and a checkpoint or exported folder that does not hold it is refused in
-  one line. A reader never hands over one set while the user asked for the other.
-- An exported folder holds one set, and its record says which (`weights`, `average_updates`). A folder written
-  before the record said so is `raw` when its run kept no average at all, else `unknown`: it is read as it is,
-  said to be unknown, and refused to anyone who asks for a particular set.
+- One rule for every reader (generate.py, evaluate.py, serve.py, export.py, train.init_from): `weights=null` takes
+  the average where the run kept one, else the raw weights; `weights=averaged` or `raw` asks for exactly that set,
+  and a checkpoint or exported folder that does not hold it is refused in one line, never swapped for the other.
+- An exported folder holds one set, and its record says which (`weights`, `average_updates`); one written before
+  it did is `raw` where its run kept no average, else `unknown`: read as it is, refused to anyone asking for a set.
 - Every reader says what it used: `WeightsUsed.words()` in its first line, `fields()` in its JSON.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.errors import UserError
 from inference.checkpoint import Checkpoint
@@ -28,11 +26,10 @@ class WeightsUsed:
 
     def words(self) -> str:
         """E.g. `averaged (train.average=ema, 120 updates)` or `raw (weights=raw)`."""
+        detail = ""
         if self.kind == "averaged":
             count = "" if self.updates is None else f", {self.updates} update{'' if self.updates == 1 else 's'}"
             detail = f"train.average={self.average or 'unknown'}{count}"
-        else:
-            detail = ""
         detail = "; ".join(part for part in (detail, self.why) if part)
         return f"{'not recorded' if self.kind == 'unknown' else self.kind}" + (f" ({detail})" if detail else "")
 
@@ -103,7 +100,5 @@ def _exported(ckpt: Checkpoint, asked: str | None, key: str) -> WeightsUsed:
 def exported_weights(ckpt: Checkpoint, used: WeightsUsed, source: dict | None = None) -> Checkpoint:
     """The checkpoint as an exported folder keeps it: the one set `used`, the record of which it is, and of the
     checkpoint it came from (`source`: inference/run_files.py's fields; an exported folder's own, re-exported)."""
-    from dataclasses import replace
-
     return replace(ckpt, model=ckpt.weights(used.kind), averaged=None, held=used.kind, held_updates=used.updates,
                    source=source if source is not None else ckpt.source)

@@ -6,18 +6,18 @@ What runs, where it differs from the lecture, and the test that proves the paths
   holds the same matrices as one tensor, `qkv` (3, num_heads, head_dim, E), so a step makes one QKV matmul (no
   concatenation; model/qkv_projection.py splits it, joining nothing in the backward) and one `attend` call (SDPA,
   model/attention_kernels.py). The same seed draws the same weights on both paths, and a state dict of either
-  loads into either (model/qkv_layout.py); tests/test_model.py::test_heads_and_fused_give_same_outputs_and_gradients
+  loads into either (model/qkv_layout.py); test_heads_and_fused_give_same_outputs_and_gradients (tests/model/)
   checks they agree. Cached generation always takes the fused path (it writes the KV cache, model/kv_cache.py).
 - `model.head_size` is all heads together: each head has head_size / num_heads dimensions (the lecture's
   `MultiHeadAttention(num_heads, head_size)` passes one head's size; ours is that times num_heads).
 - Two switches of the modern recipe act on queries and keys only, in `shape_qk`, which both paths call:
   `qk_norm` (each head's queries and keys RMS-normalised, no learned gain, so both paths keep the same
   parameters) and `position=rope` (rotary positions, model/rope.py, instead of the position embedding; keys
-  enter the cache already rotated). tests/test_model_options.py checks both paths under every switch.
+  enter the cache already rotated). tests/model/test_options.py checks both paths under every switch.
 - Two levers of the data-limited records, off by default, act around the heads (`model.attention_gate`: each
   head's output times a gate read from the block's input; `model.value_embedding`: a projection of the embedding
   added to the values). Their gates start at zero, so at the first step a gated head gives half its output and
-  the embedding's values come in whole. tests/test_restatements.py checks every switch against the decode step.
+  the embedding's values come in whole. tests/model/test_restated_forward.py checks every switch against decoding.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.attention_kernels import attend
-from model.dropout import Dropout  # nn.Dropout with cheaper masks on the CPU (tests/test_dropout.py)
+from model.dropout import Dropout  # nn.Dropout with cheaper masks on the CPU (tests/model/test_dropout.py)
 from model.kv_cache import LayerKV
 from model.qkv_layout import convert_in_place, head_by_head
 from model.qkv_projection import project_qkv

@@ -30,7 +30,7 @@ EMBEDDINGS = ("token", "jamo")
 HEADS = ("softmax", "jamo")
 JAMO_INITIALS = ("pairs", "linear")
 # Every field that picks one of several kinds, and the kinds. Each place that restates the forward pass (the
-# decode step, the exported modeling code) must handle every kind here: tests/test_restatements.py enumerates them.
+# decode step, the exported modeling code) must handle every kind: tests/model/test_restated_forward.py enumerates them.
 CHOICES = {"attention": ATTENTION_KINDS, "position": POSITIONS, "norm": NORMS, "mlp": MLPS, "init": INITS,
            "embedding": EMBEDDINGS, "head": HEADS, "jamo_initials": JAMO_INITIALS}
 SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj", "attention_gate", "value_embedding", "unet_skips")  # true/false

@@ -1,19 +1,21 @@
-"""A function of static buffers captured once as a CUDA graph and replayed, or left eager where capture fails.
+"""A function of static buffers captured once as a CUDA graph and replayed: the one capture of the decode step
+(model/static_decode.py) and of the whole training step (training/runner/graph.py).
 
 Design choices:
-- One call of a small model's decode step is ~60 kernels of a few microseconds each: launched one by one from
-  Python, the GPU waits on the CPU. A CUDA graph replays all of them from one launch.
+- A small model's step is many kernels of a few microseconds each: launched one by one from Python, the GPU waits
+  on the CPU. A CUDA graph replays all of them from one launch.
 - PyTorch's recipe (torch.cuda.graph's documentation): the function runs a few times on a side stream first (so
-  lazy initialisations, cuBLAS workspaces and the allocator's blocks exist before capture), then once under
-  capture. It must read and write only tensors that outlive the graph; the caller undoes what the warm-up runs
-  wrote (model/static_decode.py).
-- Random draws: the graph is bound to one generator (`register_generator_state`) whose offset every replay
-  advances as the eager calls would, so a replay draws the numbers the function would have drawn eagerly.
+  lazy initialisations, cuBLAS workspaces and the allocator's blocks exist), then once under capture. `CudaGraph`
+  keeps that stream, so a caller may run its own warm-ups there (training's are real steps). The function reads
+  and writes only tensors that outlive the graph; the caller undoes what the warm-up runs wrote.
+- Random draws: the graph is bound to one generator (`register_generator_state`; the default CUDA generator
+  always), whose offset every replay advances as the eager calls would.
 - Autocast's cache of cast weights is off while capturing: a cast it kept would be freed when the caller's
   autocast ends, and the graph would go on reading freed memory.
 - `capture_error_mode="thread_local"`: the playground captures in one worker thread while others may be
   launching their own work; only this thread's unsafe calls can spoil the capture. One capture at a time.
-- Whatever goes wrong while capturing, the step runs eagerly after one line on stderr that says why.
+- One recovery after any failed capture (`_recover`), then the error goes on: the decode step runs eagerly after
+  one line that says why (`captured`); training says its own line and goes on without the graph.
 """
 
 from __future__ import annotations
@@ -23,16 +25,54 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 import torch
 
 WARMUP_RUNS = 3
-_CAPTURING = threading.Lock()  # torch.cuda.graph's capture stream is shared: one capture at a time
+_CAPTURING = threading.Lock()  # one capture (with its warm-ups and its recovery) at a time
 
 Step = Callable[[], None]
 Capture = Callable[[Step, "torch.Generator | None"], Step]
+
+
+class CudaGraph:
+    """One CUDA graph with a side stream of its own: warm-ups (`side`), `capture`, `replay`."""
+
+    def __init__(self, device: torch.device | None = None):
+        self.stream = torch.cuda.Stream(device)
+        self.graph = torch.cuda.CUDAGraph()
+
+    @contextlib.contextmanager
+    def side(self) -> Iterator[None]:
+        """Work on the graph's stream, after what the caller's stream queued and before what it queues next."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            yield
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def capture(self, fn: Step, generator: torch.Generator | None = None, warmups: int = 0) -> None:
+        """`fn` run `warmups` times on the side stream, then recorded. On failure the device is recovered (back on
+        the caller's stream, no generator left waiting for the capture's end) and the error raised."""
+        caller = torch.cuda.current_stream()
+        autocasting = torch.is_autocast_enabled("cuda")
+        with _CAPTURING, torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocasting,
+                                        cache_enabled=False):
+            try:
+                with self.side():
+                    for _ in range(warmups):
+                        fn()
+                if generator is not None:
+                    self.graph.register_generator_state(generator)
+                with torch.cuda.graph(self.graph, stream=self.stream, capture_error_mode="thread_local"):
+                    fn()
+            except BaseException:
+                _recover(caller)
+                raise
+
+    def replay(self) -> None:
+        self.graph.replay()
 
 
 def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
@@ -40,20 +80,8 @@ def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
     generator `fn` draws from (None: only the default CUDA generator, which every graph registers itself)."""
     if generator is not None and generator.device.type != "cuda":  # a graph of CPU work would replay nothing
         raise RuntimeError(f"the step runs on {generator.device.type}, not on a CUDA device")
-    autocasting = torch.is_autocast_enabled("cuda")
-    with _CAPTURING, torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocasting,
-                                     cache_enabled=False):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        if generator is not None:
-            graph.register_generator_state(generator)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            fn()
+    graph = CudaGraph()
+    graph.capture(fn, generator, WARMUP_RUNS)
     return graph.replay  # the bound method keeps the graph alive
 
 
@@ -62,12 +90,10 @@ def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Ca
     """`capture(fn, generator)`'s replay, its cost said in one line on `out` (stderr); where capture fails, `fn`
     itself after one line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
     out = out or sys.stderr
-    stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
     start = time.perf_counter()
     try:
         replay = (capture or capture_cuda_graph)(fn, generator)
     except Exception as e:  # noqa: BLE001 - any failure to capture leaves the step eager, said once
-        _recover(stream)
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         print(f"{what}: not captured as a CUDA graph ({type(e).__name__}: {reason}); running it eagerly",
               file=out, flush=True)
@@ -77,11 +103,9 @@ def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Ca
     return replay
 
 
-def _recover(stream: torch.cuda.Stream | None) -> None:
+def _recover(stream: torch.cuda.Stream) -> None:
     """After a failed capture: back on the caller's stream (a capture that failed may leave its own current),
     with the work already queued finished."""
-    if stream is None:
-        return
     try:
         torch.cuda.set_stream(stream)
         torch.cuda.synchronize()
@@ -89,7 +113,7 @@ def _recover(stream: torch.cuda.Stream | None) -> None:
         pass
     # A capture that ended in an error can leave the default generator waiting for its end (torch 2.11: "Offset
     # increment outside graph capture encountered unexpectedly" at the next random draw); an empty capture that ends
-    # cleanly releases it. The step's own generator is replaced by the caller (model/static_decode.py).
+    # cleanly releases it. A generator of the caller's own is replaced by the caller (model/static_decode.py).
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "The CUDA Graph is empty": it is meant to be
         with torch.cuda.graph(torch.cuda.CUDAGraph()):

@@ -1,24 +1,22 @@
 """The one-token step of cached generation, on weights gathered once per generation.
 
-Once the prompt is in the KV cache, each new token needs a few matrix-vector products per block (about
-3 MFLOP for the default model). Run through the module tree, the same step makes ~50 `nn.Module` calls
-(each with its hook checks, plus eval-mode dropouts), and on the CPU that overhead can cost more than the
-arithmetic (bench.py reports both). `DecodeStep` computes what `Block.forward` with fused attention computes
-for one position, on weights laid out for a row vector times a matrix (`x @ W_t`, the fastest product for a
-single row on the CPU); the parameters stay the modules' own, so there is still one model. Tests check its
-logits against the uncached forward at every step.
+Once the prompt is in the KV cache, each new token needs a few matrix-vector products per block. Run through the
+module tree, the same step pays an `nn.Module` call (hook checks, eval-mode dropouts) per layer, which on the CPU
+can cost more than the arithmetic. `DecodeStep` computes what `Block.forward` with fused attention computes for
+one position, on weights laid out for a row vector times a matrix (`x @ W_t`, the fastest product for a single row
+on the CPU); the parameters stay the modules' own, so there is still one model. Tests check its logits against the
+uncached forward at every step.
 
 Design choices:
 - Every architecture switch is computed here too (LayerNorm or RMSNorm, learned or rotary positions,
   query/key norm, GELU, squared ReLU or SwiGLU, a composed input and a staged head, which run as their modules);
-  tests/test_restatements.py runs every kind of every `ModelConfig` field through it. The cost of a step is
+  tests/model/test_restated_forward.py runs every kind of every `ModelConfig` field through it. The cost of a step is
   mostly the number of small ops, so each switch is computed in as few as it allows:
-  - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite of six),
-    and its sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] *
-    W)`); LayerNorm keeps its own one-op kernel, with its weights;
+  - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite), and its
+    sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] * W)`);
+    LayerNorm keeps its own one-op kernel, with its weights;
   - queries and keys are normalised and rotated together, and the rotation is one product with a (D, D)
-    matrix per position (`_Rotations`), built by `apply_rope` itself from the identity, so it is the
-    modules' rotation by construction (it also carries the query/key norm's sqrt(D)).
+    matrix per position (`Rotations`, which also carries the query/key norm's sqrt(D)).
 - Folding and reordering round differently from the modules: logits agree to float32 rounding (tested).
 - Positions come from the cache (`KVCache.position`); position p is written to slot p % context_length and
   the query attends to every filled slot, which makes the same step serve learned positions (refilled
@@ -39,7 +37,7 @@ from torch import Tensor, nn
 from model.attention_kernels import attend
 from model.block import Block, mlp_activation
 from model.kv_cache import KVCache
-from model.rope import apply_rope, rope_tables
+from model.rope import ROPE_BASE, apply_rope
 
 ROTATION_CHUNK = 64  # rotation matrices are built for this many positions at a time
 
@@ -79,26 +77,52 @@ def unit_rms(x: Tensor, floor: Tensor) -> Tensor:
     return x / torch.hypot(torch.linalg.vector_norm(x, dim=-1, keepdim=True), floor)
 
 
-class _Rotations:
-    """`rotation(p)`: a (D, D) matrix R with x @ R == apply_rope(x, ..., p), for any absolute position p.
-
-    Built ROTATION_CHUNK positions at a time, so memory stays constant however far the ring slides; `scale`
-    multiplies them (the sqrt(head_dim) that `unit_rms` leaves out of a query/key norm).
-    """
+class Rotations:
+    """`rotations(p)`: a (D, D) matrix R with x @ R == apply_rope(x, ..., p) * `scale`, for any absolute position p:
+    a host int (matrices built ROTATION_CHUNK positions at a time, so memory stays constant however far the ring
+    slides) or a (1,) device tensor (built at each call, nothing read back: model/static_decode.py). Both are the
+    rows of the identity rotated by `apply_rope` itself, so the matrix is the modules' rotation by construction;
+    `scale` is the sqrt(head_dim) that `unit_rms` leaves out of a query/key norm."""
 
     def __init__(self, head_dim: int, dtype: torch.dtype, device: torch.device, scale: float = 1.0):
-        self.head_dim, self.dtype, self.device, self.scale = head_dim, dtype, device, scale
+        self.dtype, self.device, self.scale = dtype, device, scale
+        self.inv_freq = (ROPE_BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)).to(device)
+        self.rows = torch.eye(head_dim, device=device)[:, None]  # (D, 1, D): basis vector j
+        self.index = torch.arange(ROTATION_CHUNK, device=device)
         self.first, self.table = 0, None
 
-    def __call__(self, p: int) -> Tensor:
+    def __call__(self, p: int | Tensor) -> Tensor:
+        if isinstance(p, Tensor):
+            return self._matrices(p)[0]
         if self.table is None or not 0 <= p - self.first < ROTATION_CHUNK:
-            D, n = self.head_dim, ROTATION_CHUNK
-            self.first = p - p % n
-            cos, sin = rope_tables(D, n, start=self.first)
-            rows = torch.eye(D, dtype=torch.float32)[:, None].expand(D, n, D)  # basis vector j at each position
-            rotated = apply_rope(rows, cos, sin, torch.arange(n))  # (D, n, D): row j rotated at each position
-            self.table = (rotated.transpose(0, 1) * self.scale).to(self.device, self.dtype).contiguous()
+            self.first = p - p % ROTATION_CHUNK
+            positions = torch.arange(self.first, self.first + ROTATION_CHUNK, device=self.device)
+            self.table = self._matrices(positions).contiguous()
         return self.table[p - self.first]
+
+    def _matrices(self, positions: Tensor) -> Tensor:
+        """(n,) positions -> (n, D, D), the rotation at each."""
+        n, D = positions.shape[0], self.rows.shape[0]
+        angles = positions.double()[:, None] * self.inv_freq  # (n, D/2), as rope_tables computes them
+        rotated = apply_rope(self.rows.expand(D, n, D), angles.cos().float(), angles.sin().float(), self.index[:n])
+        return (rotated.transpose(0, 1) * self.scale).to(self.dtype)  # (n, D, D): row j rotated at each position
+
+
+class OneThread:
+    """`with OneThread(on):` one intra-op thread inside where `on`, the caller's count back after: the rule of
+    generation's loop on the CPU (model/streaming.py says why)."""
+
+    def __init__(self, on: bool):
+        self.on, self.threads = on, 1
+
+    def __enter__(self) -> None:
+        if self.on:
+            self.threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            torch.set_num_threads(self.threads)
 
 
 @dataclass
@@ -170,23 +194,13 @@ class DecodeStep:
         # queries and keys come out of the matrices in the cache's dtype: their norm takes its epsilon
         self.qk_floor = _floor(self.head_dim, None, dtype, device) if self.qk_norm else None
         self.qk_scale = math.sqrt(self.head_dim) if self.qk_norm else 1.0
-        self.rotations = _Rotations(self.head_dim, dtype, device, self.qk_scale) if attn.rope is not None else None
+        self.rotations = Rotations(self.head_dim, dtype, device, self.qk_scale) if attn.rope is not None else None
 
     def __call__(self, ids: Tensor, cache: KVCache) -> Tensor:
         """ids: (B, 1), the tokens at position `cache.position` -> logits (B, 1, V), as
-        `AttentionLanguageModel.forward(..., last_only=True)` returns them. Advances the cache by one."""
-        if ids.device.type != "cpu":
-            logits = self._step(ids, cache)
-        else:
-            # A few rows give intra-op threads nothing worth splitting: on the CPU every small op would pay
-            # a thread fork/join that costs more than its arithmetic. The thread count is restored before
-            # returning.
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                logits = self._step(ids, cache)
-            finally:
-                torch.set_num_threads(threads)
+        `AttentionLanguageModel.forward(..., last_only=True)` returns them. Advances the cache by one. On the CPU,
+        call it inside `OneThread` (model/streaming.py's loop does)."""
+        logits = self.forward_at(ids, SlotPosition(cache.position, cache.context_length), cache.buffers, cache.dtype)
         cache.advance(1)
         return logits
 
@@ -197,9 +211,6 @@ class DecodeStep:
             if self.rotations is None:
                 return qk * self.qk_scale
         return qk if self.rotations is None else qk @ at.rotation(self.rotations)  # the rotations carry qk_scale
-
-    def _step(self, ids: Tensor, cache: KVCache) -> Tensor:
-        return self.forward_at(ids, SlotPosition(cache.position, cache.context_length), cache.buffers, cache.dtype)
 
     def forward_at(self, ids: Tensor, at: SlotPosition, buffers: list[Tensor], dtype: torch.dtype) -> Tensor:
         """`__call__`'s logits (B, 1, V) for ids (B, 1) at position `at`, written into the cache `buffers` (of
@@ -254,7 +265,7 @@ class SlotPosition:
         """Row p of a learned position table, (E,)."""
         return table[self.p]
 
-    def rotation(self, rotations: _Rotations) -> Tensor:
+    def rotation(self, rotations: Rotations) -> Tensor:
         return rotations(self.p)
 
     def write(self, kv: Tensor, new: Tensor) -> None:

@@ -44,11 +44,6 @@ class KVCache:
         self.window_start = 0  # absolute index, in the whole sequence, of position 0
 
     @property
-    def length(self) -> int:
-        """Slots holding a key: every position written, up to context_length."""
-        return min(self.position, self.context_length)
-
-    @property
     def dtype(self) -> torch.dtype:
         return self.buffers[0].dtype
 

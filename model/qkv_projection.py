@@ -19,7 +19,7 @@ What the backward does instead (`QKVProjection.backward`):
   the cost of the copy the old split always paid.
 
 The forward is the lecture's product unchanged: `x @ qkv.flatten(0, 2).T`, the same numbers as `F.linear`.
-tests/test_step_cost.py holds the backward's operations: no cat, stack or copy, at a held count.
+tests/training/test_step_cost.py holds the backward's operations: no cat, stack or copy, at a held count.
 """
 
 from __future__ import annotations

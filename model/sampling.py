@@ -1,8 +1,23 @@
-"""Turning next-token logits into a token: greedy, temperature, top-k and nucleus (top-p) sampling."""
+"""Turning next-token logits into a token: greedy, temperature, top-k and nucleus (top-p) sampling, and the token
+grammar, applied by one `Sampler` on every device.
+
+Design choices:
+- One sampler for every caller: the eager loop, the static step, a CUDA graph of it, the playground's
+  probabilities (`sampling_probs`) and `sample_next` are all `Sampler.probs` and `Sampler.__call__`.
+- The settings live in device tensors (`set` fills them in place, nothing is read back): a CUDA graph fixes its
+  kernels and their arguments when it is captured, so the numbers (temperature, p, the grammar's tables) are read
+  from tensors and one capture serves every value a request may send. Which filters run changes the kernels: that
+  is the graph's key (`SamplingMode`).
+- Top-k finds the k-th largest logit with `torch.topk` and k on the host, except on CUDA, where a graph needs k in
+  a device tensor (a sort, read at that index: the same value). On the CPU, topk is several times faster than the
+  sort (docs/en/speed.md).
+- The draw is inverse transform sampling (`sample_from`): one uniform number per row.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -26,47 +41,20 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
 def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
                    top_p: float | None = None) -> Tensor:
     """The distribution `sample_next` draws from: logits (B, V) -> float32 probabilities (B, V), after
-    temperature, top-k and top-p. Greedy decoding (a temperature that rounds to 0 in float32) draws from
-    nothing; the softmax of the raw logits stands in for it, for callers that show probabilities."""
-    logits = logits.float()
-    if temperature < torch.finfo(torch.float32).tiny:
-        return torch.softmax(logits, dim=-1)
-    if temperature != 1.0:
-        # Shift the largest logit to 0 before dividing: a tiny temperature then sends the others to -inf
-        # (probability 0) instead of overflowing to inf - inf = NaN, so it approaches greedy as it should.
-        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        logits = nucleus(logits, top_p)
-    return torch.softmax(logits, dim=-1)
+    temperature, top-k and top-p (`Sampler.probs`)."""
+    return _sampler(logits, temperature, top_k, top_p).probs(logits.float())
 
 
-def nucleus(logits: Tensor, top_p: float | Tensor) -> Tensor:
-    """logits (B, V) with -inf for the ids outside the top_p nucleus (top_p a number, or a float32 tensor: the
-    device sampler's, model/device_sampling.py)."""
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
-    drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
-    # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
-    drop_sorted[..., 0] = False
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def sample_next(
-    logits: Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                generator: torch.Generator | None = None) -> Tensor:
     """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
-    if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
-        return logits.argmax(dim=-1, keepdim=True)
-    return sample_from(sampling_probs(logits, temperature, top_k, top_p), generator)
+    return _sampler(logits, temperature, top_k, top_p)(logits.float(), generator)
+
+
+def _sampler(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Sampler:
+    sampler = Sampler(logits.shape[-1], logits.device)
+    sampler.set(temperature, top_k, top_p, None)
+    return sampler
 
 
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -85,10 +73,100 @@ def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tens
     return torch.minimum(picked, last)
 
 
+@dataclass(frozen=True)
+class SamplingMode:
+    """Which filters a draw runs (the numbers are `Sampler`'s tensors)."""
+
+    greedy: bool = False
+    scaled: bool = False  # a temperature other than 1
+    top_k: bool = False
+    top_p: bool = False
+    grammar: bool = False
+
+    @classmethod
+    def of(cls, temperature: float, top_k: int | None, top_p: float | None, vocab_size: int,
+           grammar: bool) -> SamplingMode:
+        """The filters these settings run on a vocabulary of `vocab_size`."""
+        if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
+            return cls(greedy=True, grammar=grammar)
+        return cls(scaled=temperature != 1.0, top_k=top_k is not None and top_k < vocab_size,
+                   top_p=top_p is not None and top_p < 1.0, grammar=grammar)
+
+
+class Sampler:
+    """Next ids (B, 1) from float32 logits (B, V) on their device, with the settings of the last `set`."""
+
+    def __init__(self, vocab_size: int, device: torch.device):
+        self.vocab_size, self.mode, self.k = vocab_size, SamplingMode(), 1
+        self.temperature = torch.ones((), device=device)
+        self.kth = torch.zeros(1, 1, dtype=torch.long, device=device)  # top_k - 1: where the k-th sorts
+        self.top_p = torch.ones((), device=device)
+        self.state: Tensor | None = None  # the grammar's tensors (TokenGrammar.state, .allowed), copied in
+        self.allowed: Tensor | None = None
+
+    def set(self, temperature: float, top_k: int | None, top_p: float | None, grammar: TokenGrammar | None) -> bool:
+        """Settings for the next draws (fills, no sync; a graph captured before reads them). True when the grammar's
+        tensors had to be made anew (a graph captured with the old ones would not see them)."""
+        self.mode = SamplingMode.of(temperature, top_k, top_p, self.vocab_size, grammar is not None)
+        self.temperature.fill_(1.0 if self.mode.greedy else temperature)
+        self.k = min(top_k or 1, self.vocab_size)  # a k past the vocabulary filters nothing (and may not fit a long)
+        self.kth.fill_(self.k - 1)
+        self.top_p.fill_(1.0 if top_p is None else top_p)
+        if grammar is None:
+            return False
+        fits = self.state is not None and self.state.shape == grammar.state.shape \
+            and self.allowed.shape == grammar.allowed.shape
+        if fits:  # in place: graphs read these very tensors
+            self.state.copy_(grammar.state)
+            self.allowed.copy_(grammar.allowed)
+            return False
+        device = self.temperature.device
+        self.state, self.allowed = grammar.state.to(device).clone(), grammar.allowed.to(device).clone()
+        return True
+
+    def mask(self, logits: Tensor, previous: Tensor) -> Tensor:
+        """logits (B, V) with the ids the grammar does not allow after the ids `previous` (B, 1) set to -inf (the
+        logits themselves without a grammar)."""
+        if not self.mode.grammar:
+            return logits
+        return logits.masked_fill(~self.allowed[self.state[previous[:, 0]]], float("-inf"))
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """The distribution a draw is made from: float32 logits (B, V) -> probabilities (B, V). Greedy decoding
+        draws from nothing; the softmax of the raw logits stands in for it, for callers that show probabilities."""
+        mode = self.mode
+        if mode.scaled:
+            # Shift the largest logit to 0 before dividing: a tiny temperature then sends the others to -inf
+            # (probability 0) instead of overflowing to inf - inf = NaN, so it approaches greedy as it should.
+            logits = (logits - logits.amax(dim=-1, keepdim=True)) / self.temperature
+        if mode.top_k:
+            if logits.is_cuda:
+                kth = logits.sort(dim=-1, descending=True).values.gather(-1, self.kth.expand(logits.shape[0], 1))
+            else:
+                kth = torch.topk(logits, self.k, dim=-1).values[:, -1:]  # (B, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if mode.top_p:
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+            probs = torch.softmax(sorted_logits, dim=-1)
+            # Drop a token when the tokens ranked above it already hold top_p of the mass; the first never drops.
+            drop_sorted = (probs.cumsum(dim=-1) - probs) >= self.top_p
+            # A top_p that rounds to 0 in float32 (1e-320) would drop every token: the most probable one stays.
+            drop_sorted[..., 0] = False
+            logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
+        return torch.softmax(logits, dim=-1)
+
+    def __call__(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Next ids (B, 1) drawn from `probs(logits)` (the argmax when greedy); nothing read back to the host."""
+        if self.mode.greedy:
+            return logits.argmax(dim=-1, keepdim=True)
+        return sample_from(self.probs(logits), generator)
+
+
 class TokenGrammar:
     """Which token may follow which, for tokenizers whose ids spell characters in parts (the jamo one: a
     syllable is always initial, medial, then a final or "no final"). Each id leads to a state; each state
-    allows a set of next ids. Sampling masks every other id, so a model can never write half a syllable.
+    allows a set of next ids. Sampling masks every other id (`Sampler.mask`), so a model can never write half a
+    syllable.
 
     state: (V,) long, the state after each id; allowed: (S, V) bool, the ids allowed in each state, none
     empty. State 0 is "between characters": a sample may stop there and nowhere else.
@@ -105,7 +183,3 @@ class TokenGrammar:
     def after(self, ids: Tensor) -> Tensor:
         """The state after the last id of each row: ids (B, T) -> (B,)."""
         return self.state[ids[:, -1]]
-
-    def mask(self, logits: Tensor, states: Tensor) -> Tensor:
-        """logits (B, V) with the ids the rows' states do not allow set to -inf."""
-        return logits.masked_fill(~self.allowed[states], float("-inf"))

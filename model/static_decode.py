@@ -8,8 +8,8 @@ the whole cache with the slots not yet filled masked. The sampled id goes back i
 consecutive replays need nothing from the host.
 
 Design choices:
-- Same logits as `DecodeStep`: only the attention's summation differs (a mask instead of a slice); the
-  rotation matrix is built from the same float64 angles and the same float32 tables (`DeviceRotations`).
+- Same logits as `DecodeStep`: only the attention's summation differs (a mask instead of a slice); the rotation
+  comes from the step's own `Rotations`, at a device position.
 - Everything a replay touches is allocated once per (model, batch size, dtypes) and kept between generations
   (`acquire`): the KV cache (zeroed, so a masked slot never holds a NaN that 0 * NaN would let through), the
   ids, the position, the logits, the sampler's settings and the weights `DecodeStep` gathers. Each generation
@@ -33,48 +33,25 @@ import torch
 from torch import Tensor, nn
 
 from model.cuda_graph import Capture, Step, captured
-from model.decode import DecodeStep, _BlockWeights, _Norm
-from model.device_sampling import DeviceSampler, SamplingMode
+from model.decode import DecodeStep, Rotations, _BlockWeights, _Norm
 from model.kv_cache import KVCache
-from model.rope import ROPE_BASE
-from model.sampling import TokenGrammar
-
-
-class DeviceRotations:
-    """`_Rotations` (model/decode.py) for a position in a device tensor: the same (D, D) matrix, built on the
-    device from the same float64 angles, as cos/sin times two constant patterns."""
-
-    def __init__(self, head_dim: int, dtype: torch.dtype, device: torch.device, scale: float):
-        D, half = head_dim, head_dim // 2
-        self.inv_freq = (ROPE_BASE ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)).to(device)
-        self.cos_pattern = torch.eye(D, device=device)  # R[j, j] = cos of pair j % half
-        sin = torch.zeros(D, D)
-        sin[torch.arange(half), torch.arange(half) + half] = -1.0  # R[j, j + half] = -sin_j
-        sin[torch.arange(half) + half, torch.arange(half)] = 1.0  # R[j + half, j] = sin_j
-        self.sin_pattern = sin.to(device)
-        self.dtype, self.scale = dtype, scale
-
-    def __call__(self, pos: Tensor) -> Tensor:
-        angles = pos.double() * self.inv_freq  # (D/2,), as rope_tables computes them
-        c, s = angles.cos().float(), angles.sin().float()
-        r = self.cos_pattern * torch.cat((c, c)) + self.sin_pattern * torch.cat((s, s))
-        return (r * self.scale).to(self.dtype)
+from model.sampling import Sampler, SamplingMode, TokenGrammar
 
 
 class DevicePosition:
     """`SlotPosition` (model/decode.py) with the position p in a (1,) long device tensor: nothing is read back."""
 
-    def __init__(self, pos: Tensor, slots: Tensor, rotations: DeviceRotations | None):
-        self.pos, self.rotations, self._rotation = pos, rotations, None
+    def __init__(self, pos: Tensor, slots: Tensor):
+        self.pos, self._rotation = pos, None
         self.slot = torch.remainder(pos, slots.shape[0])  # (1,)
         self.mask = (slots <= pos).view(1, 1, 1, -1)  # slots filled so far (all, once p >= context_length - 1)
 
     def row(self, table: Tensor) -> Tensor:
         return table.index_select(0, self.pos)  # (1, E)
 
-    def rotation(self, _host_rotations: object) -> Tensor:
+    def rotation(self, rotations: Rotations) -> Tensor:
         if self._rotation is None:  # once per step, shared by the blocks
-            self._rotation = self.rotations(self.pos)
+            self._rotation = rotations(self.pos)
         return self._rotation
 
     def write(self, kv: Tensor, new: Tensor) -> None:
@@ -99,12 +76,9 @@ class StaticDecode:
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.slots = torch.arange(C, device=device)
         self.logits = torch.zeros(batch_size, self.vocab_size, device=device)
-        self.rotations = None if attn.rope is None else \
-            DeviceRotations(attn.head_dim, dtype, device, self.step.qk_scale)
-        self.sampler = DeviceSampler(batch_size, device)
+        self.sampler = Sampler(self.vocab_size, device)
         self.generator = torch.Generator(device=device)
         self.graphs: dict[SamplingMode, Step] = {}
-        self.mode = SamplingMode()
         self.source: torch.Generator | None = None
         self.busy = False
 
@@ -120,7 +94,6 @@ class StaticDecode:
                 if old.data_ptr() != new.data_ptr():
                     old.copy_(new)  # into the tensors the graphs read
         self.cache.reset(0)
-        self.mode = SamplingMode.of(temperature, top_k, top_p, self.vocab_size, grammar is not None)
         if self.sampler.set(temperature, top_k, top_p, grammar):
             self.graphs = {mode: g for mode, g in self.graphs.items() if not mode.grammar}
         self.source = generator if generator is not None else _default_generator(self.ids.device)
@@ -134,39 +107,39 @@ class StaticDecode:
 
     def run(self) -> None:
         """One token: the step at `pos` on `ids`, its logits into `logits`, the sampled ids into `ids`, pos + 1."""
-        at = DevicePosition(self.pos, self.slots, self.rotations)
+        at = DevicePosition(self.pos, self.slots)
         logits = self.step.forward_at(self.ids, at, self.cache.buffers, self.cache.dtype)[:, -1].float()
-        if self.mode.grammar:
-            logits = self.sampler.mask(logits, self.ids)
+        logits = self.sampler.mask(logits, self.ids)
         self.logits.copy_(logits)
-        self.ids.copy_(self.sampler(logits, self.mode, self.generator))
+        self.ids.copy_(self.sampler(logits, self.generator))
         self.pos.add_(1)
 
     def sample_refilled(self, logits: Tensor) -> Tensor:
         """Eagerly, the ids drawn from a refill's logits (B, V) (masked already), and the step's inputs set to
         follow them at the cache's position."""
-        nxt = self.sampler(logits, self.mode, self.generator)
+        nxt = self.sampler(logits, self.generator)
         self.ids.copy_(nxt)
         self.pos.fill_(self.cache.position)
         return nxt
 
     def replay(self, capture: Capture | None = None) -> Step:
         """This sampling mode's captured step (captured on first use; `run` itself where capture failed)."""
-        if self.mode not in self.graphs:
+        mode = self.sampler.mode
+        if mode not in self.graphs:
             # what the warm-up runs write (the capture itself writes nothing), put back after
             written = (self.ids, self.pos, self.logits, *self.cache.buffers)
             saved, state = [t.clone() for t in written], self.generator.get_state()
             try:
-                self.graphs[self.mode] = captured(self.run, "sampling", self.generator, capture)
+                self.graphs[mode] = captured(self.run, "sampling", self.generator, capture)
             finally:
                 for t, s in zip(written, saved, strict=True):
                     t.copy_(s)
                 self.generator.set_state(state)
-            if self.graphs[self.mode] == self.run:  # not captured: a generator the failed capture held is not reused,
+            if self.graphs[mode] == self.run:  # not captured: a generator the failed capture held is not reused,
                 self.generator = torch.Generator(device=self.ids.device)  # nor graphs bound to it
                 self.generator.set_state(state)
-                self.graphs = {self.mode: self.run}
-        return self.graphs[self.mode]
+                self.graphs = {mode: self.run}
+        return self.graphs[mode]
 
 
 def _tensors(step: DecodeStep) -> list[Tensor]:

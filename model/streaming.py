@@ -6,26 +6,26 @@ Design choices:
   jumps `context_length / 4` tokens at a time, so the model always reads at least three quarters of the context
   while the KV cache is refilled only every quarter (`default_window_shift`); rotary keys stay valid as the window
   moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
-  windows, hence give the same logits (tests/test_model.py).
+  windows, hence give the same logits (tests/model/test_model.py).
 - With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
   `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
 - A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a
-  fork/join to each (and spin against other processes), so they run on one thread; the caller's thread count is
-  back before each token is yielded.
+  fork/join to each (and spin against other processes), so they run on one thread (`OneThread`, model/decode.py);
+  the caller's thread count is back before each token is yielded.
 - Only the last context_length ids are kept (`TokenWindow`), so max_new_tokens may be as large as one likes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
-from model.decode import DecodeStep
+from model.decode import DecodeStep, OneThread
 from model.kv_cache import KVCache, TokenWindow
-from model.sampling import TokenGrammar, check_sampling_args, sample_next
+from model.sampling import Sampler, TokenGrammar, check_sampling_args
 from model.static_decode import acquire, release
 
 
@@ -42,7 +42,7 @@ def default_window_shift(model: nn.Module) -> int:
     return 1 if model.position_embedding is None else max(1, model.context_length // 4)
 
 
-# How a cached token is computed: `eager` is DecodeStep then sample_next; `static` the static step (sampling
+# How a cached token is computed: `eager` is DecodeStep then the `Sampler`; `static` the static step (sampling
 # included) run op by op; `graph` the static step replayed as a CUDA graph, launched as one unit instead of ~60
 # kernels one by one from Python (where it cannot be captured, one line says why and it runs as `static`);
 # `auto` is graph on CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a
@@ -96,7 +96,7 @@ def stream(
     draw = None
     try:
         tokens = TokenWindow(idx, model.context_length)
-        threads = 1 if use_cache and idx.device.type == "cpu" else torch.get_num_threads()
+        one_thread = OneThread(use_cache and idx.device.type == "cpu")
         grammar = grammar.to(idx.device) if grammar is not None else None
         states = grammar.after(idx) if grammar is not None else None
         draw = _token_source(model, idx, use_cache, shift, decoder, (temperature, top_k, top_p), generator, grammar)
@@ -107,12 +107,8 @@ def stream(
                 done = states == 0 if done is None else done | (states == 0)
                 if bool(done.all()):
                     break
-            caller_threads = torch.get_num_threads()
-            torch.set_num_threads(threads)
-            try:
-                nxt, logits = draw(tokens, length, states)
-            finally:
-                torch.set_num_threads(caller_threads)
+            with one_thread:
+                nxt, logits = draw(tokens, length)
             if grammar is not None:
                 states = grammar.after(nxt)
             tokens.append(nxt)
@@ -126,26 +122,49 @@ def stream(
 
 def _token_source(model: nn.Module, idx: Tensor, use_cache: bool, shift: int, decoder: str, sampling: tuple,
                   generator: torch.Generator | None, grammar: TokenGrammar | None):
-    """A function (tokens, length, grammar states) -> (next ids (B, 1), their logits (B, V)), with `close()`."""
+    """A function (tokens, length) -> (next ids (B, 1), their logits (B, V)), with `close()`."""
     if decoder == "auto":
         decoder = "graph" if idx.device.type == "cuda" else "eager"
     if use_cache and decoder != "eager":
         return _StaticSource(model, idx, shift, sampling, generator, grammar, graph=decoder == "graph")
-    return _EagerSource(_logits_source(model, idx, use_cache, shift), sampling, generator, grammar)
+    return _EagerSource(model, idx, use_cache, shift, sampling, generator, grammar)
+
+
+def _refilled(model: nn.Module, cache: KVCache, tokens: TokenWindow, length: int, shift: int) -> Tensor | None:
+    """The logits (B, 1, V) of (re)filling `cache` with the window of the sequence's first `length` ids in one
+    forward pass, where it needs it (the first token, or a window of learned positions that jumped); else None: the
+    next token is one step."""
+    start = window_start(model, length, shift)
+    sliding = shift == 1 and model.position_embedding is None  # rotary keys stay valid as the window moves
+    if cache.position and (sliding or start == cache.window_start):
+        return None
+    cache.reset(start)
+    out = model(tokens.last(length - start), kv_cache=cache, start=0, last_only=True)[0]
+    cache.advance(length - start)
+    return out
 
 
 class _EagerSource:
-    """The logits of `_logits_source`, masked by the grammar, then `sample_next`."""
+    """The window's logits (uncached, a refill or one `DecodeStep`), masked by the grammar, then the `Sampler`."""
 
-    def __init__(self, next_logits: Callable, sampling: tuple, generator: torch.Generator | None,
-                 grammar: TokenGrammar | None):
-        self.next_logits, self.sampling, self.generator, self.grammar = next_logits, sampling, generator, grammar
+    def __init__(self, model: nn.Module, idx: Tensor, use_cache: bool, shift: int, sampling: tuple,
+                 generator: torch.Generator | None, grammar: TokenGrammar | None):
+        self.model, self.shift, self.generator = model, shift, generator
+        self.sampler = Sampler(model.config.vocab_size, idx.device)
+        self.sampler.set(*sampling, grammar)
+        self.cache = new_cache(model, idx.shape[0], idx.device) if use_cache else None
+        self.step = DecodeStep(model, self.cache) if use_cache else None
 
-    def __call__(self, tokens: TokenWindow, length: int, states: Tensor | None) -> tuple[Tensor, Tensor]:
-        logits = self.next_logits(tokens, length)[:, -1].float()  # (B, V)
-        if self.grammar is not None:
-            logits = self.grammar.mask(logits, states)
-        return sample_next(logits, *self.sampling, self.generator), logits
+    def __call__(self, tokens: TokenWindow, length: int) -> tuple[Tensor, Tensor]:
+        previous = tokens.last(1)
+        if self.cache is None:
+            out = self.model(tokens.last(length - window_start(self.model, length, self.shift)), last_only=True)[0]
+        else:
+            out = _refilled(self.model, self.cache, tokens, length, self.shift)
+            if out is None:
+                out = self.step(previous, self.cache)  # one new token since the last step
+        logits = self.sampler.mask(out[:, -1].float(), previous)  # (B, V)
+        return self.sampler(logits, self.generator), logits
 
     def close(self) -> None:
         pass
@@ -157,8 +176,7 @@ class _StaticSource:
 
     def __init__(self, model: nn.Module, idx: Tensor, shift: int, sampling: tuple,
                  generator: torch.Generator | None, grammar: TokenGrammar | None, graph: bool):
-        self.model, self.shift, self.grammar, self.graph = model, shift, grammar, graph
-        self.sliding = shift == 1 and model.position_embedding is None  # as in _logits_source
+        self.model, self.shift, self.graph = model, shift, graph
         self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
         try:
             self.decoder.begin(model, *sampling, grammar, generator)
@@ -166,42 +184,15 @@ class _StaticSource:
             release(self.decoder)
             raise
 
-    def __call__(self, tokens: TokenWindow, length: int, states: Tensor | None) -> tuple[Tensor, Tensor]:
-        d, cache = self.decoder, self.decoder.cache
-        start = window_start(self.model, length, self.shift)
-        if cache.position == 0 or (not self.sliding and start != cache.window_start):
-            cache.reset(start)
-            out = self.model(tokens.last(length - start), kv_cache=cache, start=0, last_only=True)[0]
-            cache.advance(length - start)
-            logits = out[:, -1].float()
-            if self.grammar is not None:
-                logits = self.grammar.mask(logits, states)
+    def __call__(self, tokens: TokenWindow, length: int) -> tuple[Tensor, Tensor]:
+        d = self.decoder
+        out = _refilled(self.model, d.cache, tokens, length, self.shift)
+        if out is not None:
+            logits = d.sampler.mask(out[:, -1].float(), tokens.last(1))
             return d.sample_refilled(logits), logits
         (d.replay() if self.graph else d.run)()
-        cache.advance(1)
+        d.cache.advance(1)
         return d.ids.clone(), d.logits.clone()  # the step's buffers are overwritten by the next token
 
     def close(self) -> None:
         release(self.decoder)
-
-
-def _logits_source(model: nn.Module, idx: Tensor, use_cache: bool,
-                   shift: int) -> Callable[[TokenWindow, int], Tensor]:
-    """A function (tokens, length) -> the logits (B, 1, V) that follow the sequence's first `length` ids."""
-    if not use_cache:
-        return lambda tokens, length: model(tokens.last(length - window_start(model, length, shift)),
-                                            last_only=True)[0]
-    cache = new_cache(model, idx.shape[0], idx.device)
-    sliding = shift == 1 and model.position_embedding is None  # rotary keys stay valid as the window moves
-    step = DecodeStep(model, cache)
-
-    def logits(tokens: TokenWindow, length: int) -> Tensor:
-        start = window_start(model, length, shift)
-        if cache.position == 0 or (not sliding and start != cache.window_start):
-            cache.reset(start)  # first step, or the window jumped: (re)fill it in one pass
-            out = model(tokens.last(length - start), kv_cache=cache, start=0, last_only=True)[0]
-            cache.advance(length - start)
-            return out
-        return step(tokens.last(1), cache)  # one new token since the last step
-
-    return logits

@@ -1,5 +1,5 @@
 """Running the notebooks in a fresh kernel (notebooks/README.md): `make notebooks-run` stores them with their
-outputs; the tests (tests/notebook_tools.py) run them with smaller settings and store nothing.
+outputs; the tests (tests/notebooks/notebook_tools.py) run them with smaller settings and store nothing.
 
 Design choices:
 - nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
@@ -9,7 +9,7 @@ Design choices:
   can be listed afterwards, and an output naming this machine's folders is caught (`ABSOLUTE`).
 - The kernel is this interpreter (a kernel spec written for the run), never a `python3` kernel installed elsewhere;
   the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- The hash of the code cells is stored (`CODE_HASH_KEY`): tests/test_notebooks.py names a stale notebook.
+- The hash of the code cells is stored (`CODE_HASH_KEY`): tests/notebooks/test_notebooks.py names a stale one.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
   state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
 """
@@ -149,7 +149,7 @@ def pictures(nb) -> list[bytes]:
 
 
 def problems(nb, text: str) -> list[str]:
-    """What keeps an executed notebook from being stored: the limits tests/test_notebooks.py checks."""
+    """What keeps an executed notebook from being stored: the limits tests/notebooks/test_notebooks.py checks."""
     found = []
     if len(text.encode("utf-8")) >= NOTEBOOK_BYTES:
         found.append(f"{len(text.encode('utf-8')):,} bytes (the limit is {NOTEBOOK_BYTES:,})")

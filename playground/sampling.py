@@ -3,9 +3,9 @@
 Design choices:
 - Tokens come from `model.stream` with the prompt ids of `inference.generation.prompt_ids` and a generator
   seeded as `generate.py` seeds it, so a seed gives the text `generate.py` prints for it.
-- The probability reported for a token is the one the sampler drew it with: `model.sampling.sampling_probs`,
-  the very distribution `sample_next` draws from. Greedy decoding (temperature 0) has no distribution of its
-  own; the softmax of the raw logits stands in for it.
+- The probability reported for a token is the one the sampler drew it with: `Sampler.probs` (model/sampling.py)
+  at the request's settings, the very distribution the stream draws from. Greedy decoding (temperature 0) has no
+  distribution of its own; the softmax of the raw logits stands in for it.
 - Events follow the tokenizer's stream decoder, one per character: one token for the character tokenizer,
   a whole syllable (three tokens) for the jamo one. When the decoder releases several characters at once,
   each gets the tokens that spell it (found by decoding prefixes). A character's probability is the product
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from inference.generation import prompt_ids, token_grammar
-from model.sampling import sampling_probs
+from model.sampling import Sampler
 from model.streaming import stream
 from playground.cache import CachedRun
 from playground.stages import is_syllable_id, syllable_stages
@@ -72,6 +72,8 @@ class Continuation:
         # What the model really read: the prompt, or the line break an empty prompt starts from.
         self.context = params.prompt if len(self.tokenizer.encode(params.prompt)) else self.tokenizer.decode(ids)
         device = next(run.model.parameters()).device
+        self._sampler = Sampler(run.model.config.vocab_size, device)  # the probabilities of each token drawn
+        self._sampler.set(params.temperature, params.top_k, params.top_p, None)
         generator = torch.Generator(device=device).manual_seed(params.seed)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         # The tokenizer's spelling rules (whole jamo syllables): the text then re-encodes to the very tokens
@@ -88,8 +90,7 @@ class Continuation:
         self.finished = False
 
     def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
-        p = self.params
-        probs = sampling_probs(logits[None], p.temperature, p.top_k, p.top_p)[0]
+        probs = self._sampler.probs(logits[None])[0]
         if not bool(torch.isfinite(probs).all()):
             raise SamplingError(f"run {self.cached.name!r} gave probabilities that are not finite numbers "
                                 "(NaN or infinity): its weights are broken; train it again")

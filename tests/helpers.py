@@ -48,8 +48,8 @@ def _env(extra: dict | None) -> dict:
 
 
 # train.compile=auto would time a test's first steps and might compile a long-limited one (a run only a signal
-# stops): tests train eagerly unless they name train.compile (tests/test_graph_step.py, test_compile_plan.py).
-TRAINING_SCRIPTS = ("train.py", "tests/fault_nan.py", "tests/fault_save.py")
+# stops): tests train eagerly unless they name train.compile (tests/training/test_runner.py).
+TRAINING_SCRIPTS = ("train.py", "tests/e2e/fault_nan.py", "tests/e2e/fault_save.py")
 
 
 def _command(args: tuple[str, ...]) -> list[str]:

@@ -132,10 +132,10 @@ def test_inductor_under_the_graph_trains_as_eager(tmp_path, monkeypatch, capsys)
 
 
 def test_a_capture_that_fails_on_the_card_leaves_the_run_going(tmp_path, monkeypatch, capsys):
-    from training.runner.graph import CudaGraph
+    from model.cuda_graph import CudaGraph
     from training.runner.plan import Way
 
-    def refuse(self, fn):
+    def refuse(self, fn, *args):
         raise RuntimeError("capture refused by the test")
 
     monkeypatch.setattr(CudaGraph, "capture", refuse)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -42,31 +43,27 @@ class Tokenizer(Protocol):
     `tokenizer.tokenizer_from_dict` picks the kind from the dict.
     """
 
-    kind: str  # "char" or "jamo": the value of data.tokenizer that builds it
+    kind: str  # the value of data.tokenizer that builds it
 
     @property
     def vocab_size(self) -> int: ...
 
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
         """The ids of `text` (int32); `normalized=True` promises the text is NFC already."""
-        ...
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str: ...
 
     def unknown_chars(self, text: str) -> Counter[str]:
         """Characters of `text` that encode (at least partly) to `<unk>`, with their counts."""
-        ...
 
     def token_counts(self, text: str) -> np.ndarray:
         """How many tokens each character of NFC `text` becomes."""
-        ...
 
     def stream_decoder(self) -> StreamDecoder: ...
 
     def extended(self, chunks: Iterable[str]) -> Tokenizer:
         """This vocabulary plus the tokens of `chunks` it lacks, at the next ids (every old id keeps its
         meaning): how a run fine-tuned on new text (`train.init_from`) gets the characters it never saw."""
-        ...
 
     def to_dict(self) -> dict: ...
 
@@ -74,7 +71,6 @@ class Tokenizer(Protocol):
 
     def fingerprint(self) -> str:
         """A short hash of the vocabulary: equal fingerprints, equal ids for every text."""
-        ...
 
 
 def vocabulary_format(d: object, expected: str, described: str) -> dict:
@@ -105,15 +101,32 @@ def text_entries(d: dict, key: str, required: bool = True, single: bool = False)
     return value
 
 
-class JsonVocabulary:
-    """Subclasses define `to_dict()` and `from_dict()`; saving, loading and fingerprints come from here."""
+def seen_codes(chunks: Iterable[str], codes_of: Callable[[str], np.ndarray]) -> set[int]:
+    """Every code `codes_of` finds in the NFC text of `chunks` (a corpus read piece by piece)."""
+    seen: set[int] = set()
+    for chunk in chunks:
+        seen.update(np.unique(codes_of(unicodedata.normalize("NFC", chunk))).tolist())
+    return seen
 
-    def to_dict(self) -> dict:
-        raise NotImplementedError
+
+class JsonVocabulary:
+    """Subclasses define `to_dict()`, `from_dict()`, `from_chunks()`, `_decode_codes` (the code each id decodes to)
+    and `_text_of` (the text of such codes); building from text, decoding, saving, loading and fingerprints come
+    from here."""
 
     @classmethod
-    def from_dict(cls: type[T], d: dict) -> T:
-        raise NotImplementedError
+    def from_text(cls: type[T], text: str) -> T:
+        return cls.from_chunks([text])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._decode_codes)
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
+        return self._text_of(self._decode_codes[arr])
 
     def save(self, path: str | Path) -> None:
         atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
@@ -130,5 +143,4 @@ class JsonVocabulary:
             raise UserError(f"{path}: {e}") from None
 
     def fingerprint(self) -> str:
-        """A short hash of the vocabulary, used to key token caches."""
         return hashlib.sha256(json.dumps(self.to_dict(), ensure_ascii=False).encode()).hexdigest()[:16]

@@ -17,12 +17,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from common.errors import UserError
-from tokenizer.base import JsonVocabulary, text_entries, vocabulary_format
+from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
 from tokenizer.nfc import nfc_unsafe_code_points
 
 UNK_TOKEN = "<unk>"
 UNK_ID = 0
-# What `<unk>` decodes to: the Unicode replacement character, so decoded text stays printable.
 UNK_DECODED = "\ufffd"
 FORMAT = "kochar-gpt/char-tokenizer"
 MAX_CODE_POINT = 0x10FFFF
@@ -39,11 +38,10 @@ def text_from_code_points(cps: np.ndarray) -> str:
 
 
 class KoreanCharTokenizer(JsonVocabulary):
-    """Character vocabulary: id 0 is `<unk>`, ids 1..N are the corpus characters in code point order."""
-
     kind = "char"
     format = FORMAT  # the vocabulary file's format name (subclasses with other id layouts name their own)
     described = "character"
+    _text_of = staticmethod(text_from_code_points)
 
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         chars = sorted(set(chars))
@@ -58,35 +56,22 @@ class KoreanCharTokenizer(JsonVocabulary):
                 raise UserError(f"tokenizer vocabulary entry {c!r} is not a single character")
         self.chars: list[str] = chars
         self._cps = np.array([ord(c) for c in chars], dtype=np.uint32)
-        # Lookup table over all of Unicode, code point -> id (0 = unknown): encoding is one gather.
-        # np.zeros pages are allocated lazily, so the 4 MiB cost only the pages the vocabulary touches.
+        # code point -> id (0 = unknown) over all of Unicode: np.zeros allocates pages lazily, so only those used cost
         self._table = np.zeros(MAX_CODE_POINT + 1, dtype=np.int32)
         self._table[self._cps] = np.arange(1, len(chars) + 1, dtype=np.int32)
         self._checked_table: np.ndarray | None = None  # built on the first encode that must check for NFC
-        self._decode_cps = np.concatenate([[ord(UNK_DECODED)], self._cps]).astype(np.uint32)
+        self._decode_codes = np.concatenate([[ord(UNK_DECODED)], self._cps]).astype(np.uint32)
 
-    # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_text(cls, text: str) -> KoreanCharTokenizer:
-        """Vocabulary = the sorted set of characters of `text` after NFC normalisation."""
-        text = unicodedata.normalize("NFC", text)
-        return cls(chr(c) for c in np.unique(code_points(text)).tolist())
+    def from_chunks(cls, chunks: Iterable[str]) -> KoreanCharTokenizer:
+        """The vocabulary of the union of `chunks` (a corpus read piece by piece)."""
+        return cls(map(chr, seen_codes(chunks, code_points)))
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars) + 1
-
-    # -- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
-        """NFC-normalise `text` and return its ids (int32 array); unknown characters map to `<unk>`.
-
-        `normalized=True` skips the NFC check for text that is NFC already, as `data.text` delivers it.
-        """
         if normalized:
             return self._lookup(text, self._table)
-        # Most text is NFC already (everything but macOS file names and some pasted text), and the full
-        # NFC pass costs as much as the lookup. The checked table stores characters that might need NFC as
-        # -1 - id, so one lookup both encodes and says whether the text needs the NFC pass after all.
+        # Most text is NFC already (but macOS file names and some pasted text): the checked table stores characters
+        # that might need NFC (tokenizer/nfc.py) as -1 - id, so one lookup encodes and says if the NFC pass is due.
         ids = self._lookup(text, self._nfc_checked_table())
         if len(ids) and ids.min() < 0:
             ids = self._lookup(unicodedata.normalize("NFC", text), self._table)
@@ -110,14 +95,7 @@ class KoreanCharTokenizer(JsonVocabulary):
             table.take(cps, out=ids[i : i + len(cps)])
         return ids
 
-    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
-        return text_from_code_points(self._decode_cps[arr])
-
     def unknown_chars(self, text: str) -> Counter[str]:
-        """Characters of `text` (after NFC) that are not in the vocabulary, with their counts."""
         text = unicodedata.normalize("NFC", text)
         cps = code_points(text)
         ids = self.encode(text, normalized=True)
@@ -125,10 +103,9 @@ class KoreanCharTokenizer(JsonVocabulary):
         return Counter({chr(int(c)): int(n) for c, n in zip(missing, counts, strict=True)})
 
     def token_counts(self, text: str) -> np.ndarray:
-        """How many tokens each character of NFC `text` becomes: always one here."""
+        """Always one here."""
         return np.ones(len(code_points(unicodedata.normalize("NFC", text))), dtype=np.int64)
 
-    # -- persistence --------------------------------------------------------------------------
     def _base_chars(self) -> list[str]:
         """The characters the vocabulary was built from (not those added by fine-tuning)."""
         return self.chars[: len(self.chars) - len(self.added)]
@@ -143,11 +120,8 @@ class KoreanCharTokenizer(JsonVocabulary):
         return cls(text_entries(d, "chars", single=True), text_entries(d, "added", required=False, single=True))
 
     def extended(self, chunks: Iterable[str]) -> KoreanCharTokenizer:
-        """This vocabulary plus every character of `chunks` it lacks, which take the next ids (in code point
-        order): every id of this tokenizer keeps its meaning."""
-        seen: set[int] = set()
-        for chunk in chunks:
-            seen.update(np.unique(code_points(unicodedata.normalize("NFC", chunk))).tolist())
+        """New characters take the next ids in code point order."""
+        seen = seen_codes(chunks, code_points)
         new = sorted(chr(c) for c in seen if not self._table[c])
         return self._grown(new, seen)
 
@@ -156,7 +130,7 @@ class KoreanCharTokenizer(JsonVocabulary):
         return type(self)(self._base_chars(), self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
-        """Decode ids one at a time as they are generated (each id is one whole character)."""
+        """Each id is one whole character."""
         return CharStreamDecoder(self)
 
 

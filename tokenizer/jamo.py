@@ -1,18 +1,16 @@
 """KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens (initial, medial, final).
 
-A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit
-"no final" token, so decoding never has to guess where a syllable ends. Every other character (Hanja,
-Latin, digits, punctuation, emoji, and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in
-the character tokenizer.
+A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit "no final" token,
+so decoding never has to guess where a syllable ends. Every other character (Hanja, Latin, digits, punctuation, emoji,
+and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in the character tokenizer.
 
-Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character
-of the text, not even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul.
-Encoding and decoding are numpy gathers over code points: no per-character Python loop.
+Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character of the text, not
+even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul. Encoding and decoding are numpy
+gathers over code points: no per-character Python loop.
 
-A model can sample sequences that are not syllables (a medial without an initial, an initial followed by
-a comma). Decoding stays readable: an initial and a medial without a final make an open syllable, and a
-part with no syllable to belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows
-as nothing.
+A model can sample sequences that are not syllables (a medial without an initial, an initial followed by a comma).
+Decoding stays readable: an initial and a medial without a final make an open syllable, and a part with no syllable to
+belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows as nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from common.errors import UserError
-from tokenizer.base import JsonVocabulary, text_entries, vocabulary_format
+from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
 from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
 
 FORMAT = "kochar-gpt/jamo-tokenizer"
@@ -38,7 +36,6 @@ INITIAL_BASE = PART_BASE
 MEDIAL_BASE = INITIAL_BASE + NUM_INITIALS
 FINAL_BASE = MEDIAL_BASE + NUM_MEDIALS
 NUM_PARTS = NUM_INITIALS + NUM_MEDIALS + NUM_FINALS
-NO_FINAL = FINAL_BASE  # final 0
 
 _CONJOINING_L, _CONJOINING_V, _CONJOINING_T = 0x1100, 0x1161, 0x11A7  # final 1 is U+11A8
 
@@ -131,6 +128,7 @@ class KoreanJamoTokenizer(JsonVocabulary):
     """Id 0 is `<unk>`; ids 1..N are the corpus tokens (characters, then syllable parts) in code order."""
 
     kind = "jamo"
+    _text_of = staticmethod(text_from_jamo_codes)
 
     def __init__(self, tokens: Iterable[str], added: Iterable[str] = ()):
         base = sorted({_token_code(name) for name in tokens})
@@ -148,34 +146,12 @@ class KoreanJamoTokenizer(JsonVocabulary):
         self._part_table[self._codes[~is_char] - PART_BASE] = ids[~is_char]
         self._decode_codes = np.concatenate([[ord(UNK_DECODED)], self._codes]).astype(np.int64)
 
-    # -- construction -------------------------------------------------------------------------
-    @classmethod
-    def _from_codes(cls, codes: Iterable[int]) -> KoreanJamoTokenizer:
-        return cls(_code_name(int(c)) for c in codes)
-
-    @classmethod
-    def from_text(cls, text: str) -> KoreanJamoTokenizer:
-        """Vocabulary = the sorted set of tokens of `text` after NFC normalisation."""
-        return cls.from_chunks([text])
-
     @classmethod
     def from_chunks(cls, chunks: Iterable[str]) -> KoreanJamoTokenizer:
         """The vocabulary of the union of `chunks` (a corpus read piece by piece)."""
-        seen: set[int] = set()
-        for chunk in chunks:
-            seen.update(np.unique(jamo_codes(unicodedata.normalize("NFC", chunk))).tolist())
-        return cls._from_codes(seen)
+        return cls(_code_name(c) for c in seen_codes(chunks, jamo_codes))
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self._codes) + 1
-
-    # -- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
-        """NFC-normalise `text` and return its ids (int32 array); tokens not in the vocabulary are `<unk>`.
-
-        `normalized=True` skips the NFC pass for text that is NFC already, as `data.text` delivers it.
-        """
         return self._ids(jamo_codes(text if normalized else unicodedata.normalize("NFC", text)))
 
     def _ids(self, codes: np.ndarray) -> np.ndarray:
@@ -186,19 +162,12 @@ class KoreanJamoTokenizer(JsonVocabulary):
         ids[char] = self._char_table[codes[char]]
         return ids
 
-    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        arr = np.asarray(ids if not hasattr(ids, "tolist") else ids.tolist(), dtype=np.int64).reshape(-1)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
-        return text_from_jamo_codes(self._decode_codes[arr])
-
     def token_counts(self, text: str) -> np.ndarray:
-        """How many tokens each character of NFC `text` becomes (3 for a syllable, else 1)."""
+        """3 for a syllable, else 1."""
         cps = code_points(unicodedata.normalize("NFC", text))
         return np.where((cps >= SYLLABLE_FIRST) & (cps <= SYLLABLE_LAST), 3, 1)
 
     def unknown_chars(self, text: str) -> Counter[str]:
-        """Characters of `text` (after NFC) with a token outside the vocabulary, with their counts."""
         text = unicodedata.normalize("NFC", text)
         cps = code_points(text)
         counts = self.token_counts(text)
@@ -207,7 +176,6 @@ class KoreanJamoTokenizer(JsonVocabulary):
         missing, n = np.unique(cps[per_char > 0], return_counts=True)
         return Counter({chr(int(c)): int(k) for c, k in zip(missing, n, strict=True)})
 
-    # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN,
              "tokens": self.tokens[: len(self.tokens) - len(self.added)]}
@@ -225,11 +193,8 @@ class KoreanJamoTokenizer(JsonVocabulary):
         return cls(tokens, added)
 
     def extended(self, chunks: Iterable[str]) -> KoreanJamoTokenizer:
-        """This vocabulary plus every token of `chunks` it lacks (characters, or syllable parts never seen),
-        which take the next ids: every id of this tokenizer keeps its meaning."""
-        seen: set[int] = set()
-        for chunk in chunks:
-            seen.update(np.unique(jamo_codes(unicodedata.normalize("NFC", chunk))).tolist())
+        """New tokens (characters, or syllable parts never seen) take the next ids."""
+        seen = seen_codes(chunks, jamo_codes)
         known = set(self._codes.tolist())
         new = [_code_name(c) for c in sorted(seen - known)]
         return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
@@ -249,15 +214,12 @@ class KoreanJamoTokenizer(JsonVocabulary):
         return state, allowed
 
     def stream_decoder(self) -> JamoStreamDecoder:
-        """Decode ids one at a time as they are generated, printing each syllable once it is complete."""
+        """Each syllable is printed once it is complete."""
         return JamoStreamDecoder(self)
 
 
 class JamoStreamDecoder:
-    """Holds back an initial (and its medial) until the syllable is complete.
-
-    Whatever the ids, the concatenation of everything `feed` and `flush` return equals `decode(ids)`.
-    """
+    """Holds back an initial (and its medial) until the syllable is complete."""
 
     def __init__(self, tokenizer: KoreanJamoTokenizer):
         self._codes = tokenizer._decode_codes

@@ -22,7 +22,7 @@ import numpy as np
 HANGUL_COMPOSING = [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]
 # Combining marks and canonical decompositions live in planes 0-2 and 14 only: plane 3 holds ideographs,
 # planes 4-13 are unassigned, 15-16 are private use (whose properties Unicode never changes). Scanning just
-# these keeps the first encode fast; tests/test_nfc.py scans all of Unicode to check the claim.
+# these keeps the first encode fast; tests/tokenizer/test_nfc.py scans all of Unicode to check the claim.
 SCANNED = (range(0xD800), range(0xE000, 0x30000), range(0xE0000, 0xF0000))
 
 

@@ -6,15 +6,14 @@ by arithmetic: `syllable_parts`); then the corpus's other characters (Hanja, Lat
 whitespace, standalone jamo such as ㅋㅋ) in code-point order; then characters added by fine-tuning.
 
 Design choices:
-- It is the character tokenizer with a fixed syllable block in front: encoding, decoding, NFC handling,
-  streaming and `extended()` are the character tokenizer's, so NFC, CP949, BOM and NFD input give the same
-  characters as for `char`, and a syllable never seen in training is still a token, not `<unk>`.
-- The fixed block is what lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model
-  knows only ids, and the ids of syllables are the same for every corpus.
-- It records which syllables its training text held (`seen_syllables`, saved as one string under
-  "syllables_seen"), so evaluation can split its score into what a `char` model of the same corpus could
-  score and what it could not. Fine-tuning adds the syllables of the new text, as `char` would add them to
-  its vocabulary. A vocabulary saved before the record existed loads with `seen_syllables = None`.
+- It is the character tokenizer with a fixed syllable block in front (encoding, decoding, NFC handling, streaming
+  and `extended()` are `char`'s), so a syllable never seen in training is still a token, not `<unk>`.
+- The fixed block lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model knows only ids,
+  and the ids of syllables are the same for every corpus.
+- It records which syllables its training text held (`seen_syllables`, saved as one string under "syllables_seen"),
+  so evaluation can split its score into what a `char` model of the same corpus could score and what it could not.
+  Fine-tuning adds the syllables of the new text, as `char` would add them to its vocabulary. A vocabulary saved
+  before the record existed loads with `seen_syllables = None`.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ SEEN_KEY = "syllables_seen"
 
 
 class KoreanHangulTokenizer(KoreanCharTokenizer):
-    """Id 0 is `<unk>`, ids 1..11172 the Hangul syllables, then the corpus's other characters."""
-
     kind = "hangul"
     format = FORMAT
     described = "Hangul"
@@ -41,7 +38,6 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
         chars = set(chars)
         others = sorted(chars - _SYLLABLE_SET)
-        # The syllables of the training text: the ones a char tokenizer of the same corpus would hold.
         self.seen_syllables: frozenset[str] | None = frozenset(chars & _SYLLABLE_SET)
         known = set(others) | _SYLLABLE_SET
         self.added: list[str] = [c for c in dict.fromkeys(added) if c not in known]
@@ -69,14 +65,11 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
         seen = d.get(SEEN_KEY)
         if seen is not None and not isinstance(seen, str):
             raise UserError(f"tokenizer.{SEEN_KEY} must be text, found {type(seen).__name__}")
-        # Older vocabularies did not record the training syllables: unknown, not "none".
         tok.seen_syllables = None if seen is None else frozenset(seen) & _SYLLABLE_SET
         return tok
 
     def _grown(self, new: list[str], seen: set[int]) -> KoreanHangulTokenizer:
-        grown = type(self)(self._base_chars(), self.added + new)
-        if self.seen_syllables is None:
-            grown.seen_syllables = None
-        else:
-            grown.seen_syllables = self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
+        grown = super()._grown(new, seen)
+        grown.seen_syllables = None if self.seen_syllables is None else \
+            self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
         return grown

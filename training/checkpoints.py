@@ -1,17 +1,13 @@
-"""The run's checkpoints: `ckpt.pt` written at every evaluation and when a signal stops the run, `best.pt` following
-the lowest validation loss, and what a resumed run takes back from one.
+"""The run's checkpoints: `ckpt.pt` at every evaluation and when a signal stops the run, `best.pt` following the
+lowest validation loss, and what a resumed run takes back from one.
 
 Design choices:
-- `best.pt` is a byte copy of the evaluation's `ckpt.pt` (`copy_checkpoint`), not a second serialisation; every
-  reader of the run chooses between the two (inference/run_files.py).
-- Nothing non-finite is saved: the losses since the last check, the weights (and their average) must be finite
-  before a file is written (training/guards/divergence.py). A failed write (a full disk) is one line; the old file
-  stays, since every write is atomic (common/atomic_files.py).
-- Everything a resume needs is plain data (`TrainingState`: the optimizer, the loss scaler, the sampler's position,
-  the random-number states, the early-stopping count), so checkpoints load with `torch.load(weights_only=True)`.
-- Resuming from another file than the run's `ckpt.pt` (say `best.pt`) would overwrite that newer `ckpt.pt` at the
-  first save: it is kept under its own name, `ckpt.step<N>.pt`, and the start says so.
-- A checkpoint without a usable training state is refused in one line that says what it can still be used for.
+- `best.pt` is a byte copy of the evaluation's `ckpt.pt`, not a second serialisation; the readers choose between
+  the two (inference/run_files.py).
+- Nothing non-finite is saved (training/guards/divergence.py); every write is atomic, so a failed one (a full disk)
+  is one line and the old file stays.
+- Everything a resume needs is plain data (`TrainingState`), so checkpoints load with `weights_only=True`.
+- Resuming from another file than the run's `ckpt.pt` keeps that newer `ckpt.pt` as `ckpt.step<N>.pt`, and says so.
 """
 
 from __future__ import annotations

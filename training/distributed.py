@@ -1,14 +1,10 @@
 """torchrun / DistributedDataParallel support: NCCL on CUDA, gloo on the CPU.
 
 Design choices:
-- The same contract as one process where the workers control it: a signal stops every rank after its step,
-  rank 0 saves and prints the resume command once, each worker exits 143 (SIGTERM) or 130 (Ctrl-C).
-- A rank whose peer died (kill -9, a crash) fails in its next collective; `peer_loss_is_one_line` turns that
-  failure into one `error:` line per surviving rank instead of a traceback. The checkpoint on disk is whole
-  (it is only ever replaced atomically by rank 0).
-- What only torchrun's agent controls, and we do not: when it gets SIGTERM or Ctrl-C it forwards the signal to
-  the workers, waits for them, then raises its own SignalException (a traceback, exit status 1); when a worker
-  dies it prints its ChildFailedError report and exits 1.
+- One process's contract where the workers control it: a signal stops every rank after its step, rank 0 saves and
+  prints the resume command once, each worker exits 143 (SIGTERM) or 130 (Ctrl-C).
+- A rank whose peer died fails in its next collective: `peer_loss_is_one_line` makes that one `error:` line.
+- torchrun's agent's own reports (its SignalException, ChildFailedError) are not ours to change.
 """
 
 from __future__ import annotations
@@ -62,14 +58,6 @@ def init_distributed(device_name: str) -> DistInfo:
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()
-
-
-def all_reduce_mean(value: float, info: DistInfo, device: torch.device) -> float:
-    if not info.enabled:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.item() / info.world_size
 
 
 def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:

@@ -2,27 +2,18 @@
 evaluations without a better one, and the lines that end a run whose end is worse than its best.
 
 Design choices:
-- Patience is counted in evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new
-  best validation loss (the evaluations that write best.pt), provided that one is worse than the best by more than
-  the noise margin. The last evaluation of a run never stops it early: its limit does.
-- The noise margin, `NOISE_MARGIN_BPC`, is two and a half times the measured jitter of validation around its trend
-  (docs/en/training.md gives the measurement). Validation is estimated on the same batches at every evaluation, so
-  it moves only because the weights moved; near its best it still jitters. A last validation worse than the best by
-  more than the margin has turned (the run memorises); by less, it is where the best was. It is in bits per
-  character so that it means the same for every tokenizer, and it decides both whether early stopping may stop a
-  run and whether the run's last lines say that validation turned.
-- `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock (`train.max_seconds`) or its passes over
-  the data (`train.max_epochs`, or their default) set, and off for a `train.max_steps` run: a step count typed is a
-  run asked for whole.
-- The loop calls three functions: `start` before the first step, `observe` in every evaluation before its
-  checkpoint is written (so `ckpt.pt` records a stop), and `stops_here` after it. Under torchrun the decision is one
-  collective per evaluation (`any_rank`), taken by every rank together.
-- A run that stopped early counts as finished: `train.resume` of it trains nothing and exits 0, saying so, unless a
-  limit is raised (the count then starts again) or the patience no longer holds.
-- The count (best step, evaluations since, where it stopped and within which limits) is saved in the checkpoint's
-  training state, so a resumed run stops where the unbroken one would.
-- Which file the readers use is found as they find it (inference/run_files.py), so the closing lines never say
-  something a reader then contradicts.
+- Patience counts evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new best,
+  provided that one is worse than the best by more than `NOISE_MARGIN_BPC` (2.5 times the measured jitter of
+  validation around its trend: docs/en/training.md), in bits per character so that it means the same for every
+  tokenizer. The last evaluation never stops a run early: its limit does. A patience that cannot act in the run
+  is refused where typed, silent under `auto`.
+- `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock or its passes over the data set, and off
+  for a `train.max_steps` run: a step count typed is a run asked for whole.
+- The loop calls `start`, `observe` (in every evaluation, before its checkpoint is written, so `ckpt.pt` records a
+  stop) and `stops_here`; under torchrun every rank decides together (`any_rank`).
+- A run that stopped early counts as finished: its resume trains nothing, unless a limit is raised or the patience
+  no longer holds. The count is saved in the checkpoint, so a resumed run stops where the unbroken one would.
+- The closing lines find the file the readers use as they find it (inference/run_files.py).
 """
 
 from __future__ import annotations
@@ -31,8 +22,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from tqdm import tqdm
 
 from cli.overrides import shell_path
 from common.errors import ConfigError, UserError
@@ -186,20 +175,20 @@ def start(s: Session, state: LoopState) -> bool:
     if e.stopped_at is not None:
         why = e.going_on(now)
         if why is None:
-            _say(s, f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
+            s.say(f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
                     f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
                     "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
                     "train on")
             state.stopped, e.said = EARLY, True
             return False
-        _say(s, f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
+        s.say(f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
         e.stopped_at = None
     e.limits = now
     left = evaluations_left(state.step, s.max_steps, t.eval_interval)
     if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
         how = "auto: this run's length is set by time or passes, not train.max_steps" if t.early_stop == "auto" \
             else f"train.early_stop={t.early_stop}"
-        _say(s, f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
+        s.say(f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
                 f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
                 f"above the best ({how}; train.early_stop=null turns it off)")
     return True
@@ -210,11 +199,6 @@ def _best_file_step(run_dir: Path) -> int | None:
         return header(run_dir / BEST_NAME).step
     except Exception:  # noqa: BLE001 - a missing or unreadable best.pt leaves the step unknown, nothing more
         return None
-
-
-def _say(s: Session, line: str) -> None:
-    if s.dist.is_main:
-        tqdm.write(line)  # above the progress bar, which is already drawn
 
 
 def closing(s: Session, state: LoopState) -> str:

@@ -1,24 +1,14 @@
 """Starting a new run from another run's weights: `train.init_from=<run or checkpoint>` (fine-tuning).
 
 Design choices:
-- A new run in every way but its first weights: its own folder, step 0, a fresh optimizer and schedule; the
-  learning rate, dropout, batch size, limits and optimizer come from this command line and the config, as
-  for any run ("finetuning is no different than training, start from a pretrained model").
-- The architecture (and tokenizer kind) is the source run's. A model key typed on this command line that
-  contradicts it is refused in one line naming every such key; keys not typed take the source's values.
-  `model.dropout` and `model.attention` leave the parameters as they are, so they stay the user's.
-- The new text may hold characters the source never saw. The tokenizer is extended (the new ones take the
-  next ids; every old id keeps its meaning), the embedding gets new rows (the mean of the known rows: a
-  generic character) and the output layer new rows copied from `<unk>`'s, which the source learned to
-  predict almost never. Every known character's logit is unchanged, and each new character starts as
-  likely as `<unk>` was, so the predictions on known text barely move before the first step.
-- The source's weights are chosen as every reader chooses them: a run folder gives its best validated weights
-  (best.pt where it is the run's and better; inference/run_files.py), a file is read as named; `train.init_weights=null`
-  takes its average where it kept one, else its raw weights; `averaged` or `raw` asks for that set, and a source
-  without it is refused in one line (inference/weights.py). The start-up line says which file and which set start
-  the run.
-- The run records where it started: `train.init_from` in its config, and `init_from` (source checkpoint,
-  its step, the characters added, which weights) in its checkpoints and TensorBoard's HParams.
+- A new run in every way but its first weights: its own folder, step 0, a fresh optimizer and schedule, this
+  command line's settings ("finetuning is no different than training, start from a pretrained model").
+- The architecture (and tokenizer kind) is the source's; a model key typed that contradicts it is refused in one
+  line naming every such key (`model.dropout` and `model.attention` stay the user's).
+- Characters the source never saw extend the tokenizer (old ids keep their meaning); their embedding rows start at
+  the mean of the known rows and their output rows at `<unk>`'s, so predictions on known text barely move.
+- The source's weights are chosen as every reader chooses them (inference/run_files.py, inference/weights.py), and
+  the start says which file and which set. The run records where it started (config, checkpoints, HParams).
 """
 
 from __future__ import annotations

@@ -3,11 +3,8 @@
 Design choices:
 - `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
 - Every check that can fail runs before anything is deleted, written or printed (old TensorBoard events go last).
-- On resume, training/settings/resume.py decides each setting: what the user typed, if the checkpoint can
-  honour it, else the checkpoint's value (a typed change it cannot honour is refused before any work).
-- A resumed run whose checkpoint has reached its limit already (`train.max_steps` at or below its step, the steps
-  `train.max_epochs` comes to, or the time `train.max_seconds` gives, used up) trains nothing: it says so, and is
-  evaluated as it stands, as `train.max_steps=0` documents; it exits 0.
+- A resumed run whose checkpoint has reached its limit already trains nothing: it says so and is evaluated as it
+  stands, as `train.max_steps=0` documents; it exits 0.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
 
 from cli.overrides import shell_path
 from common.device import autocast, enable_fast_matmul, pick_device
@@ -83,6 +81,11 @@ class Session:
     @property
     def eval_model(self) -> nn.Module:
         return self.raw_model  # eager: never the compiled training graph, never DDP's wrapper
+
+    def say(self, line: str) -> None:
+        """A line of the run's, once (rank 0), above the progress bar."""
+        if self.dist.is_main:
+            tqdm.write(line)
 
 
 @dataclass

@@ -1,21 +1,17 @@
 """The training loop: setup, then steps, evaluations and checkpoints until a limit or a signal stops it.
 
-Read it in this order: `train` (set-up, the loop, the finish), `loop` (step, log, validate, stop), `validate`, then
-training/step.py (one optimizer step) and training/checkpoints.py (`save`). Every other part is one call away, by a
-name that says what it does: training/session.py builds the `Session` the loop runs on; training/runner/ runs each
-step the way `train.compile` chose; training/early_stop.py decides when validation has turned; training/guards/
-answers signals, divergence and memory; training/reporting/ draws the progress bar and writes TensorBoard.
+Read `train` (set-up, the loop, the finish), `loop` (step, log, validate, stop) and `validate`, then training/step.py
+(one optimizer step) and training/checkpoints.py (`save`). Every other part is one call away, by a name that says
+what it does: `setup` (training/session.py), `StepRunner` (training/runner/), `early_stop`, `guards`, `reporting`.
 
 Design choices:
-- litgpt's shape: `setup` builds a `Session` and a `LoopState`; `train_step` is one optimizer step; `validate` and
-  `save` are their own functions; the loop reads in one screen.
-- Runs the same way on one CPU, one GPU or many GPUs under torchrun (DDP). Only rank 0 logs, shows the progress bar
-  and writes checkpoints; every rank agrees on when to stop.
-- Nothing waits for the device between steps but the checks at log steps, evaluations and checkpoints.
-- A signal stops the run after its step; during an evaluation, a snapshot or the closing sample it stops that wait at
-  once, and the run saves as it would after a step.
-- Evaluations are cheap enough to run often; TensorBoard's samples and attention maps, which cost more, are drawn
-  only every `train.snapshot_interval` steps (`snapshot_due`).
+- litgpt's shape: a `Session` and a `LoopState` from `setup`, one optimizer step, `validate` and `save` on their
+  own; the loop reads in one screen.
+- The same on one CPU, one GPU or many GPUs under torchrun: rank 0 logs, draws the bar and writes checkpoints; every
+  rank agrees on when to stop. Nothing waits for the device between steps but the checks at log steps, evaluations
+  and checkpoints.
+- TensorBoard's samples and attention maps, which cost more than an evaluation, come every
+  `train.snapshot_interval` steps (`snapshot_due`).
 """
 
 from __future__ import annotations
@@ -140,9 +136,8 @@ def stop(s: Session, state: LoopState, bar: tqdm | None, signal_name: str) -> No
         save(s, state, CKPT_NAME)
     if bar is not None:
         bar.close()
-    if s.dist.is_main:  # every rank got the signal; the resume command is printed once
-        tqdm.write(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "
-                   f"train.resume={shell_path(s.run_dir)}")
+    s.say(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "  # every rank got it
+          f"train.resume={shell_path(s.run_dir)}")
 
 
 def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> None:
@@ -180,8 +175,7 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     state.val_loss, bpc = val_loss, scalars["val/bpc"]
     s.logger.scalars(state.step, scalars)
     s.logger.flush()
-    if s.dist.is_main:
-        tqdm.write(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
+    s.say(f"step {state.step}: train loss {train_est:.4f}, val loss {state.val_loss:.4f}, val bpc {bpc:.4f}")
     early_stop.observe(s, state, last)  # before the best takes this evaluation in, and before ckpt.pt records it
     improved = state.val_loss < state.best_val_loss
     state.best_val_loss = min(state.best_val_loss, state.val_loss)

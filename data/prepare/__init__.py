@@ -7,9 +7,6 @@
 
 Prints the `data.path=...` override to train on the prepared text (on stdout; progress goes to stderr): one
 file, or with `--files` a folder holding one file per document (KoCoNovel's novels).
-
-Modules: `catalog` (what each corpus is and how its files are read), `fetching` (download, validation,
-checksums, writing the prepared text), `command` (the command line).
 """
 
 from data.download import download

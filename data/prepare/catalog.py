@@ -58,8 +58,7 @@ def _koconovel_text(path: str, raw: str) -> str:
     return "\n".join(parts)
 
 
-# The 50 novels in the corpus's own order (list_of_novels.csv). Pinned to the commit that added the
-# text.jsonl files, so the bytes, and hence their checksums, never change under us.
+# The 50 novels in the corpus's own order (list_of_novels.csv), at the commit that added the text.jsonl files.
 _KOCONOVEL_NOVELS = (
     "1_Ms._B_and_Love_Letters", "2_A_Sweetheart", "3_A_Fictional_Rogue_Girl", "4_Wedding", "5_Kyung-hee",
     "6_A_Strange_Monk", "7_The_Woman", "8_Dark_Moon", "9_A_Field_of_Beans_Where_Gold_is_Buried", "10_Rich_Mine",
@@ -130,5 +129,3 @@ NSMC = CorpusSource(
 )
 
 REGISTRY: dict[str, CorpusSource] = {s.name: s for s in (KOCONOVEL, NSMC)}
-
-

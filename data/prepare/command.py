@@ -56,5 +56,3 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{source.name}: {path} ({what}{size:,} bytes). License {source.license}; cite {source.citation}",
           file=sys.stderr)
     print(f"data.path={path}")
-
-

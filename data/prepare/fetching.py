@@ -1,19 +1,17 @@
-"""Downloading a corpus's files into the cache, validating them, and writing the prepared text.
+"""Downloading a corpus's files into the cache (`data.download`), validating them, and writing the prepared text.
 
 Design choices:
-- Downloads (`data.download`) are safe to interrupt and resume, and a file gets its final name only once
-  complete and valid.
-- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8
-  text in the source's format, not empty, not an HTML page. A mirror that answers with anything else is
-  refused in one line, and nothing of it is kept or recorded.
-- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates
-  is recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use
-  must match that record, so a file changing on the server is noticed.
-- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned
-  record (with one warning), because the user asked to trust the source again; one that does not validate
-  changes nothing (the verified copy and its record stay). Pinned checksums are never overridden.
-- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document
-  of the source is its own file in a folder (a corpus `data.path` can name), in the source's order.
+- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8 text
+  in the source's format, not empty, not an HTML page. A mirror that answers with anything else is refused in one
+  line, and nothing of it is kept or recorded.
+- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates is
+  recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use must match
+  that record, so a file changing on the server is noticed.
+- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned record
+  (with one warning), because the user asked to trust the source again; one that does not validate changes nothing.
+  Pinned checksums are never overridden.
+- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document of the
+  source is its own file in a folder (a corpus `data.path` can name), in the source's order.
 """
 
 from __future__ import annotations
@@ -41,12 +39,12 @@ def default_cache_dir() -> Path:
     return user_cache_dir("corpora")
 
 
-# -- checksums recorded on first download --------------------------------------------------------------
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def _read_sums(path: Path) -> dict[str, str]:
-    """The records of `SHA256SUMS`; damaged lines are skipped, so their files are checked as if new."""
+    """The records of `SHA256SUMS` (in `sha256sum`'s format, so `sha256sum -c SHA256SUMS` checks them by hand);
+    damaged lines are skipped, so their files are checked as if new."""
     sums = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -64,12 +62,6 @@ def _write(path: Path, data: str) -> None:
                         "folder on another disk>") from None
 
 
-def _write_sums(path: Path, sums: dict[str, str]) -> None:
-    # the format of `sha256sum`: check by hand with `sha256sum -c SHA256SUMS`
-    _write(path, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
-
-
-# -- one file: re-used, or downloaded and validated ----------------------------------------------------
 def _content(source: CorpusSource, remote: RemoteFile, file: Path) -> str:
     """The text `file` holds, if it is what `remote` claims to be; else BadContent saying why."""
     data = file.read_bytes()
@@ -95,8 +87,7 @@ def _reuse(source: CorpusSource, remote: RemoteFile, local: Path, expected: str 
     except BadContent as e:
         if not expected:
             return None  # never recorded: it was never trusted, fetch it again
-        raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") \
-            from None
+        raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") from None
 
 
 def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None,
@@ -109,7 +100,6 @@ def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expe
     return found[-1], digest
 
 
-# -- preparing a corpus --------------------------------------------------------------------------------
 def _base_url(source: CorpusSource, base_url: str | None) -> str:
     if base_url:
         return base_url_of(base_url)
@@ -155,8 +145,8 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
             digest = file_sha256(local)  # a kept copy never recorded, which has just validated
         if digest and not remote.sha256 and digest != recorded:
             counts["new" if recorded is None else "replaced"] += 1
-            sums[remote.path] = digest
-            _write_sums(sums_file, sums)  # after each file: an interrupted run keeps what it verified
+            sums[remote.path] = digest  # saved after each file: an interrupted run keeps what it verified
+            _write(sums_file, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
         texts.append(text)
     bar.close()
     if counts["new"]:
@@ -171,8 +161,6 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     _write(folder / "SOURCE.txt",
            f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n")
     return output
-
-
 
 
 def write_documents(folder: Path, source: CorpusSource, texts: list[str]) -> Path:

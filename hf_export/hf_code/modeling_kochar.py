@@ -6,8 +6,6 @@ they were trained. No KV cache: every step recomputes the window (the last `cont
 gives the project's uncached logits exactly.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -153,10 +151,8 @@ class FeedForward(nn.Module):
         elif self.kind == "swiglu":
             gate, value = h.chunk(2, dim=-1)
             h = F.silu(gate) * value
-        elif self.kind == "gelu":
+        else:  # gelu (_check_kinds refused any other kind)
             h = F.gelu(h)
-        else:
-            raise ValueError(f"mlp={self.kind!r} is not computed here")
         return self.proj(h)
 
 
@@ -194,7 +190,7 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02 / math.sqrt(1.0))
+            nn.init.normal_(module.weight, std=0.02)
 
     def get_input_embeddings(self):
         return self.token_embedding

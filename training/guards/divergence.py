@@ -1,18 +1,12 @@
 """Non-finite losses, found without making the CPU wait for the device at every step.
 
 Design choices:
-- A step's loss and gradient norm stay tensors on the device (training/step.py): reading one (`.item()`) makes the
-  CPU wait until the device has finished that step, so it cannot queue the next one meanwhile.
-- `LossWatch` sums the losses of the steps since its last check where they were computed; a NaN or an infinity in
-  any of them makes the sum non-finite, so one read at a check covers every step since the one before. The trainer
-  checks at every `train.log_interval` (the same read brings the logged loss and gradient norm), before every
-  evaluation and before every checkpoint is written, so nothing non-finite is ever saved.
-- A run that diverged stops with one line naming the steps between the two checks, the last good checkpoint kept.
+- A step's loss stays on the device; `LossWatch` sums the losses since its last check, so one read (at every
+  `train.log_interval`, every evaluation and every checkpoint) finds a NaN or an infinity anywhere since the one
+  before, and the run stops in one line naming those steps, its last good checkpoint kept.
 - A loss can stay finite while the weights are not, or are so large that the validation overflows (bf16 autocast
-  keeps float32's range, so finite but enormous weights pass a loss check and score NaN): a checkpoint is written
-  only once its weights and the validation it records are finite (`refuse_unfinite`). The last good check of those
-  is the last checkpoint written (`saved_step`, or the step the run resumed at), so a refusal names the steps since
-  it, in every precision, and nothing is written.
+  keeps float32's range): a checkpoint is written only once its weights and its validation are finite
+  (`refuse_unfinite`), so nothing non-finite is ever saved, in any precision.
 """
 
 from __future__ import annotations

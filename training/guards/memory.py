@@ -1,25 +1,16 @@
 """A model or a batch that cannot fit is refused before it is allocated, in one line that says what would fit.
 
 Design choices:
-- Before the model is built, what building it and training it will take is counted from its settings alone
-  (`matrix_parameters`: the weights, an average of them, their gradients and optimizer state, one sequence's
-  step): a model too big is one line naming what it needs, what there is, and the settings that make it smaller.
-- Before the first step (and before auto dropout's speed measurement, training/settings/auto.py, which runs
-  steps of the run's batch), one step's memory is estimated from the model, the batch, the context and the vocabulary:
-  the gradients, the optimizer's state (unless a resume loaded it already), the weights' low-precision copies
-  under autocast, and the activations a backward pass keeps (each block's, the attention weights where a kernel
-  materialises them, the logits and their float32 loss). The weights themselves, and an average kept beside
-  them, are already allocated by then, so they are in what the device reports as used.
-- It is compared with what the device has: MemAvailable (and a cgroup's limit, where one is lower) on the CPU,
-  `torch.cuda.mem_get_info` on a GPU. A CPU that runs out does not raise: the kernel's out-of-memory killer ends
-  the process (and, on a shared machine, others). Hence the check before the step rather than after.
-- The estimate errs low: each term counts only what PyTorch must hold, never its caches or workspaces, so a batch
-  that fits is never refused; what it misses is caught as it happens. An allocator that does raise
-  (torch.OutOfMemoryError on a GPU, "DefaultCPUAllocator: can't allocate memory" on the CPU) is turned into the
-  same one line by `fit_memory`, which wraps the loop.
-- The line names a batch that fits with room to spare (`MARGIN` times the estimate: the estimate refuses
-  generously, the suggestion must not send the user into the killer) and `train.grad_accum_steps`, the way to the
-  same effective batch in less memory.
+- A CPU that runs out does not raise: the kernel's out-of-memory killer ends the process (and, on a shared
+  machine, others). Hence checks before the allocation: the model's from its settings alone, before it is built
+  (`matrix_parameters`: its weights, an average, their gradients and optimizer state, one sequence's step); one
+  step's, before the first step and before auto dropout's timed steps (the gradients, the optimizer's state unless
+  a resume loaded it, autocast's weight copies, the activations a backward keeps).
+- What the device has: MemAvailable (or a cgroup's limit, where lower) on the CPU, `torch.cuda.mem_get_info` on a GPU.
+- The estimate errs low (only what PyTorch must hold, never its caches), so what fits is never refused; an
+  allocator that does raise is turned into the same one line (`fit_memory`, `building_fits`).
+- The line names a batch that fits with room to spare (`MARGIN` times the estimate) and the
+  `train.grad_accum_steps` that keeps the effective batch, or the settings that make the model smaller.
 """
 
 from __future__ import annotations

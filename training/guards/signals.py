@@ -1,20 +1,15 @@
 """SIGINT / SIGTERM during training: finish the current step, save, and exit with the signal's code; a wait that
-may be cut short (the setup, an evaluation, a snapshot, the closing sample) is cut short at once.
+may be cut short (the setup, an evaluation, a snapshot, the closing sample, a compile's warm-up) is cut at once.
 
 Design choices:
-- Between steps the handler only records the signal, and the loop stops at the end of the step: a step cut in
-  half would leave the optimizer's state torn. The waits that read the weights and change nothing a checkpoint
-  holds run inside `stop_at_once()`: there the handler raises `Interrupted` (common/errors.py) at the next Python
-  line, so an evaluation of any length answers within one batch's forward pass. The trainer then saves as it
-  does between steps (training/trainer.py), and the setup (the first token-cache build among its waits) ends in
-  one line with the signal's exit code, its half-written files removed by the same clean-up as Ctrl-C's.
-- A checkpoint write is never inside `stop_at_once()`: it always runs to its end (it is written atomically
-  anyway, common/atomic_files.py).
-- Under torchrun a wait is not cut short: the ranks would leave a collective at different points. They stop at
-  the end of the step, together (training/distributed.py).
-- A second Ctrl-C aborts at once, except under torchrun: there a Ctrl-C reaches each worker twice, once from
-  the terminal and once forwarded by torchrun's agent, so a second one is not the user insisting (the agent
-  kills workers that take longer than its shutdown timeout anyway).
+- Between steps the handler only records the signal: a step cut in half would leave the optimizer's state torn.
+  Waits that change nothing a checkpoint holds run inside `stop_at_once()`, where the handler raises `Interrupted`
+  at the next Python line; the trainer then saves as it does between steps.
+- A checkpoint write is never inside `stop_at_once()`: it always runs to its end (atomically).
+- Under torchrun a wait is not cut short (the ranks would leave a collective at different points): they stop at
+  the end of the step, together.
+- A second Ctrl-C aborts at once, except under torchrun, whose agent forwards each Ctrl-C to the workers a second
+  time.
 """
 
 from __future__ import annotations

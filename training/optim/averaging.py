@@ -2,23 +2,15 @@
 reader of the checkpoint then uses by default.
 
 Design choices:
-- `torch.optim.swa_utils.AveragedModel` keeps the average: `ema` is an exponential moving average whose decay per
-  update comes from `train.ema_half_life` (in steps: a step's weights count half as much that many steps later);
-  `swa` is the uniform average of the weights from `train.swa_start` (a fraction of the run) to the end, the
-  "average the last epochs" of the data-limited records. Both update every `train.average_every` steps, with one
-  fused lerp over the parameters (bench.py reports the cost).
-- The average is of the raw model, never of compile's or DDP's wrapper: under DDP every rank holds the same weights
-  after each step, so every rank keeps the same average (one average) and rank 0 saves it.
-- Validation, best.pt, the TensorBoard samples and the closing sample use the average; the raw weights' validation
-  loss is logged beside it as `val/loss_raw`. Checkpoints hold both (`Checkpoint.averaged`), so `generate.py`,
-  `evaluate.py`, `serve.py` and `export.py` take the average by default and `weights=raw` the others.
-- Resuming restores the average and its number of updates, so a resumed run averages exactly as an unbroken one.
-  A table held in part while training (model/hangul/held_rows.py) is saved dense and read back into the held
-  layout the raw model has.
-- An average that is asked for is kept: a run whose steps are known and whose settings would never update it
-  (`train.average_every` beyond the last step, `train.swa_start` after the last update step) is refused at start in
-  one line naming the key; a run that stops before its first update all the same (a time budget) takes one final
-  update at its end, and says so. The run's last lines say how many updates the average had.
+- `torch.optim.swa_utils.AveragedModel` keeps it: `ema` decays by `train.ema_half_life` (steps after which a step's
+  weights count half), `swa` is the uniform average from `train.swa_start` (a fraction of the run) to the end; both
+  update every `train.average_every` steps, with one fused lerp.
+- The average is of the raw model, never of compile's or DDP's wrapper, so every rank keeps the same one.
+- Validation, best.pt and the samples use the average (the raw weights' loss is logged as `val/loss_raw`);
+  checkpoints hold both sets, and readers take the average unless `weights=raw`.
+- A resume restores the average and its count; a held table (model/hangul/held_rows.py) is saved dense.
+- An average asked for is kept: settings that would never update it are refused at start naming the key, and a
+  run that stops before its first update takes one at its end, and says so.
 """
 
 from __future__ import annotations

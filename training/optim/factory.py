@@ -1,18 +1,12 @@
 """The optimizer factory: which parameters decay, which take Muon, and the optimizer that updates them.
 
 Design choices:
-- Weight decay on matrices only: never on biases, norm weights, the U-Net skip weights or the head gates (a few
-  scalars per head: `model.attention_gate`, `model.value_embedding`), and on embeddings only when
-  `train.embedding_weight_decay` asks (decaying an embedding pulls rare characters' vectors towards zero,
-  which a small corpus seen many times over may want and a large one does not).
-- `train.optimizer=muon` gives the hidden matrices (every 2-D weight inside the blocks) to Muon and keeps
-  AdamW for the embeddings, the LM head, norms and biases: Muon's orthogonalised step suits a matrix that maps
-  one hidden space to another, not a lookup table or the final read-out. Every parameter is in exactly one
-  group (`param_groups`; tied weights are listed once).
-- Each group's learning rate is a multiple of `train.lr` (`lr_scale`), so the one schedule the loop sets
-  with `set_lr` moves all groups together (warmup, decay) while each keeps its own peak.
-- The fused AdamW kernel (CUDA, and the CPU since torch 2.4) updates every tensor in one call; on a small
-  model the per-tensor loop of the default implementation costs several times more.
+- Weight decay on matrices only: never on biases, norms, skip weights or head gates, and on embeddings only when
+  `train.embedding_weight_decay` asks (decay pulls rare characters' vectors towards zero).
+- `train.optimizer=muon` gives the hidden matrices (every 2-D weight inside the blocks) to Muon and the embeddings,
+  the LM head, norms and biases to AdamW; every parameter is in exactly one group.
+- Each group's rate is a multiple of `train.lr` (`lr_scale`), so the one schedule `set_lr` sets moves all together.
+- AdamW is fused (CUDA, and the CPU since torch 2.4): one call for every tensor.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """A saved optimizer state put in the attention layout of the model it is loaded into.
 
-The fused path's `qkv` tensor and the heads path's per-head matrices are the same numbers held differently
-(model/qkv_layout.py). An optimizer keeps state per parameter (AdamW's two moments and step, Muon's momentum), so
-a checkpoint written before the fused tensor existed, or resumed with another `model.attention`, has its state
-regrouped the same way: every moment is kept, and training goes on as if the layout had never changed.
+The fused `qkv` tensor and the heads path's per-head matrices are the same numbers held differently
+(model/qkv_layout.py); an optimizer state saved in one layout is regrouped into the other, every moment kept.
 
 Design choices:
-- Parameters are matched by name. A saved state lists its parameters by index in each group, in the order the
-  optimizer factory (training/optim/factory.py) listed the model's parameters; the other layout lists the same
-  names with each `qkv` in place of its heads (`other_layout_names`), which gives each saved index its name.
-- Anything that does not fit that picture is returned as it is, for `Optimizer.load_state_dict` to refuse in the
-  one line restore_training gives every unusable optimizer state.
+- Parameters are matched by name: the other layout lists the same names with each `qkv` in place of its heads
+  (`other_layout_names`), which gives each saved index its name.
+- Anything that does not fit that picture is returned as it is, for `load_state_dict` to refuse in one line.
 """
 
 from __future__ import annotations

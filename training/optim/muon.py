@@ -1,18 +1,14 @@
 """Muon for the hidden weight matrices and AdamW for everything else, as one `torch.optim.Optimizer`.
 
 Design choices:
-- One optimizer object, not two: the training loop, `GradScaler`, gradient clipping, checkpoints and resume
-  all see a single `param_groups` / `state_dict`. A group with `use_muon=True` takes Muon's update, every
-  other group AdamW's (through PyTorch's own functional Adam with decoupled weight decay, fused where the
-  device supports it).
-- Muon is PyTorch's algorithm (`torch.optim.Muon`): Nesterov momentum, then the quintic Newton-Schulz
-  iteration with the same coefficients and five steps, decoupled weight decay, and the learning rate scaled
-  by sqrt(max(1, rows / cols)). Two things differ: the iteration runs in a dtype the caller chooses
-  (`torch.optim.Muon` always uses bfloat16, which on a CPU can cost more than the model's own step, so the
-  CPU orthogonalises in float32), and matrices of the same shape are orthogonalised together as one batch
-  (a model has many small per-head matrices; one batched product replaces dozens of tiny ones).
-- A parameter of more than two dimensions is a stack of matrices, each updated as a matrix of its own: the fused
-  attention's `qkv` (3, H, head_dim, E) takes the same updates as the lecture layout's 3H per-head matrices.
+- One optimizer object: the loop, `GradScaler`, clipping, checkpoints and resume see one `param_groups`. A group
+  with `use_muon=True` takes Muon's update, every other AdamW's (PyTorch's functional Adam, fused where it can).
+- Muon is `torch.optim.Muon`'s algorithm (Nesterov momentum, the quintic Newton-Schulz iteration, decoupled weight
+  decay, the rate scaled by sqrt(max(1, rows / cols))), but the iteration runs in a dtype the caller chooses (float32
+  on a CPU, where bfloat16 can cost more than the model's step), and matrices of one shape are orthogonalised as
+  one batch.
+- A parameter of more than two dimensions is a stack of matrices, each updated as its own: the fused `qkv` takes
+  the updates the lecture layout's per-head matrices would.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The training progress bar: it counts toward whichever limit will stop the run.
 
 Design choices:
-- Without a time budget the bar counts steps toward `max_steps` (from `max_epochs` when that is null).
-- With a time budget and no step limit at all (`max_steps` None) the bar counts seconds from the start.
-- With `train.max_seconds` the bar estimates, after every step, whether the steps or the seconds run out
-  first (from this process's steps per second). When the seconds do, the bar counts seconds toward the budget,
-  so its percentage and ETA are true, and shows the step count beside the loss; it switches back if the
-  estimate changes. `until=` in the bar names the limit it counts toward.
+- Steps toward the step limit; under `train.max_seconds` alone, seconds from the start.
+- With both, the bar estimates after every step which runs out first, counts toward that one (its percentage and ETA
+  true), shows the step count beside the loss, and names the limit in `until=`.
 - The loop calls `update(1)` per step as with any tqdm bar; the bar reads the run's clock itself.
 """
 

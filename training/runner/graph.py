@@ -18,16 +18,14 @@ Design choices:
   kernels (compiled for exactly these inputs and this autocast) exist before it and nothing compiles during it. The
   capture runs nothing: the step it records is replayed at once.
 - Dropout stays random: PyTorch's CUDA generator moves its offset on at every replay.
-- The capture is injectable (`Backend`): tests on a CPU use `EagerReplay`, whose replay calls the recorded function,
-  which writes the same static tensors a replay does.
+- The capture is model/cuda_graph.py's `CudaGraph` (its side stream runs the warm-up steps), injectable: tests on a
+  CPU pass a stand-in whose replay calls the recorded function, which writes the same static tensors a replay does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-import warnings
-from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -41,61 +39,6 @@ WARMUP_STEPS = 2  # eager steps on the side stream before the capture
 
 class GraphUnavailable(RuntimeError):
     """The step could not be captured; the run goes on without a graph."""
-
-
-class CudaGraph:
-    """`torch.cuda.graph` on a side stream of its own."""
-
-    def __init__(self, device: torch.device):
-        self.stream = torch.cuda.Stream(device)
-        self.graph = torch.cuda.CUDAGraph()
-
-    @contextlib.contextmanager
-    def side(self) -> Iterator[None]:
-        self.stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.stream):
-            yield
-        torch.cuda.current_stream().wait_stream(self.stream)
-
-    def capture(self, fn: Callable[[], None]) -> None:
-        with torch.cuda.graph(self.graph, stream=self.stream):
-            fn()
-
-    def replay(self) -> None:
-        self.graph.replay()
-
-    def recover(self) -> None:
-        """After a failed capture: an empty capture that ends cleanly releases the random-number generator, which a
-        capture that ended in an error can leave waiting for its end (torch 2.11: "Offset increment outside graph
-        capture encountered unexpectedly" at the next random draw)."""
-        with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
-        with contextlib.suppress(Exception), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "The CUDA Graph is empty": it is meant to be
-            with torch.cuda.graph(torch.cuda.CUDAGraph()):
-                pass
-
-
-class EagerReplay:
-    """A stand-in for `CudaGraph` on any device: `replay` runs the recorded function, with the gradients released
-    first as a replay overwrites them."""
-
-    def __init__(self, params: list[Tensor]):
-        self.params, self.fn = params, None
-
-    def side(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def capture(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-
-    def replay(self) -> None:
-        for p in self.params:
-            p.grad = None
-        self.fn()
-
-    def recover(self) -> None:
-        pass
 
 
 def optimizer_in_graph(s: Session) -> bool:
@@ -167,8 +110,7 @@ class GraphStep:
         try:
             self.backend.capture(self._body)
         except Exception as e:  # noqa: BLE001 - any failure of a capture means: go on without one
-            release(s)
-            self.backend.recover()
+            release(s)  # (the capture has recovered the device already)
             raise GraphUnavailable(f"{type(e).__name__}: {' '.join(str(e).split())[:160]}") from e
         self.captured = True
         self.capture_seconds = time.perf_counter() - started

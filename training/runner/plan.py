@@ -2,25 +2,17 @@
 
 Design choices:
 - A step can run four ways: eager; `inductor` (torch.compile's default mode: fewer, fused kernels); `graph` (CUDA:
-  the whole step captured once as a CUDA graph and replayed, training/runner/graph.py: a small model on a GPU is
-  bound by launching its kernels one by one, and a replay launches them all at once); and both.
-- `true` asks for the fastest way the device has: on CUDA inductor and the graph, elsewhere inductor.
-- `auto` (the default) compiles only where the run is long enough to pay back the warm-up, by what it measures:
-  it times a few eager steps (real steps of the run), estimates what is left of the run in eager seconds, and takes
-  a way when what it saves, `left x (1 - 1/speedup)`, is at least `PAYBACK` times its warm-up. The speedup and the
-  warm-up are this machine's own where a run measured them before (training/runner/measured.py: a warm inductor
-  cache costs a share of a cold one), else the priors below (docs/en/training.md gives the measurements and the
-  rule). A busy machine compiles slower: the warm-up is scaled by the load per core. A run that early stopping may
-  end sooner is charged half of what is left. Inductor needs `MIN_INDUCTOR_STEPS` steps left at the least: no
-  warm-up measured anywhere pays back in fewer.
-- After the warm-up the compiled steps are timed against the eager ones: a compiled step that is not `KEEP` times
-  faster goes back to eager, in one line that gives both speeds, and the speedup is recorded for the next run.
-- A CPU compiles only in bfloat16 on a CPU with bf16 instructions (in float32 inductor gains too little to pay back
-  its warm-up); MPS stays eager (unmeasured).
-- The choice is one line (`compile: ...`), printed where a choice was made: every run on a GPU, a CPU run that
-  autocasts, and every run that compiles; a float32 CPU run says nothing, as its precision line does.
-- Under torchrun every rank takes the same choice (any rank's yes is every rank's), and no CUDA graph is used: the
-  gradients' all-reduce runs between kernels that a graph would hide from DDP.
+  the whole step captured once and replayed, launched at once instead of kernel by kernel); and both. `true` asks
+  for the fastest the device has.
+- `auto` compiles only where the run is long enough to pay back the warm-up, by what it measures: `left x (1 -
+  1/speedup)` must be `PAYBACK` times the warm-up, `left` being the eager seconds left (half of them where early
+  stopping may end the run sooner). The speedup and warm-up are this machine's where a run measured them before
+  (training/runner/measured.py), else the priors below (docs/en/training.md); the warm-up is scaled by the load per
+  core; inductor needs `MIN_INDUCTOR_STEPS` left; a speedup measured under `KEEP` never compiles again.
+- A CPU compiles only in bfloat16 on a CPU with bf16 instructions; MPS stays eager.
+- The choice is one line (`compile: ...`) where a choice was made: every GPU run, a CPU run that autocasts, every
+  run that compiles. Under torchrun every rank takes the same choice, and no CUDA graph is used (DDP's all-reduce
+  runs between the step's kernels).
 """
 
 from __future__ import annotations

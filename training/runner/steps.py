@@ -1,20 +1,15 @@
 """The loop's steps, run the way `train.compile` chose (training/runner/plan.py): eager, compiled, as a CUDA graph.
 
 Design choices:
-- `auto` needs the run's own speed: the first steps run eagerly (they are real steps), a few of them are timed, and
-  the choice follows from what is left of the run and from what compiling cost and gave on this machine before
-  (training/runner/measured.py). `true` and `false` choose at the first step.
-- Inductor compiles on a pass of its own, before the first compiled step: one forward and backward on the step's
-  batch, put back afterwards, with no update and the random streams as they were. A signal ends that pass at once
-  and the loop saves the step reached, which the pass has not moved.
-- The warm-up happens inside the loop, so it counts against `train.max_seconds` like any step; the run says what it
-  chose and why, and then how long the warm-up took.
-- Under auto the compiled steps are then timed against the eager ones: not `KEEP` times faster, the run goes back to
-  eager and says so with both speeds; either way the numbers are recorded for the next run on this machine.
-- What cannot be built is said in one line and the steps go on without it: a CUDA graph whose capture fails runs
-  compiled or eager, a model inductor cannot compile runs eager.
-- Evaluation, snapshots and the closing sample use the raw model, eagerly (`Session.eval_model`): never the compiled
-  training graph, which would compile again for evaluation's mode, and never a replay.
+- `auto` times the first, eager steps (real steps of the run), then chooses. `true` and `false` choose at once.
+- Inductor compiles on a pass of its own before the first compiled step: a forward and backward on the step's
+  batch, put back afterwards, with no update and the random streams as they were, so a signal ends it at once and
+  the loop saves the step reached.
+- The warm-up counts against `train.max_seconds` like any step; the run says what it chose, then the warm-up.
+- Under auto the first compiled steps are timed against the eager ones: not `KEEP` times faster, the run goes back
+  to eager, saying both speeds; either way the numbers are recorded for the next run on this machine.
+- What cannot be built is said in one line and the steps go on without it. Evaluation and samples use the raw
+  model eagerly (`Session.eval_model`), never the training graph.
 """
 
 from __future__ import annotations
@@ -25,13 +20,13 @@ import time
 from collections.abc import Callable
 
 import torch
-from tqdm import tqdm
 
 from common.device import has_native_bf16
+from model.cuda_graph import CudaGraph
 from training import distributed, early_stop
 from training.guards.signals import stop_at_once
 from training.runner import measured
-from training.runner.graph import CudaGraph, GraphStep, GraphUnavailable, release
+from training.runner.graph import GraphStep, GraphUnavailable, release
 from training.runner.plan import (
     COMPARE_STEPS,
     EAGER,
@@ -92,7 +87,7 @@ class StepRunner:
             result = self._timed(lambda: self.graph(state))
         except GraphUnavailable as e:
             self.graph = None
-            self._say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
+            self.s.say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
             return self._compiled_step(state)
         except Exception as e:  # noqa: BLE001 - the graph's warm-up steps are the first compiled ones
             if self.graph.captured or not self.way.inductor:
@@ -142,7 +137,7 @@ class StepRunner:
         s = self.s
         self.way = way
         if not said and worth_a_line(s.device, s.dtype, way):
-            self._say(f"compile: {way.name} ({why})")
+            self.s.say(f"compile: {way.name} ({why})")
         if way == EAGER:
             return
         self.warming = time.perf_counter()
@@ -198,13 +193,13 @@ class StepRunner:
             self.graph.model = self.model
         self.s.optimizer.zero_grad(set_to_none=True)
         self.way = Way(graph=self.way.graph)
-        self._say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
+        self.s.say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
                   "on without it")
 
     def _ready(self, state: LoopState, detail: str) -> None:
         self._now()  # the warm-up's last kernels have finished
         seconds = time.perf_counter() - self.warming
-        self._say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
+        self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
         self.warming = None
         if self.way.inductor:
             self.record["warmup_s"] = round(seconds, 2)
@@ -235,9 +230,9 @@ class StepRunner:
         self._write_record()
         both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
         if speedup >= KEEP:
-            self._say(f"compile: kept: {both}")
+            self.s.say(f"compile: kept: {both}")
             return
-        self._say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
+        self.s.say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
                   "next run on this machine")
         if self.graph is not None:
             release(s)
@@ -251,7 +246,3 @@ class StepRunner:
         if self.s.device.type == "cuda":
             torch.cuda.synchronize(self.s.device)
         return time.perf_counter()
-
-    def _say(self, line: str) -> None:
-        if self.s.dist.is_main:
-            tqdm.write(line)

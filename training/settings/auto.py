@@ -1,28 +1,19 @@
 """Settings resolved at start from what the run will see: `model.dropout: null` means "auto".
 
 Design choices:
-- Dropout helps a model that sees its training text many times and only slows one that sees it once or less
-  (its masks also cost a good part of a CPU step). So "auto" resolves it from the number of passes over the
-  training split the run will make: none up to `train.auto_dropout_after` passes, then rising with the logarithm
-  of the passes to `MAX_DROPOUT`. The rise is continuous: a run's passes under a time budget come from its
-  measured speed, and an earlier rule that gave no dropout below 0.05 (to spare the masks' cost) gave a rung at
-  fifteen passes none and one at sixteen 0.05, 0.36 bits per character apart on held-out novels. Where a recipe
-  starts to memorise is the recipe's: at three to four passes both recipes learned less with dropout 0.1 than
-  without it; at ten to thirteen passes the modern recipe (Muon) memorised without it, while the lecture recipe
-  still learned more without it than with 0.1 at twelve to fourteen passes, and at sixteen did better with
-  0.06. So the threshold is a training key, 8 by default (0.02 at 10 passes, 0.05 at 16) and 3 in
-  recipe=modern (docs/en/training.md has the measurements and the commands).
-- The passes come from the step limit when there is one. Under a time budget they come from the run's own
-  speed: a few steps of a throwaway copy of the model and optimizer are timed before training starts (the
-  real model and its random streams are untouched), less the time evaluations take.
-- Under torchrun every rank measures, and all take the largest estimate, so every rank resolves the same value.
-- Dropout alone did not stop the modern recipe memorising a small corpus: with it, weight decay on the LM head
-  and on Muon's matrices did (docs/en/ladder.md). Decay that strong costs a run that sees its text once, so it
-  comes with the dropout: a recipe names the decays of a run that auto gives dropout `FULL_DECAY_DROPOUT`
-  (`train.auto_weight_decay`, `train.auto_muon_weight_decay`); a run given less moves from the recipe's own
-  decay towards them in proportion, so that no pass count is a cliff; a weight decay the user typed is kept.
-- What was resolved is printed once and recorded: the checkpoint's config and model settings hold the values,
-  TensorBoard's HParams the values and the passes they came from. A value the user types always wins.
+- Dropout helps a model that sees its training text many times and only slows one that sees it once or less, so
+  auto resolves it from the passes over the training split the run will make: none up to
+  `train.auto_dropout_after` passes (a recipe's own: where it starts to memorise), then rising with the logarithm
+  of the passes to `MAX_DROPOUT`, continuously, so that a pass count measured a little differently is no cliff
+  (docs/en/training.md has the measurements and the commands).
+- The passes come from the step limit when there is one; under a time budget from the run's own speed, timed on a
+  throwaway copy of the model and optimizer before training (the real model and its random streams untouched).
+  Under torchrun every rank measures and all take the largest estimate.
+- Weight decay comes with the dropout: a recipe names the decays of a run given `FULL_DECAY_DROPOUT`
+  (`train.auto_weight_decay`, `train.auto_muon_weight_decay`), and a run given less moves towards them in
+  proportion; a weight decay the user typed is kept.
+- What was resolved is printed once and recorded (the checkpoint's settings, TensorBoard's HParams with the passes
+  it came from). A value the user types always wins.
 """
 
 from __future__ import annotations

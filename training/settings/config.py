@@ -74,7 +74,7 @@ class TrainConfig:
     snapshot_interval: int = 1000  # steps between TensorBoard samples and attention maps (0 = never)
     log_interval: int = 10
     dtype: str = "auto"
-    compile: str = "auto"  # false | true | auto (compile where the run pays back the warm-up: compile_plan.py)
+    compile: str = "auto"  # false | true | auto (compile where the run pays back the warm-up: runner/plan.py)
     resume: str | None = None
     init_from: str | None = None  # a run or checkpoint whose weights start a new run (fine-tuning)
     init_weights: str | None = None  # init_from's weights: null (its average where kept, else raw) | averaged | raw

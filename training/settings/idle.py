@@ -1,20 +1,13 @@
 """Settings that cannot act in the run as configured, refused in one line that names the key.
 
 Design choices:
-- A lever that silently does nothing is worse than an error for someone comparing runs: the run looks like it
-  tested the lever, and its number is the plain run's. So a setting given a value of its own (not its default)
-  while another setting makes it idle is refused before any work, naming both keys and the two ways on.
-- The value is compared with the schema's default and with the recipe's own value for the key: what the user
-  chose, however they typed it, not what a recipe brings along. `recipe=modern train.optimizer=adamw` (the modern
-  architecture under AdamW, a comparison people make) runs, its recipe's Muon rates unused as they would be in any
-  AdamW run; a Muon rate of one's own under AdamW is refused. Keys a recipe sets only for a case it may not reach
-  (the `auto_*` decays, used when model.dropout is auto) are not levers of this kind and are not listed; nor are the
-  model's shape switches (`model.jamo_initials` without the staged head), which a campaign's `--set` gives every
-  variant it compares, the staged or not.
-- A new run is checked when its config is composed (TrainJob.__post_init__), so the ladder's check of every
-  variant before its first run (benchmarks/ladder_checks.py) finds these too; the context length is checked
-  again once train.init_from has fixed the architecture. A resumed run takes every setting it does not type
-  from its checkpoint, so only the keys typed on its command line are checked, once they are applied.
+- A lever that silently does nothing is worse than an error for someone comparing runs: a setting given a value of
+  its own while another setting makes it idle is refused before any work, naming both keys and the two ways on.
+- "Of its own" means neither the schema's default nor the recipe's value: `recipe=modern train.optimizer=adamw`
+  runs, its recipe's Muon rates unused; a Muon rate typed under AdamW is refused. The `auto_*` decays and the
+  model's shape switches are not levers of this kind.
+- A new run is checked when its config is composed (so the ladder's check of every variant finds these too), the
+  context length again once train.init_from fixed the architecture; a resumed run checks only the keys it typed.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from common.errors import ConfigError
-from training.settings.resume import CONFIGS
+from training.settings.resume import CONFIGS, shown_value, typed_command_line, value_of
 
 
 @dataclass(frozen=True)
@@ -42,13 +35,13 @@ def _muon(key: str) -> Idle:
 
 def _scheduled(key: str, off: Any = MISSING) -> Idle:
     """`key` acts only under a decaying schedule; `off`: its value that asks for nothing (no warmup), never idle."""
-    return Idle(key, lambda j: j.train.lr_schedule != "constant" or _get(j, key) == off, "train.lr_schedule",
+    return Idle(key, lambda j: j.train.lr_schedule != "constant" or value_of(j, key) == off, "train.lr_schedule",
                 "train.lr_schedule=cosine")
 
 
 def _snapshot(key: str, off: Any) -> Idle:
     """A TensorBoard snapshot's setting: idle with snapshots off, unless it asks for nothing itself (`off`)."""
-    return Idle(key, lambda j: j.train.snapshot_interval > 0 or _get(j, key) == off, "train.snapshot_interval",
+    return Idle(key, lambda j: j.train.snapshot_interval > 0 or value_of(j, key) == off, "train.snapshot_interval",
                 "train.snapshot_interval above 0")
 
 
@@ -72,11 +65,6 @@ RULES = (
 )
 
 
-def _get(job: Any, key: str) -> Any:
-    section, _, name = key.partition(".")
-    return getattr(getattr(job, section), name)
-
-
 def _default(job: Any, key: str) -> Any:
     section, _, name = key.partition(".")
     field = next(f for f in fields(getattr(job, section)) if f.name == name)
@@ -95,13 +83,9 @@ def _recipe_values(recipe: str) -> dict[str, Any]:
 
 def _chosen(job: Any, key: str) -> bool:
     """Whether `key` holds a value of the user's own: neither the schema's default nor the recipe's."""
-    value = _get(job, key)
+    value = value_of(job, key)
     recipe = _recipe_values(str(getattr(job, "recipe", "") or ""))
     return value != _default(job, key) and (key not in recipe or value != recipe[key])
-
-
-def _shown(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: bool = True) -> None:
@@ -111,11 +95,10 @@ def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: b
     for rule in RULES:
         if keys is not None and rule.key not in keys and rule.key.split(".")[0] not in keys:
             continue
-        value = _get(job, rule.key)
+        value, other = shown_value(value_of(job, rule.key)), shown_value(value_of(job, rule.other))
         if _chosen(job, rule.key) and not rule.acts(job):
-            raise ConfigError(f"{rule.key}={_shown(value)} cannot act in this run: it acts only with {rule.needs}, "
-                              f"and this run has {rule.other}={_shown(_get(job, rule.other))}; drop {rule.key}, "
-                              f"or set {rule.needs}")
+            raise ConfigError(f"{rule.key}={value} cannot act in this run: it acts only with {rule.needs}, and this "
+                              f"run has {rule.other}={other}; drop {rule.key}, or set {rule.needs}")
     if keys is None or "train.mtp_weights" in keys or "train" in keys:
         refuse_idle_targets(job.train.mtp_weights, job.model.context_length if context else None)
     if keys is None or "train.warmup_steps" in keys or "train" in keys:
@@ -143,11 +126,8 @@ def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
     if max_steps is None or t.lr_schedule == "constant" or t.warmup_steps < max_steps or not \
             _chosen(job, "train.warmup_steps"):
         return
-    if resumed is not None:
-        from training.settings.resume import typed_command_line
-
-        if "train.warmup_steps" not in (typed_command_line() or ()):
-            return
+    if resumed is not None and "train.warmup_steps" not in (typed_command_line() or ()):
+        return
     epochs = f"train.max_epochs={t.max_epochs:g} passes" if t.max_epochs is not None else \
         "the default passes (train.max_epochs=null)"
     limit = f"train.max_steps={max_steps}" if t.max_steps is not None else \
@@ -161,8 +141,6 @@ def refuse_idle_at_start(job: Any, resumed: Any) -> None:
     """At setup, once every setting is final and before the corpus is read: a resumed run's typed keys (its others
     are its checkpoint's), or a train.init_from run's MTP targets against the context the source fixed."""
     if resumed is not None:
-        from training.settings.resume import typed_command_line
-
         refuse_idle_settings(job, only=typed_command_line() or ())
     elif job.train.init_from:
         refuse_idle_targets(job.train.mtp_weights, job.model.context_length)

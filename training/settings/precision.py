@@ -1,16 +1,11 @@
 """The precision a run computes in, decided once a resume has restored its checkpoint's settings.
 
 Design choices:
-- `train.dtype=auto` means different things on different machines. On a CPU with bf16 instructions (AVX512-BF16 or
-  AMX) bf16 autocast is faster on some and slower on others (a float32 kernel of the same shape may beat it), so
-  there auto times a few steps of this run's own model in both, before training, and takes the faster; the
-  precision line gives both timings, and the run records them. A CPU without bf16 instructions would emulate them:
-  it stays in float32 without a measurement. On a GPU the card's compute capability decides (common/device.py).
-- The job records the precision resolved, not `auto`, so the checkpoint says what the weights were trained in,
-  and a resume (training/settings/resume.py restores every setting it does not type) keeps it wherever it resumes,
-  without measuring again. A typed `train.dtype` is never second-guessed.
-- A typed precision this device cannot run is refused before any work, naming the key; the measurement waits for
-  the model (it times the run's own steps), and its steps are checked against the memory first.
+- On a CPU with bf16 instructions, bf16 autocast is faster on some and slower on others, so `train.dtype=auto`
+  there times a few steps of this run's own model in both and takes the faster, saying and recording both timings.
+  A CPU without them stays in float32 (it would emulate bf16); a GPU is decided by its compute capability.
+- The job records the precision resolved, not `auto`, so a resume keeps it without measuring again; a typed
+  `train.dtype` is never second-guessed, and one this device cannot run is refused before any work.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """What a resumed run takes from its checkpoint, and what from this command line.
 
 Design choices:
-- Only what the user typed on this command line is an override (`train.py` records Hydra's
-  `overrides.task`); every setting not typed is the checkpoint's, never the YAML default. `model=tiny` or
-  `experiment=<name>` count as typing every key the group file sets.
-- Settings that fix the parameters' shapes, the tokenizer (so the vocabulary), the validation split or the
-  run's random streams cannot change: typing another value is refused in one line that names the key, the
-  checkpoint's value, and the two ways on (drop the override, or start a new run). Typing the value the
-  checkpoint already has is accepted.
-- Everything else (learning rate and schedule, batch size, limits, dropout, attention path, evaluation and
-  logging settings, corpus path) is applied; `summary` lists what differs from the checkpoint in one line.
-- A Python caller that passes a TrainJob without a command line gets the job as given, except the settings
-  the checkpoint cannot change, which are the checkpoint's.
+- Only what the user typed is an override (train.py records Hydra's `overrides.task`; `model=tiny` or
+  `experiment=<name>` type every key their file sets); every other setting is the checkpoint's.
+- Settings that fix the parameters' shapes, the tokenizer, the validation split or the random streams cannot
+  change: another value typed is refused in one line naming the key, the checkpoint's value and the ways on.
+- Everything else is applied, and `summary` lists what differs from the checkpoint in one line.
+- A Python caller without a command line gets its job as given, but for the settings that cannot change.
 """
 
 from __future__ import annotations
@@ -108,13 +103,15 @@ def _stored(ckpt, key: str) -> Any:
     return compile_setting(node[name]) if key == "train.compile" else node[name]  # a boolean before auto existed
 
 
-def _current(job, key: str) -> Any:
+def value_of(job, key: str) -> Any:
+    """The value of a dotted key (`train.lr`, `seed`) in a TrainJob."""
     section, _, name = key.rpartition(".")
     return getattr(getattr(job, section) if section else job, name)
 
 
-def _shown(key: str, value: Any) -> str:
-    return f"{key}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}"
+def shown_value(value: Any) -> str:
+    """A value as YAML spells it: null, true, false, or the value itself."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _all_keys(job) -> list[str]:
@@ -138,14 +135,14 @@ def apply_checkpoint_settings(job, ckpt, overrides: Iterable[str] | None = None)
             section, _, name = key.rpartition(".")
             setattr(getattr(job, section) if section else job, name, old)
             continue
-        new = _current(job, key)
+        new = value_of(job, key)
         if new is None and key == "model.vocab_size" or new == old:
             continue
         if is_fixed(key):
-            raise UserError(f"{_shown(key, new)} cannot change when resuming: {ckpt.path} was trained with "
-                            f"{_shown(key, old)}; drop the override to continue that run, or start a new run "
+            raise UserError(f"{key}={shown_value(new)} cannot change when resuming: {ckpt.path} was trained with "
+                            f"{key}={shown_value(old)}; drop the override to continue that run, or start a new run "
                             "(without train.resume) to train with it")
-        changed.append((_position(key, source), f"{_shown(key, new)} (was {old})"))
+        changed.append((_position(key, source), f"{key}={shown_value(new)} (was {old})"))
     job.model = replace(job.model, vocab_size=ckpt.model_config.vocab_size)
     return [text for _, text in sorted(changed, key=lambda c: c[0])]  # in the order they were typed
 
