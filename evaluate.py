@@ -3,15 +3,8 @@
 Prints one JSON line (see configs/evaluate.yaml); the bits per character of a char model and of a jamo
 model are directly comparable."""
 
-from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
+from cli.entry import hydra_script
 
-import sys
-from pathlib import Path
-
-import hydra
-from omegaconf import DictConfig
-
-from cli.help_text import register_help
 from inference.config import EvaluateConfig, register_configs
 
 EXAMPLES = (
@@ -20,14 +13,8 @@ EXAMPLES = (
     "python evaluate.py ckpt=runs/2026-11-22_17-14-32_model-tiny/best.pt data.path=~/held_out.txt stride=32",
 )
 
-SUMMARY = "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character)."
 
-register_configs()
-register_help(Path(__file__).resolve().parent / "configs", "evaluate", SUMMARY, EXAMPLES)
-
-
-def _run(cfg: DictConfig) -> None:
-    c = config_object(cfg, EvaluateConfig)
+def _run(c: EvaluateConfig) -> None:
     import json
 
     from common.device import autocast, pick_device, resolve_dtype
@@ -45,11 +32,7 @@ def _run(cfg: DictConfig) -> None:
     print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 
-@hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_cli(lambda: _run(cfg))
-
-
 if __name__ == "__main__":
-    sys.argv[1:] = prepare_overrides(sys.argv[1:])
-    run_hydra(main)
+    register_configs()
+    hydra_script("evaluate", EvaluateConfig, _run, "evaluate.py: score a text file with a trained model (one JSON "
+                 "line: loss, bits per character).", EXAMPLES)

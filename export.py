@@ -4,17 +4,13 @@ The folder loads with `transformers` (`AutoModelForCausalLM` / `AutoTokenizer.fr
 weights in safetensors and a model card, and is itself a `ckpt=` for generate.py, evaluate.py and serve.py
 (hf_export/ explains the layouts)."""
 
-from cli.entry import config_object, prepare_overrides, run_cli, run_hydra
+from cli.entry import hydra_script
 
 import shlex
 import signal
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
-from cli.help_text import register_help
 from hf_export.config import ExportConfig, register_export_config
 
 EXAMPLES = (
@@ -22,20 +18,14 @@ EXAMPLES = (
     "python export.py out=exported/newest                               # the newest run under runs/",
     "python export.py ckpt=runs/2026-11-22_17-14-32_model-tiny/best.pt out=exported/best overwrite=true",
 )
-
-SUMMARY = "export.py: write a trained run as a Hugging Face folder (safetensors, tokenizer, model card)."
 COMMAND = "python export.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])  # as typed, for the model card
-
-register_export_config()
-register_help(Path(__file__).resolve().parent / "configs", "export", SUMMARY, EXAMPLES)
 
 
 def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds, so the half-written hidden folder is removed on the way out
 
 
-def _run(cfg: DictConfig) -> None:
-    c = config_object(cfg, ExportConfig)
+def _run(c: ExportConfig) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     import torch
 
@@ -49,18 +39,13 @@ def _run(cfg: DictConfig) -> None:
     out = Path(c.out).expanduser()
     source = run.file.fields() if run.file is not None else None  # the checkpoint it came from, and why that one
     chosen = exported_weights(run.checkpoint, run.weights, source)  # the folder's one set, recorded as such
-    layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite,
-                          c.verify)
+    layout = write_folder(chosen, run.tokenizer, num_parameters(run.model), out, COMMAND, c.overwrite, c.verify)
     remote = layout == "custom" or run.tokenizer.kind == "jamo"
     how = "the project's own code: load with trust_remote_code=True" if remote else f"stock transformers, {layout}"
     print(shown_name(f"exported {run.source()} to {out} ({how}); {run.weights.line()}"), flush=True)
 
 
-@hydra.main(config_path="configs", config_name="export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_cli(lambda: _run(cfg))
-
-
 if __name__ == "__main__":
-    sys.argv[1:] = prepare_overrides(sys.argv[1:])
-    run_hydra(main)
+    register_export_config()
+    hydra_script("export", ExportConfig, _run, "export.py: write a trained run as a Hugging Face folder (safetensors, "
+                 "tokenizer, model card).", EXAMPLES)

@@ -3,33 +3,24 @@
 Prints the URL to open; Ctrl-C stops it (see configs/serve.yaml and playground/).
 
 Design choices:
-- The listening socket is bound here, before uvicorn starts, so a port in use is one `error:` line, and
-  `port=0` can print the port the OS chose.
-- The default run is loaded before the URL is printed: a broken checkpoint fails at once, and the first
-  sample on the page does not wait for the load.
+- The listening socket is bound here, before uvicorn starts, so a port in use is one `error:` line, and `port=0`
+  prints the port the OS chose.
+- The default run is loaded before the URL is printed: a broken checkpoint fails at once, and the first sample
+  on the page does not wait for the load.
 """
 
-from cli.entry import prepare_overrides, run_cli, run_hydra
+from cli.entry import hydra_script
 
 import socket
 import sys
-from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
-from cli.help_text import register_help
-from playground.config import register_configs
+from playground.config import ServeConfig, register_configs
 
 EXAMPLES = (
     "python serve.py                                         # the newest run under runs/",
     "python serve.py ckpt=runs/2026-11-22_17-14-32_model-tiny port=8080",
     "python serve.py runs_dir=runs/2026-11-22_17-34-43_width  # the runs of one sweep",
 )
-SUMMARY = "serve.py: the playground in the browser (stream samples, probabilities, attention)."
-
-register_configs()
-register_help(Path(__file__).resolve().parent / "configs", "serve", SUMMARY, EXAMPLES)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -72,17 +63,13 @@ def _raise_file_limit(needed: int) -> None:
                   f"to about {target - 64}", file=sys.stderr)
 
 
-def _run(cfg: DictConfig) -> None:
-    from cli.entry import config_object
-
+def _run(config: ServeConfig) -> None:
     import uvicorn
 
     from playground.app import create_app
-    from playground.config import ServeConfig
     from playground.guard import server_config
     from playground.hosts import allowed_host_names, is_loopback
 
-    config = config_object(cfg, ServeConfig)
     names = allowed_host_names(config.host, list(config.allowed_hosts))  # refuses a network bind without names
     app = create_app(config, allowed_hosts=names)
     pg = app.state.playground
@@ -101,16 +88,11 @@ def _run(cfg: DictConfig) -> None:
         shown = "any name" if names is None else ", ".join(sorted(names))
         print(f"warning: host={config.host}: other machines can reach this server; it answers requests for "
               f"{shown} (allowed_hosts)", file=sys.stderr)
-    server = uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
-                                          config.max_connections))
-    server.run(sockets=[sock])
-
-
-@hydra.main(config_path="configs", config_name="serve", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_cli(lambda: _run(cfg))
+    uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
+                                 config.max_connections)).run(sockets=[sock])
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = prepare_overrides(sys.argv[1:])
-    run_hydra(main)
+    register_configs()
+    hydra_script("serve", ServeConfig, _run, "serve.py: the playground in the browser (stream samples, probabilities, "
+                 "attention).", EXAMPLES)

@@ -5,7 +5,6 @@ from cli.entry import config_object, prepare_overrides, run_cli, run_hydra, shel
 import math
 import os
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -26,8 +25,7 @@ EXAMPLES = (
 
 register_resolvers()
 register_configs()
-register_help(Path(__file__).resolve().parent / "configs", "train", "train.py: train a Korean character-level GPT.",
-              EXAMPLES, groups=True)
+register_help("train", "train.py: train a Korean character-level GPT.", EXAMPLES, groups=True)
 
 
 def _value(x: float) -> str:

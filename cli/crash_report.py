@@ -1,11 +1,10 @@
 """An unexpected failure as one line: what failed, where, and the file that holds the full traceback.
 
 Design choices:
-- A traceback flattened into an `error:` line helps nobody: the user cannot act on it and a bug report
-  needs it whole. The whole traceback goes to a file (the run folder when there is one, else the temp
-  folder) and the line names that file. KOCHAR_DEBUG=1 still shows tracebacks on the terminal.
-- A file-system error while Hydra makes the run folder (a path inside a file, a read-only disk, a name too
-  long) is the user's to fix, so it becomes a plain message naming the path, with no traceback file.
+- A traceback flattened into an `error:` line helps nobody: the user cannot act on it and a bug report needs it
+  whole. It goes to a file (the run folder when there is one, else the temp folder) and the line names that file.
+- A file-system error while Hydra makes the run folder (a path inside a file, a read-only disk, a name too long)
+  is the user's to fix: a plain message naming the path, with no traceback file.
 """
 
 from __future__ import annotations
@@ -71,5 +70,4 @@ def fold_traceback_report(report: str) -> str:
                 f"(hydra.run.dir=...), or check the disk")
     exceptions = list(_LAST_EXCEPTION.finditer(report))
     detail = f"{exceptions[-1].group(1)}: {exceptions[-1].group(2).strip()}" if exceptions else "see the traceback"
-    return (f"{_script()} failed before it started ({detail}); the full traceback is in "
-            f"{write_traceback(report)}")
+    return f"{_script()} failed before it started ({detail}); the full traceback is in {write_traceback(report)}"

@@ -1,19 +1,20 @@
-"""How entry scripts report user mistakes: one line on stderr, a non-zero exit, no traceback.
+"""How entry scripts start and report user mistakes: one line on stderr, a non-zero exit, no traceback.
 
 Tracebacks are for our bugs; set KOCHAR_DEBUG=1 (or HYDRA_FULL_ERROR=1) to see them for user errors too.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from cli.overrides import prepare_overrides, quote_non_ascii_overrides, shell_path  # noqa: F401 - re-exported
+from cli.overrides import prepare_overrides, shell_path  # noqa: F401 - shell_path re-exported for train.py
 from common.errors import UserError
 
 T = TypeVar("T")
@@ -31,32 +32,27 @@ def _from_interrupt(exc: BaseException | None) -> bool:
     return False
 
 
+def debug_enabled() -> bool:
+    return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def _interrupt_hook(exc_type, exc, tb) -> None:
-    debug = os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    if _from_interrupt(exc) and not debug:  # self-contained: it may run mid-import
+    if _from_interrupt(exc) and not debug_enabled():  # nothing imported here: it may run mid-import
         print("interrupted", file=sys.__stderr__, flush=True)
         os._exit(130)  # sys.exit cannot be used from inside an excepthook
     _previous_hook(exc_type, exc, tb)
 
 
-# Ctrl-C while Python is still importing torch or Hydra is composing the config would end in a
-# KeyboardInterrupt traceback; entry scripts import this module first, so from here on it ends in one line.
-# This is the earliest point the project can promise that: a Ctrl-C while the interpreter starts or while the
-# lines above run is Python's own. KOCHAR_READY_FILE (used by the tests, never needed by users) names a file
-# created right here, so a test can interrupt a start-up at a known point instead of after a guessed delay.
+# Entry scripts import this module first, so a Ctrl-C from here on ends in one line (docs/en/errors.md). A test
+# interrupts a start-up here, at a known point, once the file KOCHAR_READY_FILE names exists.
 _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
 if os.environ.get("KOCHAR_READY_FILE"):
     open(os.environ["KOCHAR_READY_FILE"], "a").close()
 
 
-def debug_enabled() -> bool:
-    return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
 def _refuse_spaced_debug() -> None:
-    """KOCHAR_DEBUG with spaces around it (' 0' would turn tracebacks on) is one line before anything runs, as for
-    every variable the project reads (common/config_checks.py)."""
+    """KOCHAR_DEBUG with spaces around it (' 0' would turn tracebacks on) is one line, as for every variable."""
     from common.config_checks import environment
 
     try:
@@ -80,11 +76,8 @@ def one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 class _HeldStderr:
-    """Collects what is written to stderr until released, then passes everything through.
-
-    Hydra reports a bad override or a missing config in several lines before our code runs; holding
-    stderr until the job starts lets `run_hydra` fold that report into one `error:` line.
-    """
+    """Stderr held until released: Hydra reports a bad override or a missing config in several lines before our code
+    runs, and holding them until the job starts lets `run_hydra` fold that report into one `error:` line."""
 
     def __init__(self, real):
         self.real, self.buffer, self.held = real, io.StringIO(), True
@@ -112,9 +105,9 @@ class _HeldStderr:
 _held_stderr: _HeldStderr | None = None
 
 
-def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
+def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
     """Hydra's multi-line error report as one line: the messages, with listed options joined by commas. `argv`: the
-    overrides the report is about (the command line's by default)."""
+    overrides the report is about (the command line's by default; benchmarks/ladder_checks.py composes without one)."""
     argv = sys.argv[1:] if argv is None else argv
     if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
         from cli.crash_report import fold_traceback_report
@@ -136,10 +129,8 @@ def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
     unknown = re.search(r"Could not (?:override|append to config)[^']*'([^']+)'", text) or \
         re.search(r"Key '[^']+' not in '\w+'\s+full_key: (\S+)", text)
     if unknown and ("is not in struct" in text or "not in '" in text):  # the usual case: a misspelt key
-        key = unknown.group(1).lstrip("+")
-        return f"unknown config key {key}; check its spelling (--help lists every key)"
-    typed = _type_error(text, argv)
-    if typed:
+        return f"unknown config key {unknown.group(1).lstrip('+')}; check its spelling (--help lists every key)"
+    if typed := _type_error(text, argv):
         return typed
     grammar = re.search(r"\s*See (https://hydra\.cc/\S+override_grammar\S*)", text)
     bad = _unparsable_override(argv) if grammar else None
@@ -150,12 +141,6 @@ def _fold_hydra_report(text: str, argv: list[str] | None = None) -> str:
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
 
 
-def hydra_report_line(text: str, overrides: list[str]) -> str:
-    """A report of Hydra's about `overrides` (composed without a command line: benchmarks/ladder_checks.py) as the
-    one line an entry script would print for it."""
-    return _fold_hydra_report(text, overrides)
-
-
 def _type_error(text: str, argv: list[str]) -> str | None:
     """A value the schema's type refuses (`train.lr=abc`, `model.num_heads=2.5`), as one line naming the key."""
     full_key = re.search(r"full_key: (\S+)", text)
@@ -164,35 +149,28 @@ def _type_error(text: str, argv: list[str]) -> str | None:
                        r"Non optional field cannot be assigned None)", text)
     if not (full_key and reason):
         return None
-    kind = re.search(r"converted to (\w+)|is not a valid (\w+)", reason.group(1))
-    boolean = "true or false (yes/no, on/off)"
-    type_name = next((g for g in kind.groups() if g), "") if kind else ""
-    need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean,
-            "String": "text"}.get(type_name, "")
     key = full_key.group(1)
     if "None" in reason.group(1) or "Optional" in reason.group(1):
         return f"{key} cannot be null: give it a value (--help shows its default)"
+    boolean = "true or false (yes/no, on/off)"
+    need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean, "String": "text"}.get(
+        re.search(r"(?:converted to|is not a valid) (\w+)", reason.group(1)).group(1), "")
     value = next((a.split("=", 1)[1] for a in reversed(argv) if a.lstrip("+~").split("=", 1)[0] == key), None)
     shown = f"{key}={value}" if value is not None else key
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
 
 
-def _typed_overrides() -> list[str]:
-    """The overrides of the running Hydra job (none when composing outside a job, as tests do)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
 def config_object(cfg, cls: type[T]) -> T:
     """The composed Hydra config as its schema dataclass, range-checked by `__post_init__`; a value that fails
     (a range, an interpolation like `${oops}`) is one UserError naming it."""
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from common.config_checks import boolean_overrides
 
-    boolean_overrides(cls, _typed_overrides())
+    # the job's overrides as typed; none when composing outside a job, as tests do
+    boolean_overrides(cls, list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [])
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
@@ -236,7 +214,7 @@ def run_hydra(main: Callable[[], object]) -> None:
         if held.held and e.code not in (0, None):
             report = held.buffer.getvalue()
             held.release(keep=False)
-            fail(_fold_hydra_report(report))
+            fail(hydra_report_line(report))
         raise
     finally:
         held.release()
@@ -252,19 +230,35 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         warnings.formatwarning = one_line_warning
     try:
         return fn()
-    except UserError as e:
-        if debug_enabled():
-            raise
-        fail(" ".join(str(e).split()), e.exit_code)
     except KeyboardInterrupt as e:  # Ctrl-C; or training/guards/signals.py's Interrupted, SIGTERM's included
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
-    except Exception as e:  # noqa: BLE001 - our bug: one line here, the traceback in a file
-        if _from_interrupt(e) and not debug_enabled():
-            print("interrupted", file=sys.stderr)
-            sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - a user's mistake, or our bug: one line here, the traceback in a file
         if debug_enabled():
             raise
+        if isinstance(e, UserError):
+            fail(" ".join(str(e).split()), e.exit_code)
+        if _from_interrupt(e):
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         from cli.crash_report import unexpected_error_line
 
         fail(unexpected_error_line(e, traceback_dir), 1)
+
+
+def hydra_script(name: str, schema: type[T], run: Callable[[T], object], summary: str,
+                 examples: Sequence[str]) -> None:
+    """Run an entry script: argv made ready for Hydra, configs/<name>.yaml composed into `schema` for `run`."""
+    import hydra
+
+    from cli.help_text import CONFIGS, register_help
+
+    register_help(name, summary, examples)
+
+    @hydra.main(config_path=str(CONFIGS), config_name=name, version_base="1.3")
+    @functools.wraps(run)  # Hydra names the job after the file that defines the function: the script's name
+    def main(cfg) -> None:
+        run_cli(lambda: run(config_object(cfg, schema)))
+
+    sys.argv[1:] = prepare_overrides(sys.argv[1:])
+    run_hydra(main)

@@ -1,12 +1,11 @@
 """`--help` for the Hydra entry scripts: each script's own keys, with their defaults and one-line meanings.
 
 Design choices:
-- Hydra's default help lists every config group under `configs/`, so `generate.py --help` offered training's
-  `model=` and `experiment=`. Each script's YAML instead sets `hydra.help.template: ${script_help:}`, a
-  resolver the script registers with its summary and its most common command lines.
+- Hydra's default help lists every config group under `configs/` (training's `model=` in `generate.py --help`).
+  Each script's YAML instead sets `hydra.help.template: ${script_help:}`, a resolver the script registers with
+  its summary and its most common command lines.
 - The keys and defaults come from the composed config, so `python train.py model=tiny --help` shows tiny's
-  values; the meanings are the `# comments` beside each key in the YAML files, the place users already read
-  the defaults, so there is one text to keep up to date.
+  values; the meanings are the `# comments` beside each key in the YAML files, one text to keep up to date.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 HIDDEN = frozenset({"model.vocab_size"})  # set from the tokenizer, never by the user
 
 
@@ -96,8 +96,7 @@ def _shown(value: object) -> str:
 def render_help(root: DictConfig, comments: dict[str, str], summary: str, examples: Sequence[str],
                 groups: bool) -> str:
     """The help text: summary, usage, the most common command lines, groups, and every key."""
-    keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra"
-            and k not in HIDDEN]
+    keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra" and k not in HIDDEN]
     width = min(44, max(len(f"{k}={v}") for k, v in keys) + 2)
     script = summary.split(":", 1)[0]
     lines = [summary, "", f"Usage: python {script} [key=value ...]", "", "Most common:"]
@@ -115,10 +114,9 @@ def render_help(root: DictConfig, comments: dict[str, str], summary: str, exampl
     return "\n".join(line.replace("$", "$$") if line != "$APP_CONFIG_GROUPS" else line for line in lines)
 
 
-def register_help(config_dir: Path, config_name: str, summary: str, examples: Sequence[str],
-                  groups: bool = False) -> None:
+def register_help(config_name: str, summary: str, examples: Sequence[str], groups: bool = False) -> None:
     """Make `${script_help:}` (the YAML's `hydra.help.template`) render this script's help."""
     def script_help(*, _root_: DictConfig) -> str:
-        return render_help(_root_, config_comments(config_dir, config_name), summary, examples, groups)
+        return render_help(_root_, config_comments(CONFIGS, config_name), summary, examples, groups)
 
     OmegaConf.register_new_resolver("script_help", script_help, replace=True)

@@ -1,15 +1,12 @@
 """OmegaConf resolvers the configs use to name run directories, and the clean-up of a failed start.
 
-Design choices:
-- A run folder's name must be pasteable back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as printed:
-  it holds only letters (Hangul included), digits and `_ . + -`, none of which Hydra's grammar or bash
-  treats specially. An override `key=value` becomes `key-value`, overrides are joined by `+`, and a path
-  value is shortened to its file name (`data.path=~/novels.txt` -> `data.path-novels.txt`).
-- When that name is not the whole story (a character replaced, a path shortened, the name cut) a short hash
-  of the overrides as typed follows it, so two different runs started in the same second never share a folder.
-- Names are cut in UTF-8 bytes, never inside a character: a file name may hold 255 bytes, and a Hangul
-  syllable takes three. Each value is cut first (`VALUE_BYTES`), so a long corpus name leaves room for the
-  other overrides; `NAME_BYTES` caps the whole and leaves room for the date in front.
+Design choices (docs/en/configuration.md, "Where a run's outputs go", shows the names):
+- A run folder's name pastes back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as printed: it holds only
+  letters, digits and `_ . + -`, none of which Hydra's grammar or bash treats specially. When it is not the whole
+  story (a character replaced, a path shortened, the name cut) a short hash of the overrides as typed follows it,
+  so two different runs started in the same second never share a folder.
+- Names are cut in UTF-8 bytes, never inside a character, each value first, so a long corpus name leaves room for
+  the other overrides.
 """
 
 from __future__ import annotations
@@ -37,9 +34,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _items(overrides: str | Iterable[str] | None) -> list[str]:
-    if overrides is None:
-        return []
-    return [o for o in (overrides.split(",") if isinstance(overrides, str) else map(str, overrides)) if o]
+    return [o for o in (overrides.split(",") if isinstance(overrides, str) else map(str, overrides or ())) if o]
 
 
 def _readable(override: str) -> str:
@@ -49,12 +44,11 @@ def _readable(override: str) -> str:
         value = value[1:-1]
     if key in PATH_KEYS:
         value = os.path.basename(value.rstrip("/\\")) or value
-    return f"{key}-{_cut(value, VALUE_BYTES)}"  # a long file name must not push the other overrides out
+    return f"{key}-{_cut(value, VALUE_BYTES)}"
 
 
 def _safe_name(overrides: str | Iterable[str] | None, exclude: Iterable[str] = ()) -> str:
-    """`["model=tiny", "train.lr=0.003"]` -> `model-tiny+train.lr-0.003`: a folder name free of the characters
-    Hydra's grammar and bash reserve, at most NAME_BYTES bytes, distinct for distinct overrides."""
+    """`["model=tiny", "train.lr=0.003"]` -> `model-tiny+train.lr-0.003` (the module docstring says how)."""
     excluded = set(exclude or ())
     items = sorted(o for o in _items(overrides) if o.partition("=")[0].lstrip("+~") not in excluded)
     if not items:
@@ -114,9 +108,8 @@ HYDRA_ARTEFACTS = (".hydra", "train.log", "vocab.json")
 
 
 def remove_unused_run_dir(run_dir: str | Path) -> None:
-    """Remove a run folder that a failed start left holding only what Hydra wrote before our code ran (its
-    `.hydra/` record and an empty log), so `runs/` and TensorBoard never list runs that hold nothing. A folder
-    with anything else in it (a checkpoint, event files, a user's file) is left alone."""
+    """Remove a run folder that a failed start left holding only what Hydra wrote before our code ran (`.hydra/`,
+    an empty log), so `runs/` and TensorBoard never list runs that hold nothing; anything else keeps the folder."""
     import shutil
 
     run_dir = Path(run_dir)

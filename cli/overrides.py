@@ -1,15 +1,14 @@
-"""Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed so that
-they can be pasted back.
+"""Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed to paste back.
 
 Design choices:
-- Hydra's override grammar refuses several things a user naturally types: unquoted Hangul (`prompt=안녕`),
-  a leading `~` (`data.path=~/novels.txt`), and `=` `,` or spaces inside a path. The entry scripts rewrite
-  their argv once, before Hydra parses it, instead of teaching users Hydra's quoting rules.
-- Only keys that hold a path (`PATH_KEYS`) get `~` / `$HOME` expanded and are quoted when needed: a path
-  is never a list, a number or an interpolation, so quoting it cannot change its meaning. Under `-m` a comma
-  still separates sweep values.
-- A printed path is quoted for bash only when bash needs it; the rewrite above does Hydra's part, so what
-  the program prints pastes back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as it stands.
+- Hydra's override grammar refuses what a user naturally types: unquoted Hangul (`prompt=안녕`), a leading `~`
+  (`data.path=~/novels.txt`), `=` `,` or spaces inside a path. The entry scripts rewrite their argv once, before
+  Hydra parses it, instead of teaching users Hydra's quoting rules.
+- Only keys that hold a path (`PATH_KEYS`) get `~` / `$HOME` expanded and are quoted when needed: a path is never a
+  list, a number or an interpolation, so quoting it cannot change its meaning. Under `-m` a comma still separates
+  sweep values.
+- A printed path is quoted for bash only when bash needs it, so it pastes back into `ckpt=`, `train.resume=` or
+  `hydra.run.dir=` as it stands.
 """
 
 from __future__ import annotations
@@ -36,11 +35,7 @@ def _quote(value: str) -> str:
 
 
 def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
-    """Hydra's override grammar rejects unquoted Hangul (`prompt=안녕`); quote such values for it.
-
-    Values already quoted, and ASCII values, pass unchanged. In a multirun (`-m`) a comma separates
-    sweep values, so each one is quoted on its own.
-    """
+    """Non-ASCII values (`prompt=안녕`) quoted for Hydra; under `-m` each comma-separated sweep value on its own."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
     out = []
     for arg in argv:
@@ -73,10 +68,7 @@ def _unquote(value: str) -> str | None:
 
 def expand_home(path: str) -> str:
     """`~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them."""
-    home = re.match(r"\$(HOME\b|\{HOME\})", path)
-    if home:
-        path = "~" + path[home.end():]
-    return os.path.expanduser(path)
+    return os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", path))
 
 
 def _path_value(value: str) -> str:
@@ -92,9 +84,6 @@ def _path_value(value: str) -> str:
 
 
 def expand_path_overrides(argv: list[str]) -> list[str]:
-    """For every override of a key in `PATH_KEYS`: `~` and `$HOME` mean the home folder, and a path holding
-    characters Hydra's grammar reserves (`= , ' " ( ) [ ] { }`, spaces, Hangul, ...) is quoted for it. Under
-    `-m`, unquoted commas separate sweep values; otherwise a comma is part of the path."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
     out = []
     for arg in argv:

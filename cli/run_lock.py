@@ -1,15 +1,12 @@
 """One training per run folder: a lock that the operating system drops when its holder ends.
 
 Design choices:
-- `fcntl.flock` on `<run>/.train.lock`. The kernel releases the lock however the holder ends (return,
-  exception, Ctrl-C, kill -9), so a lock file left by a killed run is stale by construction: the next start
-  takes it over and says whose it was. The file holds the holder's process id, for the refusal's message.
-- `train.py` takes it as its first act in the folder: before Hydra runs when the folder is named on the
-  command line (`hydra.run.dir=`, `train.resume=`), so a refused start writes nothing there, not even Hydra's
-  `.hydra/` record; and again (re-entrant) once Hydra has resolved the folder.
-- The holder removes the file when it ends normally; after taking the lock it checks that the file it
-  locked is still the one at that path (another process may have removed it in between).
-- Where `fcntl` does not exist (Windows) there is no lock.
+- `fcntl.flock` on `<run>/.train.lock`: the kernel releases it however the holder ends (even kill -9), so a lock
+  file left by a killed run is stale by construction and the next start takes it over. The file holds the
+  holder's process id, for the refusal's message. Where `fcntl` does not exist (Windows) there is no lock.
+- `train.py` takes it before Hydra runs when the command line names the folder (`hydra.run.dir=`,
+  `train.resume=`), so a refused start writes nothing there, not even `.hydra/`; and again (re-entrant) once
+  Hydra has resolved the folder. The holder removes the file when it ends normally.
 """
 
 from __future__ import annotations
@@ -92,8 +89,8 @@ def _acquire(run_dir: Path) -> str:
 
 
 def folder_named(argv: list[str]) -> Path | None:
-    """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of
-    an existing `train.resume`), else None (a new timestamped folder, or a sweep, or --help)."""
+    """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of an
+    existing `train.resume`), else None (a new timestamped folder, a sweep, --help)."""
     if any(a.startswith("-") for a in argv):
         return None  # flags (--help, -m) run no single training
     found = None

@@ -1,16 +1,13 @@
 """The run's recorded settings (Hydra's `.hydra/` files in the run folder) put back when a start saved nothing.
 
 Design choices:
-- Hydra writes `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` into the run folder before any code of ours
-  runs, so a resume that fails (refused, diverged, interrupted before its first checkpoint) or has nothing to train
-  would leave its own overrides as the settings of a run whose checkpoints it never wrote. `train.py` reads the
-  record of the folder its command line names before Hydra starts (`RecordedSettings`), and puts it back, byte for
-  byte, when no checkpoint was written.
+- Hydra writes `.hydra/` into the run folder before any code of ours runs, so a resume that saves no checkpoint
+  would leave its own overrides as the settings of checkpoints it never wrote (docs/en/training.md): `train.py`
+  reads the record before Hydra starts.
 - A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
-  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity, so a rename is
-  not a save. The run lock (cli/run_lock.py) makes this process the folder's only writer.
-- A folder without a record before (a new run) keeps Hydra's; `cli/hydra_setup.py` removes a folder a failed
-  start left with nothing else in it.
+  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity. The run lock
+  (cli/run_lock.py) makes this process the folder's only writer.
+- A new run keeps Hydra's record; `cli/hydra_setup.py` removes a folder a failed start left with nothing else.
 """
 
 from __future__ import annotations
@@ -40,23 +37,14 @@ class RecordedSettings:
 
     def __init__(self, folder: str | os.PathLike | None):
         self.folder = Path(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else None
-        self.files: dict[str, bytes] = {}
-        self.checkpoints: set[tuple[int, int, int]] = set()
         record = self.folder / RECORD if self.folder is not None else None
-        if record is None or not record.is_dir():
-            return
-        for f in record.iterdir():
-            if f.is_file():
-                self.files[f.name] = f.read_bytes()
-        self.checkpoints = _checkpoints(self.folder)
-
-    def saved(self) -> bool:
-        """Whether a checkpoint was written into the folder since the record was read."""
-        return self.folder is not None and not _checkpoints(self.folder) <= self.checkpoints
+        kept = record is not None and record.is_dir()
+        self.files = {f.name: f.read_bytes() for f in record.iterdir() if f.is_file()} if kept else {}
+        self.checkpoints = _checkpoints(self.folder) if kept else set()
 
     def restore_unless_saved(self) -> None:
         """Put the record back as it was, unless a checkpoint was written since (or there was no record)."""
-        if not self.files or self.saved():
+        if not self.files or not _checkpoints(self.folder) <= self.checkpoints:
             return
         record = self.folder / RECORD
         try:

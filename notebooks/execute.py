@@ -1,20 +1,15 @@
-"""Running the notebooks in a fresh kernel: `make notebooks-run` (python notebooks/execute.py) executes them with
-their own settings and stores them with their outputs; the tests (tests/notebooks/notebook_tools.py) run them the
-same way with smaller settings and store nothing.
+"""Running the notebooks in a fresh kernel (notebooks/README.md): `make notebooks-run` stores them with their
+outputs; the tests (tests/notebooks/notebook_tools.py) run them with smaller settings and store nothing.
 
 Design choices:
-- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, one cell after
-  another, and may insert a cell right after the one tagged `parameters` (papermill's convention) in memory: the
-  tests' small settings never reach a stored file.
-- Each notebook runs over a fresh copy of the project (what the notebooks read: no .git, no runs, no tests or docs),
-  so two runs never share `runs/`, the files a notebook wrote can be listed afterwards, a user's own runs are never
-  touched, and no output can name this machine's folders: the copy is in a temporary folder the stored outputs are
-  checked against (`absolute_paths`).
-- The kernel is this interpreter, from a kernel spec written for the run, so a `python3` kernel installed elsewhere
-  never runs the notebooks; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- A stored notebook records the hash of its code cells (`CODE_HASH_KEY` in its metadata), which
-  tests/notebooks/test_notebooks.py recomputes: a notebook whose code changed since it was executed fails there,
-  naming this command. What the outputs show is then always what the code above them computes.
+- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
+  a cell right after the one tagged `parameters` (papermill's convention) in memory: the tests' small settings
+  never reach a stored file.
+- Each notebook runs over a fresh copy of the project, so two runs never share `runs/`, the files a notebook wrote
+  can be listed afterwards, and an output naming this machine's folders is caught (`ABSOLUTE`).
+- The kernel is this interpreter (a kernel spec written for the run), never a `python3` kernel installed elsewhere;
+  the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
+- The hash of the code cells is stored (`CODE_HASH_KEY`): tests/notebooks/test_notebooks.py names a stale one.
 - Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
   state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
 """
@@ -81,7 +76,6 @@ def copy_project(dest: Path) -> Path:
 
 
 def _kernel_manager(spec_dir: Path):
-    """A kernel manager for this interpreter's ipykernel, from a kernel spec that exists for this run only."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
@@ -115,8 +109,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
         env["OMP_NUM_THREADS"] = str(threads)
     for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR"):
         env.pop(key, None)
-    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False,
-                            record_timing=False,
+    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False, record_timing=False,
                             resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}})
     started = time.perf_counter()
     client.execute(env=env)
@@ -126,11 +119,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
 def last_state(text: str) -> str:
     """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last one
     that shows something (a bar cleared to print a line above it keeps its last state)."""
-    def last(line: str) -> str:
-        shown = [part for part in line.split("\r") if part.strip()]
-        return shown[-1] if shown else ""
-
-    return "\n".join(last(line) for line in text.split("\n"))
+    return "\n".join(next((p for p in reversed(line.split("\r")) if p.strip()), "") for line in text.split("\n"))
 
 
 def tidy(nb) -> None:
@@ -174,8 +163,8 @@ def problems(nb, text: str) -> list[str]:
 
 
 def run_and_store(path: Path, timeout: int) -> str:
-    """Execute the notebook at `path` with its own settings over a fresh copy of the project and store it with its
-    outputs -> one line saying what was stored; raises RuntimeError (one line) when it fails or breaks a limit."""
+    """Execute and store the notebook at `path` -> one line saying what was stored; RuntimeError (one line) when it
+    fails or breaks a limit."""
     import nbformat
     from nbclient.exceptions import CellExecutionError
 

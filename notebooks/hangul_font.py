@@ -1,17 +1,11 @@
-"""Hangul in the notebooks' pictures, on any machine: matplotlib's own font (DejaVu Sans) has no Hangul, and a fresh
-machine or a Colab runtime may have no Korean font at all.
+"""Hangul in the notebooks' pictures, on any machine (notebooks/README.md, "Pictures and Hangul").
 
 Design choices:
-- The font comes from a Python package, so that it is there wherever the notebooks' requirements are: NanumGothic
-  (SIL Open Font License), shipped inside `koreanize-matplotlib` (requirements-dev.txt; the notebooks' setup cell
-  installs it on Colab). Its file is registered with matplotlib directly, without importing that package: its import
-  reads `distutils`, which Python 3.12 no longer has.
-- The family is a list, matplotlib's DejaVu Sans first and NanumGothic after it: matplotlib draws each character in
-  the first font of the list that has it, so Latin letters, digits and symbols come from DejaVu Sans and Hangul from
-  NanumGothic. DejaVu Sans goes first because mathtext, which writes a log axis's labels (10⁻²), takes the first
-  font only, and NanumGothic has no minus sign (U+2212).
-- Without the package nothing fails: the pictures draw with the fonts there are, and matplotlib says which
-  characters it could not draw. tests/notebooks/test_notebooks.py draws a Hangul label with this font, warning-free.
+- The font, NanumGothic (SIL Open Font License), comes from a Python package, `koreanize-matplotlib`, so it is there
+  wherever the notebooks' requirements are. Its file is registered with matplotlib directly: importing that package
+  reads `distutils`, gone in Python 3.12.
+- The family is DejaVu Sans, then NanumGothic: matplotlib draws each character in the first font that has it, and
+  mathtext (a log axis's labels, 10⁻²) takes the first font only, and NanumGothic has no minus sign (U+2212).
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
 """The FastAPI application: the static page and the JSON / Server-Sent Events API.
 
 Design choices:
-- Sampling and loading are blocking; each runs in a worker thread (`anyio.to_thread`), one character's
-  worth of decoding steps at a time, so the event loop keeps answering other requests (the page, the run
-  list, other samples) while a model works. The run's lock keeps its forward passes one at a time.
-- A client that goes away stops its sample: Starlette cancels a streaming response when the client
-  disconnects, and a non-streaming request watches for the disconnect itself. The cancellation waits for
-  the step in flight to end (worker threads are never abandoned), then closes the model's stream.
+- Sampling and loading block, so each runs in a worker thread (`anyio.to_thread`), one character's decoding
+  steps at a time: the event loop keeps answering other requests (the page, other samples) while a model works.
+- A client that goes away stops its sample (a non-streaming request watches for the disconnect itself). The step in
+  flight ends first (worker threads are never abandoned), then the model's stream is closed.
 - The page is three static files served from `playground/static`: no build step, no CDN, works offline.
-- Bound to the loopback address, the app also refuses requests whose Host header names another machine:
-  a web page on another site could otherwise reach it through a DNS name that resolves to 127.0.0.1.
+- Requests whose Host header names another machine are refused (playground/hosts.py: DNS rebinding).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,12 +30,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.device import pick_device
 from common.errors import UserError
-from playground.attention import PositionError, attention_row
+from playground.attention import attention_row
 from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
 from playground.guard import BodyGuard, GenerationSlots
 from playground.hosts import HostGuard
-from playground.runs import RunNotFound, RunRegistry, relative_message
+from playground.runs import RunRegistry, relative_message
 from playground.sampling import Continuation, Params, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
@@ -60,17 +58,13 @@ class Playground:
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
-        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device),
-                              cfg.weights)
+        self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device), cfg.weights)
         self.stats = Stats()
         self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
     async def load(self, name: str | None) -> CachedRun:
         """The loaded run a request names (None = the default run); every failure is an ApiError."""
-        try:  # off the event loop: finding the default run walks runs_dir
-            run_name, path = await to_thread.run_sync(self.registry.resolve, name)
-        except RunNotFound as e:
-            raise ApiError(404, "run", str(e)) from None
+        run_name, path = await to_thread.run_sync(self.registry.resolve, name)  # finding the default walks runs_dir
         try:
             return await to_thread.run_sync(lambda: self.cache.get(run_name, self.registry.file(path)))
         except FileNotFoundError:
@@ -162,21 +156,16 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
     params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
-    pg.slots.acquire(cached.name)
-    release: Callable[[], None] | None = partial(pg.slots.release, cached.name)
-    try:
+    with ExitStack() as slot:
+        slot.enter_context(pg.slots.take(cached.name))
         try:
             cont = await to_thread.run_sync(Continuation, cached, params)
         except (ValueError, RuntimeError, UnicodeError) as e:
             raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
                                           f"({type(e).__name__}: {' '.join(str(e).split())})") from None
         if body.stream:
-            response, release = _SlotStream(_events(pg, cont), release), None  # the stream releases it
-            return response
+            return _SlotStream(_events(pg, cont), slot.pop_all().close)  # the stream gives the slot back
         finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
-    finally:
-        if release is not None:
-            release()
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)
@@ -192,9 +181,8 @@ def _error_handlers(app: FastAPI) -> None:
         return SafeJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = validation_error(exc)
-        return SafeJSONResponse(err.body(), status_code=err.status)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await _api_error(request, validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -228,7 +216,7 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
 
     @app.get("/api/runs")
     async def runs() -> list[dict]:
-        return [r.to_dict() for r in await to_thread.run_sync(pg.registry.list_runs)]
+        return [asdict(r) for r in await to_thread.run_sync(pg.registry.list_runs)]
 
     @app.post("/api/generate")
     async def generate(body: GenerateRequest, request: Request) -> Response:
@@ -238,11 +226,8 @@ def create_app(cfg: ServeConfig, device: torch.device | None = None,
     async def attention(body: AttentionRequest) -> dict:
         body.check_limits(cfg.max_prompt_chars + cfg.max_new_tokens_limit)
         cached = await pg.load(body.run)
-        try:
-            with pg.slots.take(cached.name):
-                return await to_thread.run_sync(attention_row, cached, body.text, body.position)
-        except PositionError as e:
-            raise ApiError(422, e.field, str(e)) from None
+        with pg.slots.take(cached.name):
+            return await to_thread.run_sync(attention_row, cached, body.text, body.position)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -1,10 +1,10 @@
 """What each attention head looked at from one position of a text, as plain numbers for the page to draw.
 
 Design choices:
-- Positions count tokens of the text as the run's tokenizer encodes it (characters for the character
-  tokenizer, jamo for the jamo one); the answer lists those tokens so a client can label them.
-- Beyond the context window the model only sees the last `context_length` tokens, so the weights are those
-  of the window ending at the position; `start` says where it begins.
+- Positions count tokens as the run's tokenizer encodes the text (characters, or jamo for the jamo tokenizer);
+  the answer lists those tokens so a client can label them.
+- Beyond the context window the weights are those of the window ending at the position; `start` says where it
+  begins.
 - Weights are rounded to 4 decimals: more digits cannot be seen on the page and only make the answer longer.
 """
 
@@ -14,14 +14,7 @@ import torch
 
 from model.attention_maps import attention_maps
 from playground.cache import CachedRun
-
-
-class PositionError(ValueError):
-    """A text or position the run cannot show attention for; the message names the field."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
+from playground.schemas import ApiError
 
 
 def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
@@ -29,11 +22,11 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
     run = cached.run
     ids = run.tokenizer.encode(text).tolist()
     if not ids:
-        raise PositionError("text", "text is empty: give the text whose attention to show")
+        raise ApiError(422, "text", "text is empty: give the text whose attention to show")
     if position is None:
         position = len(ids) - 1
     if not 0 <= position < len(ids):
-        raise PositionError("position", f"position must be in [0, {len(ids) - 1}] for this text "
+        raise ApiError(422, "position", f"position must be in [0, {len(ids) - 1}] for this text "
                                         f"({len(ids)} tokens), got {position}")
     start = max(0, position + 1 - run.model.context_length)
     device = next(run.model.parameters()).device

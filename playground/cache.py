@@ -1,15 +1,12 @@
 """Loaded runs kept in memory: a least-recently-used cache with one lock per run.
 
 Design choices:
-- Loading and sampling are blocking (torch), so every method here is called from a worker thread, never
-  on the event loop. The cache's own lock guards only the dictionary; a run is loaded under a lock of its
-  own, so loading a large run does not hold up requests for runs already loaded, and two requests for the
-  same new run load it once.
+- The cache's own lock guards only the dictionary; a run is loaded under a lock of its own, so loading a large run
+  does not hold up requests for runs already loaded, and two requests for the same new run load it once.
 - Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
   not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
-- An entry is keyed by its checkpoint path (best.pt or ckpt.pt, as playground/runs.py chose it) and remembers
-  the file's size and mtime: when training rewrites the checkpoint, the next request loads the new weights.
-- Evicting only forgets the entry; a request still sampling from it keeps its own reference until done.
+- An entry remembers its file's size and mtime: when training rewrites the checkpoint, the next request loads the
+  new weights. Evicting only forgets the entry; a request still sampling from it keeps its own reference.
 """
 
 from __future__ import annotations
@@ -58,8 +55,7 @@ class RunCache:
             return entry
 
     def get(self, name: str, target: Path | RunFile) -> CachedRun:
-        """The run at `target` (a file RunRegistry.file chose, or a path), loaded now if it is not cached (blocking).
-        Loading errors are UserErrors."""
+        """The run at `target` (a file RunRegistry.file chose, or a path), loaded now if it is not cached."""
         path = target.path if isinstance(target, RunFile) else target
         stamp = file_stamp(path)
         entry = self._hit(path, stamp)

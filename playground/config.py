@@ -1,11 +1,8 @@
 """Typed configuration of `serve.py`: Hydra's schema for `configs/serve.yaml`.
 
 Design choices:
-- As for the other entry scripts, Hydra refuses wrong types and unknown keys while composing, and
-  `__post_init__` checks ranges when the config becomes an object, before any checkpoint is read.
 - The limits (`max_new_tokens_limit`, `max_prompt_chars`) belong to the server, not to requests: a page or
   a script can ask for less, never for more, so one request cannot keep a model busy for an hour.
-- `port=0` asks the OS for a free port; the URL printed at start-up carries the real one (tests use this).
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from hydra.core.config_store import ConfigStore
 from common import config_checks as checks
 from common.errors import ConfigError
 from inference.config import WEIGHTS
-
-SCHEMA_NAME = "serve_schema"
 
 
 @dataclass
@@ -51,22 +46,18 @@ class ServeConfig:
         if self.port > 65535:
             raise ConfigError(f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any "
                               "free port)")
-        checks.positive_int("max_new_tokens_limit", self.max_new_tokens_limit)
-        checks.positive_int("max_prompt_chars", self.max_prompt_chars)
-        checks.positive_int("cache_size", self.cache_size)
+        for key in ("max_new_tokens_limit", "max_prompt_chars", "cache_size"):
+            checks.positive_int(key, getattr(self, key))
         checks.device_name("device", self.device)
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
         for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
             checks.positive_int(key, getattr(self, key))
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
-            value = getattr(self, key)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 3600:
-                raise ConfigError(f"{key}={checks.shown_value(value)} is invalid: it must be a number of seconds in "
-                                  "(0, 3600]")
+            checks.number_in(key, getattr(self, key), 0, 3600, low_open=True)
         if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
             raise ConfigError(f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
                               "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'")
 
 
 def register_configs() -> None:
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=ServeConfig)
+    ConfigStore.instance().store(name="serve_schema", node=ServeConfig)

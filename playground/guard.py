@@ -1,22 +1,14 @@
-"""The playground's bounds on what a client may hold: request bodies, time to send a request, connections,
-and generations in progress. The keys are in configs/serve.yaml (see playground/config.py).
+"""The playground's bounds on what a client may hold (docs/en/playground.md, "Bounds and safe defaults", lists them).
 
 Design choices:
-- Uvicorn bounds what it can: idle keep-alive connections (`keep_alive_s`) and the size of a request's
-  headers (h11's limit). What it lacks is added as small pieces around it, not by patching it:
-  * `BodyGuard`, ASGI middleware, reads each request's body before the app sees it: a `Content-Length`
-    over `max_body_bytes` is refused (413) before a byte of the body is read, a chunked body is refused as
-    soon as it passes the limit, and a body not complete within `body_timeout_s` is refused (408). Both
-    answers close the connection. The app then gets the body from memory (at most `max_body_bytes`). It
-    also drops a client that stops reading its answer (a stream) for `send_timeout_s`, which would
-    otherwise hold a generation slot for ever.
-  * `guarded_protocol` is uvicorn's h11 protocol with two additions: a connection that has not sent a
-    complete request head `header_timeout_s` after it opened (or after its last response) is closed, and a
-    connection beyond `max_connections` is answered with a JSON 503 and closed. Uvicorn's own
-    `limit_concurrency` answers with a bare-text 503, hence this.
-- Generations (and attention requests, which run the model too) take a slot for their whole length, from
-  `max_generations` in all and `max_generations_per_run` per run; with none free the answer is a JSON 503
-  at once, with `Retry-After`: a queue would only hold connections open longer.
+- Uvicorn bounds idle keep-alive connections and the size of a request's headers; what it lacks is added around it,
+  not by patching it: `BodyGuard`, ASGI middleware, reads each body whole before the app sees it (within
+  `max_body_bytes` and `body_timeout_s`, answering and closing otherwise) and drops a client that stops reading its
+  answer, which would otherwise hold a slot for ever; `guarded_protocol`, uvicorn's h11 protocol, closes a
+  connection slow to send its request head and answers one beyond `max_connections` with a JSON 503 (uvicorn's own
+  `limit_concurrency` answers in bare text).
+- Generations (and attention requests, which run the model too) hold a slot for their whole length; with none free
+  the answer is a JSON 503 at once, with `Retry-After`: a queue would only hold connections open longer.
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import anyio
 import uvicorn
@@ -34,21 +25,18 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from playground.schemas import ApiError
 
-Scope = dict[str, Any]
 
-
-def _json_response(status: int, message: str, extra_headers: tuple = ()) -> tuple[dict, dict]:
-    body = json.dumps({"error": message, "field": None}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close"), *extra_headers]
-    return ({"type": "http.response.start", "status": status, "headers": headers},
-            {"type": "http.response.body", "body": body})
+def _error_body(message: str) -> bytes:
+    return json.dumps({"error": message, "field": None}).encode()
 
 
 async def send_json(send, status: int, message: str, extra_headers: tuple = ()) -> None:
     """Answer with the project's error shape and close the connection (the client may still be sending)."""
-    for message_part in _json_response(status, message, extra_headers):
-        await send(message_part)
+    body = _error_body(message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close"), *extra_headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):
@@ -60,25 +48,22 @@ class _SlowReader(Exception):
 
 
 class BodyGuard:
-    """Reads each request body whole, within `max_bytes` and `timeout` seconds, before the app runs; and
-    drops a client that reads nothing of its answer for `send_timeout` seconds."""
-
     def __init__(self, app, max_bytes: int, timeout: float, send_timeout: float = 30.0):
         self.app, self.max_bytes, self.timeout, self.send_timeout = app, max_bytes, timeout, send_timeout
+        self.too_large = (f"the request body is larger than this server takes ({max_bytes} bytes; serve.py "
+                          "max_body_bytes=...)")
 
-    async def __call__(self, scope: Scope, receive, send) -> None:
+    async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.strip().isdigit() or int(declared) > self.max_bytes):
-            return await send_json(send, 413, f"the request body is larger than this server takes "
-                                              f"({self.max_bytes} bytes; serve.py max_body_bytes=...)")
+            return await send_json(send, 413, self.too_large)
         try:
             with anyio.fail_after(self.timeout):
                 body, disconnected = await self._read(receive)
         except _TooLarge:
-            return await send_json(send, 413, f"the request body is larger than this server takes "
-                                              f"({self.max_bytes} bytes; serve.py max_body_bytes=...)")
+            return await send_json(send, 413, self.too_large)
         except TimeoutError:
             return await send_json(send, 408, f"the request body did not arrive within {self.timeout:g} s "
                                               "(serve.py body_timeout_s=...)")
@@ -124,9 +109,8 @@ LINGER_S = 2.0  # after a closing answer, how long the rest of a client's reques
 
 
 class _LingeringTransport:
-    """A transport whose close() first sends FIN and keeps reading (and dropping) what the client still sends
-    for LINGER_S: closing with unread input would send a TCP reset, and a client still uploading a body we
-    refused (413, 408) would lose our answer with it. Everything else is the wrapped transport's."""
+    """A transport whose close() first sends FIN and drops what the client still sends for LINGER_S: closing with
+    unread input would send a TCP reset, and a client still uploading a refused body would lose our answer."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport, self._loop, self.lingering = transport, loop, False
@@ -150,10 +134,8 @@ class _LingeringTransport:
 
 
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
-    """Uvicorn's h11 protocol that closes connections slow to send a request head and answers connections
-    beyond `max_connections` with a JSON 503 (see the module docstring)."""
 
-    async def busy(scope: Scope, receive, send) -> None:
+    async def busy(scope: dict, receive, send) -> None:
         await send_json(send, 503, f"the server has {max_connections} connections open, its limit "
                                    "(serve.py max_connections=...); try again shortly", ((b"retry-after", b"1"),))
 
@@ -178,7 +160,7 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             """Malformed HTTP (uvicorn answers it in bare text): the project's JSON shape instead."""
             if self.cycle is not None and self.cycle.response_started:
                 return super().send_400_response(msg)
-            body = json.dumps({"error": f"not a valid HTTP request ({msg.rstrip('.')})", "field": None}).encode()
+            body = _error_body(f"not a valid HTTP request ({msg.rstrip('.')})")
             self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
                                  b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
             self.transport.close()
@@ -205,9 +187,8 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
 
 def server_config(app, header_timeout_s: float, keep_alive_s: float, max_connections: int) -> uvicorn.Config:
-    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, short keep-alive, no
-    WebSocket upgrades (the page has none: an upgrade request is answered as plain HTTP), and only errors
-    logged (a warning per malformed request would let any client fill the log)."""
+    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, no WebSocket upgrades (the
+    page has none), and only errors logged (a warning per malformed request would let any client fill the log)."""
     return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections), ws="none",
                           timeout_keep_alive=keep_alive_s, log_level="error", access_log=False, lifespan="off",
                           timeout_graceful_shutdown=3)
@@ -220,8 +201,9 @@ class GenerationSlots:
         self.total, self.per_run = total, per_run
         self.busy: Counter[str] = Counter()
 
-    def acquire(self, run: str) -> None:
-        """Take a slot for `run`, or raise ApiError 503 when none is free; `release(run)` gives it back."""
+    @contextmanager
+    def take(self, run: str) -> Iterator[None]:
+        """A slot for `run`, held until the block ends; ApiError 503 when none is free."""
         if sum(self.busy.values()) >= self.total:
             raise ApiError(503, None, f"the server is busy: {self.total} generations in progress, its limit "
                                       "(serve.py max_generations=...); try again shortly")
@@ -229,16 +211,9 @@ class GenerationSlots:
             raise ApiError(503, "run", f"run {run!r} is busy: {self.per_run} generations in progress on it, the "
                                        "limit (serve.py max_generations_per_run=...); try again shortly")
         self.busy[run] += 1
-
-    def release(self, run: str) -> None:
-        self.busy[run] -= 1
-        if self.busy[run] <= 0:
-            del self.busy[run]
-
-    @contextmanager
-    def take(self, run: str) -> Iterator[None]:
-        self.acquire(run)
         try:
             yield
         finally:
-            self.release(run)
+            self.busy[run] -= 1
+            if self.busy[run] <= 0:
+                del self.busy[run]

@@ -1,15 +1,9 @@
-"""The Host check (against DNS rebinding) for every address the server binds to.
-
-A page on another site can reach a server on this machine through a DNS name of its own that resolves to
-127.0.0.1 (or to the machine's address): the browser then sends that name as `Host`. Answering only the
-names the server is known by stops it, whatever the address family.
+"""The Host check for every address the server binds to: a page on another site can reach this server through a
+DNS name of its own that resolves to 127.0.0.1 (DNS rebinding), and the browser then sends that name as `Host`.
 
 Design choices:
-- Loopback binds (127.0.0.0/8, ::1, localhost) answer `localhost`, `127.0.0.1` and `[::1]` with no
-  configuration, plus the names in `allowed_hosts`.
-- A bind other machines can reach (0.0.0.0, ::, a LAN address) needs `allowed_hosts`: the names clients
-  will use. Without it the server refuses to start and says so; `allowed_hosts=['*']` answers any name,
-  explicitly. The bound address itself (when it is one address) is always allowed.
+- Loopback binds answer `localhost`, `127.0.0.1` and `[::1]` with no configuration; a bind other machines can reach
+  needs `allowed_hosts`, the names clients will use, or refuses to start (docs/en/playground.md).
 - The Host header is parsed as RFC 3986 writes it (`[v6]:port`, `name:port`), names compared lower-case
   without a trailing dot. Starlette's TrustedHostMiddleware cuts at the first colon, which breaks IPv6.
 """
@@ -38,16 +32,10 @@ def normalized(name: str) -> str:
 
 def is_loopback(host: str) -> bool:
     name = normalized(host)
-    if name == "localhost":
-        return True
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
-        return False
-
-
-def is_wildcard(host: str) -> bool:
-    return normalized(host) in ("0.0.0.0", "::", "")
+        return name == "localhost"
 
 
 def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[str] | None:
@@ -60,7 +48,7 @@ def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[st
                           "listed: e.g. python serve.py host=0.0.0.0 'allowed_hosts=[mybox.lan,192.168.1.20]' "
                           "(or 'allowed_hosts=[*]' to answer any name, which allows DNS rebinding)")
     names = set(LOOPBACK_NAMES) | {normalized(h) for h in allowed_hosts}
-    if not is_wildcard(bind_host):
+    if normalized(bind_host) not in ("0.0.0.0", "::", ""):  # one address, not all of them
         names.add(normalized(bind_host))
     return frozenset(names)
 

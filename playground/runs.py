@@ -1,18 +1,13 @@
 """Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
 
 Design choices:
-- A run is named by its folder's path relative to `runs_dir`, with `/` separators (`<time>_<sweep>/3` for
-  a sweep job); the run stored directly in `runs_dir` is `.`. A name is checked as text first (no `..`, no
-  absolute path, no backslash) and then by where it really leads: the resolved checkpoint must lie inside
-  the resolved `runs_dir`, so a symlink pointing out of it is refused like `../` is. Every refusal is the
-  same `RunNotFound` (HTTP 404): a client learns nothing about files outside.
-- `ckpt=` on the command line may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is
-  then listed under the reserved name `@ckpt`, the only way to reach it.
-- Listing reads every checkpoint once and keeps its summary until the file changes (size or mtime), so
-  reloading the page does not read weights again.
-- A run is found by its `ckpt.pt`, and read as every reader reads a run folder: its best validated weights,
-  `best.pt` where it is the run's and better than `ckpt.pt` (inference/run_files.py); the run list says which file
-  (`checkpoint`, `chosen`). A checkpoint file named by `ckpt=` is read as named.
+- A run is named by its folder's path relative to `runs_dir` (`.` for the run in it). A name is checked as text
+  first (no `..`, no absolute path, no backslash), then by where it really leads: the resolved checkpoint must lie
+  inside the resolved `runs_dir`. Every refusal is the same 404: a client learns nothing outside.
+- `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is listed as `@ckpt`.
+- Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
+- A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and
+  better: inference/run_files.py); the run list says which file. A file named by `ckpt=` is read as named.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
 from inference.run_files import RunFile, folder_file, run_file
 from inference.weights import choose_weights
+from playground.schemas import ApiError
 
 OUTSIDE_NAME = "@ckpt"
 ROOT_NAME = "."
@@ -93,10 +89,6 @@ def walk_checkpoints(runs_dir: Path, root: Path, skipped: SkipLog) -> list[Path]
     return sorted(found, key=lambda p: (-found[p], str(p)))
 
 
-class RunNotFound(Exception):
-    """A run name that does not lead to a checkpoint inside runs_dir (HTTP 404)."""
-
-
 @dataclass
 class RunInfo:
     name: str
@@ -111,9 +103,6 @@ class RunInfo:
     average_updates: int | None = None  # the updates of that average (None: raw weights, or not recorded)
     checkpoint: str | None = None  # the file it reads: best.pt, ckpt.pt (or the file ckpt= named, kochar.json)
     chosen: str | None = None  # why that file: best (a better best.pt) | last | named (None: exported)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def file_stamp(path: Path) -> tuple[int, int]:
@@ -173,12 +162,10 @@ class RunRegistry:
         real = path.resolve()
         if not real.is_relative_to(self.root):
             return OUTSIDE_NAME
-        rel = real.parent.relative_to(self.root).as_posix()
-        return rel or ROOT_NAME
+        return real.parent.relative_to(self.root).as_posix()  # `.` (ROOT_NAME) for the run in runs_dir itself
 
     def discover(self) -> list[Path]:
-        """Every ckpt.pt under runs_dir whose real location is inside it, newest first; a walk at most every
-        `ttl` seconds (thousands of runs take a while to walk). Blocking: call it off the event loop."""
+        """`walk_checkpoints`, at most once every `ttl` seconds (thousands of runs take a while). Blocking."""
         with self._lock:
             if self._found is not None and time.monotonic() - self._found[0] < self.ttl:
                 return list(self._found[1])
@@ -195,15 +182,15 @@ class RunRegistry:
 
     def resolve(self, name: str | None) -> tuple[str, Path]:
         """(canonical name, checkpoint path) for a request's `run`; None means the default run. Blocking.
-        Raises RunNotFound, whatever the name (too long, unencodable, a symlink loop...)."""
+        Raises the one 404, whatever the name (too long, unencodable, a symlink loop...)."""
         if name is None or name == "":
             path = self.default_path()
             if path is None:
-                raise RunNotFound("no runs under runs_dir yet; train one first (python train.py)")
+                raise ApiError(404, "run", "no runs under runs_dir yet; train one first (python train.py)")
             return self.name_of(path), path
         if name == OUTSIDE_NAME and self.fixed is not None and self.name_of(self.fixed) == OUTSIDE_NAME:
             return name, self.fixed
-        missing = RunNotFound(f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
+        missing = ApiError(404, "run", f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
         parts = PurePosixPath(name).parts
         if (name != ROOT_NAME and (name.startswith("/") or "\\" in name or "\0" in name
                                    or any(p in ("..", ".") for p in parts))):
@@ -217,8 +204,8 @@ class RunRegistry:
             raise missing from None
 
     def file(self, path: Path) -> RunFile | Path:
-        """What is read for the run found at `path` (its ckpt.pt): the file every reader reads for its folder (best.pt
-        where it is better), the file ckpt= named, or an exported folder's record. Blocking: reads headers."""
+        """What is read for the run found at `path` (its ckpt.pt): its folder's file as every reader chooses it, the
+        file ckpt= named, or an exported folder's record. Blocking: reads headers."""
         if path.name == RECORD:
             return path
         if path == self.fixed and self.fixed_file:

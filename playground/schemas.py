@@ -1,13 +1,11 @@
 """Request bodies of the API and the one error shape every refusal uses.
 
 Design choices:
-- Pydantic in strict mode: `"max_new_tokens": "300"` or `"stream": "yes"` is refused rather than guessed,
-  NaN and infinities are refused, and an unknown key (a misspelt `temprature`) is an error naming it
-  instead of being silently ignored.
-- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others get neutral values),
-  so the API says what `generate.py` says and every message belongs to one field.
-- Every error is `{"error": "<one line>", "field": "<key or null>"}`: 422 for a bad value, 404 for a run
-  that is not there, 400 for a run that cannot be loaded.
+- Pydantic in strict mode: `"max_new_tokens": "300"`, `"stream": "yes"`, NaN and infinities are refused rather
+  than guessed, and an unknown key (a misspelt `temprature`) is an error naming it, not silently ignored.
+- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others neutral), so the API says
+  what `generate.py` says and every message belongs to one field.
+- Every error is `{"error": "<one line>", "field": "<key or null>"}` (docs/en/playground.md lists the statuses).
 """
 
 from __future__ import annotations
@@ -20,9 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from common.config_checks import MAX_SEED
 from model.sampling import check_sampling_args
 
-MAX_SEED = 2**63 - 1
+NEUTRAL = {"max_new_tokens": 0, "temperature": 1.0, "top_k": None, "top_p": None}  # check_sampling_args's arguments
 
 
 class ApiError(Exception):
@@ -74,14 +73,6 @@ def _unicode(v: str | None, info: ValidationInfo) -> str | None:
     return v
 
 
-def _checked(fn):
-    """Turn check_sampling_args's ValueError into pydantic's (the message is kept as it is)."""
-    try:
-        fn()
-    except ValueError as e:
-        raise ValueError(str(e)) from None
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -98,28 +89,10 @@ class GenerateRequest(_Strict):
 
     _text = field_validator("run", "prompt")(_unicode)
 
-    @field_validator("max_new_tokens")
+    @field_validator(*NEUTRAL)
     @classmethod
-    def _max_new_tokens(cls, v: int) -> int:
-        _checked(lambda: check_sampling_args(v, 1.0, None, None))
-        return v
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        _checked(lambda: check_sampling_args(0, v, None, None))
-        return v
-
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, v: int | None) -> int | None:
-        _checked(lambda: check_sampling_args(0, 1.0, v, None))
-        return v
-
-    @field_validator("top_p")
-    @classmethod
-    def _top_p(cls, v: float | None) -> float | None:
-        _checked(lambda: check_sampling_args(0, 1.0, None, v))
+    def _sampling_range(cls, v: Any, info: ValidationInfo) -> Any:
+        check_sampling_args(**{**NEUTRAL, info.field_name: v})  # its ValueError is pydantic's, message as it is
         return v
 
     def check_limits(self, max_new_tokens_limit: int, max_prompt_chars: int) -> None:

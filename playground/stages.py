@@ -1,16 +1,13 @@
 """A Hangul syllable's probability split into its three spelling stages, for the playground's hover.
 
 Design choices:
-- The stages are read off the distribution the sampler drew from (`probs` after temperature, top-k and
-  top-p), not off the model's head, so p(initial) · p(medial | initial) · p(final | initial, medial) is the
-  character's reported `prob` for every tokenizer and head that uses the hangul ids.
+- The stages are read off the distribution the sampler drew from (after temperature, top-k and top-p), not off the
+  model's head, so their product is the character's reported `prob` for every head that uses the hangul ids.
 - The hangul tokenizer's ids 1..11172 are the syllables in code-point order, id - 1 = (initial·21 + medial)·28
-  + final, so one reshape of probs[1:11173] to (19, 21, 28) and two sums give every stage: cheap next to a
-  forward pass.
+  + final, so one reshape of probs[1:11173] to (19, 21, 28) and two sums give every stage.
 - Letters are Hangul compatibility jamo (ㄱ, ㅏ, ㄴ), the ones a reader types and sees standalone; conjoining
   jamo render oddly outside a syllable. "No final" is the empty string (the page shows it as ∅).
-- A stage whose condition has zero probability (possible only under top-k/top-p for a syllable not drawn)
-  cannot occur for a drawn syllable, since its own probability is positive.
+- A stage whose condition has zero probability (only under top-k/top-p) belongs to a syllable never drawn.
 """
 
 from __future__ import annotations

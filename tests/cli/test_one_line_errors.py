@@ -268,9 +268,9 @@ def test_checkpoint_files_that_are_not_checkpoints(tmp_path):
      "complete stack trace.\n", "unknown config key train.lr; check its spelling"),
 ])
 def test_hydra_reports_fold_into_one_line(report, expected):
-    from cli.entry import _fold_hydra_report
+    from cli.entry import hydra_report_line
 
-    folded = _fold_hydra_report(report)
+    folded = hydra_report_line(report)
     assert "\n" not in folded and folded.startswith(expected)
 
 

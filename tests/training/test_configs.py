@@ -1,11 +1,10 @@
-from cli.entry import quote_non_ascii_overrides
-
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from cli.overrides import quote_non_ascii_overrides
 from common.errors import UserError
 from model import AttentionLanguageModel
 from tests.helpers import compose_config
