@@ -244,7 +244,7 @@ def test_a_kept_decoder_follows_a_replaced_layer(monkeypatch):
     eager, _ = generations(model, prompt, 2 * C, "eager", 0.8)
     graph, _ = generations(model, prompt, 2 * C, "graph", 0.8)
     assert_same(graph, eager)
-    assert len(calls) == 2
+    assert len(calls) == 2 * 2  # the step's and the refill's graphs, before the layer was replaced and after
 
 
 @pytest.mark.parametrize("options", [{}, dict(position="rope", qk_norm=True)], ids=["learned", "rope"])
