@@ -6,10 +6,11 @@
 Design choices:
 - "Through generate.py's path": `stream` at generate.py's default temperature, seeded, one row, an 8-token prompt,
   every new id read back to the host as generate.py reads it to write the text.
-- Three sides take turns: `graph` (what CUDA runs), `static_eager` (the same static step launched op by op) and
-  `eager` (`DecodeStep`, what CUDA ran before the graph); each runs once first, so the graph is captured (the
-  stderr line it prints gives the cost) and the numbers are the replays'.
-- `same_text`: the graph samples the eager static step's ids for the same seed (both draw the same numbers).
+- Four sides take turns: `graph` (what CUDA runs: the step and every later refill replayed), `compiled` (the same
+  with inductor's kernels under the graphs), `static_eager` (the static step launched op by op) and `eager`
+  (`DecodeStep`); each runs once first, so the graphs are captured and compiled (the stderr lines give the cost)
+  and the numbers are the replays'.
+- `same_text`: the graph and the compiled graph sample the eager static step's ids for the same seed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from benchmarks.timing import median_alternating, per_second
 from model.streaming import stream
 
 TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)
-SIDES = {"graph": "graph", "static_eager": "static", "eager": "eager"}  # report key -> stream's decoder
+SIDES = {"graph": "graph", "compiled": "compiled", "static_eager": "static", "eager": "eager"}  # key -> decoder
 
 
 def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str, seed: int = 0) -> list[int]:
@@ -35,14 +36,15 @@ def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder
 
 
 def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
-    """{"graph", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
+    """{"graph", "compiled", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
     "new_tokens"} for `model` (on `device`) sampling `new_tokens` after an 8-token prompt."""
     model = model.eval()
     ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
     prompt = ids.to(device)
     sides = {k: partial(sampled_ids, model, prompt, new_tokens, d) for k, d in SIDES.items()}
     tps = median_alternating({k: per_second(run, new_tokens, prompt.device) for k, run in sides.items()}, rounds)
-    same = sampled_ids(model, prompt, new_tokens, "graph") == sampled_ids(model, prompt, new_tokens, "static")
+    static = sampled_ids(model, prompt, new_tokens, "static")
+    same = all(sampled_ids(model, prompt, new_tokens, d) == static for d in ("graph", "compiled"))
     return {**{k: round(v, 1) for k, v in tps.items()}, "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
             "same_text": same, "new_tokens": new_tokens}
 

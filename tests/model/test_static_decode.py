@@ -214,6 +214,7 @@ def test_the_gpu_sampling_benchmark_reports_graph_eager_and_same_text(monkeypatc
     from benchmarks.presets import PRESETS
 
     monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked([]))  # the CPU stands in for the card
+    monkeypatch.setattr(static_decode.StaticDecode, "compile_forward", lambda self: None)  # the compile: tested below
     tiny = PRESETS["tiny"]
     out = bench_gpu_sampling(tiny, V, torch.device("cpu"), rounds=1, new_tokens=2 * tiny["context_length"])
     assert set(out) == {"config", *SIDES, "graph_over_eager", "same_text", "new_tokens"}
@@ -258,3 +259,29 @@ def test_the_static_step_under_bf16_autocast_on_the_cpu(options):
         assert (la - lb).norm() / lb.norm() < 2e-2
         if not torch.equal(ia, ib):  # a bf16 near-tie picked another token: later inputs differ
             break
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_refills_after_the_first_are_replayed_too_and_sample_the_static_steps_text(monkeypatch, capsys, position):
+    """Learned positions refill the window every quarter context after the first fill: each such refill reads as many
+    ids, so it is captured once (beside the step) and replayed; rotary positions slide and never refill."""
+    calls: list = []
+    monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked(calls))
+    model = small(position=position)
+    prompt = torch.randint(0, V, (1, 3), generator=torch.Generator().manual_seed(21))
+    eager, _ = generations(model, prompt, 4 * C, "eager", 0.8, top_p=0.9, seed=3)
+    static, _ = generations(model, prompt, 4 * C, "static", 0.8, top_p=0.9, seed=3)
+    graph, _ = generations(model, prompt, 4 * C, "graph", 0.8, top_p=0.9, seed=3)
+    assert_same(static, eager) and assert_same(graph, eager)
+    assert len(calls) == (2 if position == "learned" else 1)
+
+
+@pytest.mark.slow
+def test_the_compiled_decoder_samples_the_static_steps_text(monkeypatch):
+    """inductor's kernels for the static step's forward (here the CPU's) under the stand-in capture: the same ids."""
+    monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked([]))
+    model = small()
+    prompt = torch.randint(0, V, (1, 3), generator=torch.Generator().manual_seed(22))
+    static, _ = generations(model, prompt, 2 * C, "static", 0.8, seed=6)
+    compiled, _ = generations(model, prompt, 2 * C, "compiled", 0.8, seed=6)
+    assert_same(compiled, static)
