@@ -1,17 +1,11 @@
 """ModelConfig: every number that decides the model's shape, in one typed record (nanoGPT's GPTConfig).
 
 Design choices:
-- One dataclass serves three readers: Hydra (it is the `model:` schema, so a wrong type or an unknown key is
-  refused while the config is composed), `AttentionLanguageModel` (built from one instance) and checkpoints
-  (which store it as a plain dict and rebuild the exact model from it).
-- Ranges are checked in `__post_init__`, the one place; it runs when Hydra's config becomes an object
-  (`OmegaConf.to_object`) and when code builds a config directly.
-- `vocab_size` is unknown until a tokenizer exists, so configs composed from YAML leave it `None`;
-  `with_vocab` fills it in. A model cannot be built without it.
-- The architecture switches (position, norm, mlp, qk_norm, zero_init_proj, init) default to the lecture's
-  GPT-2 model, so a checkpoint written before they existed rebuilds exactly the model it was trained as.
-- SwiGLU's hidden size is 8/3 of the embedding (to the nearest multiple of 8): its three matrices then hold
-  about as many parameters as the 4x GELU MLP's two.
+- One dataclass serves Hydra (the `model:` schema), `AttentionLanguageModel` (built from one instance) and
+  checkpoints (which store it and rebuild the exact model); ranges are checked in `__post_init__`.
+- `vocab_size` is unknown until a tokenizer exists (`with_vocab` fills it in).
+- The architecture switches default to the lecture's GPT-2, so an older checkpoint rebuilds the model it was.
+- SwiGLU's hidden size is 8/3 of the embedding (a multiple of 8): about the parameters of the 4x GELU MLP.
 """
 
 from __future__ import annotations

@@ -2,20 +2,14 @@
 (model/static_decode.py) and of the whole training step (training/runner/graph.py).
 
 Design choices:
-- A small model's step is many kernels of a few microseconds each: launched one by one from Python, the GPU waits
-  on the CPU. A CUDA graph replays all of them from one launch.
-- PyTorch's recipe (torch.cuda.graph's documentation): the function runs a few times on a side stream first (so
-  lazy initialisations, cuBLAS workspaces and the allocator's blocks exist), then once under capture. `CudaGraph`
-  keeps that stream, so a caller may run its own warm-ups there (training's are real steps). The function reads
-  and writes only tensors that outlive the graph; the caller undoes what the warm-up runs wrote.
-- Random draws: the graph is bound to one generator (`register_generator_state`; the default CUDA generator
-  always), whose offset every replay advances as the eager calls would.
-- Autocast's cache of cast weights is off while capturing: a cast it kept would be freed when the caller's
-  autocast ends, and the graph would go on reading freed memory.
-- `capture_error_mode="thread_local"`: the playground captures in one worker thread while others may be
-  launching their own work; only this thread's unsafe calls can spoil the capture. One capture at a time.
-- One recovery after any failed capture (`_recover`), then the error goes on: the decode step runs eagerly after
-  one line that says why (`captured`); training says its own line and goes on without the graph.
+- A small model's step is many short kernels, launched one by one from Python; a replay launches them all at once.
+- PyTorch's recipe: warm-ups on a side stream (kept by `CudaGraph`, so training runs its real steps there), then one
+  capture. The function touches only tensors that outlive the graph; the caller undoes what warm-ups wrote.
+- Random draws: the graph is bound to one generator (`register_generator_state`), advanced by every replay as the
+  eager calls would advance it. Autocast's weight cache is off while capturing (it would be freed under the graph).
+- `capture_error_mode="thread_local"` (the playground captures while other threads work); one capture at a time.
+- One recovery after a failed capture (`_recover`); the decode step then runs eagerly after one line
+  (`captured`), and training says its own line and goes on without the graph.
 """
 
 from __future__ import annotations

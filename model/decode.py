@@ -1,28 +1,18 @@
 """The one-token step of cached generation, on weights gathered once per generation.
 
-Once the prompt is in the KV cache, each new token needs a few matrix-vector products per block. Run through the
-module tree, the same step pays an `nn.Module` call (hook checks, eval-mode dropouts) per layer, which on the CPU
-can cost more than the arithmetic. `DecodeStep` computes what `Block.forward` with fused attention computes for
-one position, on weights laid out for a row vector times a matrix (`x @ W_t`, the fastest product for a single row
-on the CPU); the parameters stay the modules' own, so there is still one model. Tests check its logits against the
-uncached forward at every step.
+Run through the module tree, a one-token step pays an `nn.Module` call per layer, which on the CPU can cost more
+than its matrix-vector products. `DecodeStep` computes what `Block.forward` with fused attention computes for one
+position, on the modules' own parameters laid out for a row times a matrix (`x @ W_t`); tests check its logits
+against the uncached forward at every step.
 
 Design choices:
-- Every architecture switch is computed here too (LayerNorm or RMSNorm, learned or rotary positions,
-  query/key norm, GELU, squared ReLU or SwiGLU, a composed input and a staged head, which run as their modules);
-  tests/model/test_restated_forward.py runs every kind of every `ModelConfig` field through it. The cost of a step is
-  mostly the number of small ops, so each switch is computed in as few as it allows:
-  - an RMSNorm is x / hypot(||x||, sqrt(n * eps)) (three ops instead of torch.rms_norm's composite), and its
-    sqrt(n) and gain are folded into the matrix that follows it (`(x * g) @ W == x @ (g[:, None] * W)`);
-    LayerNorm keeps its own one-op kernel, with its weights;
-  - queries and keys are normalised and rotated together, and the rotation is one product with a (D, D)
-    matrix per position (`Rotations`, which also carries the query/key norm's sqrt(D)).
-- Folding and reordering round differently from the modules: logits agree to float32 rounding (tested).
-- Positions come from the cache (`KVCache.position`); position p is written to slot p % context_length and
-  the query attends to every filled slot, which makes the same step serve learned positions (refilled
-  before p reaches the context) and the rotary ring (which never refills). Everything the step asks of a
-  position goes through one object (`SlotPosition`), so model/static_decode.py runs this very code with the
-  position held in a device tensor, as a CUDA graph replays it.
+- Every architecture switch is computed here too (tests/model/test_restated_forward.py runs every kind of every
+  `ModelConfig` field through it), each in as few ops as it allows: an RMSNorm's sqrt(n) and gain folded into the
+  next matrix; queries and keys normalised and rotated together, the rotation one product with a (D, D) matrix
+  per position (`Rotations`). Logits agree with the modules' to float32 rounding.
+- Position p is written to slot p % context_length and the query attends to every filled slot: one step for
+  learned positions (refilled in time) and the rotary ring. Everything asked of a position goes through one object
+  (`SlotPosition`), so model/static_decode.py runs this very code with the position in a device tensor.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Dropout whose masks cost a quarter of the random draws on the CPU.
 
 Design choices:
-- The semantics are `nn.Dropout`'s: in training each element is kept with probability 1 - p and scaled by
-  1 / (1 - p); in evaluation nothing happens. The modules print and load as `nn.Dropout` (a subclass with the
-  same name, no state of its own), so the lecture's model is the same model.
-- torch's CPU dropout draws one random number per element (`bernoulli_`), and at this model's sizes those
-  draws, above all on the (B, H, T, T) attention weights, are a large part of a CPU step. Here one 64-bit draw
-  from torch's generator fills four 16-bit lanes: an element is dropped when its lane is below
-  round(p * 65536). The rate is therefore p to within 1/65536, and the scale uses that exact rate, so the
-  expected output equals the input as for `nn.Dropout`.
-- On other devices torch's own kernel is used: CUDA's fused dropout is already cheap, and the masks are
-  reproducible there the way torch makes them.
+- `nn.Dropout`'s semantics and name (a subclass with no state), so the lecture's model is the same model.
+- torch's CPU dropout draws one number per element, a large part of a CPU step on the attention weights; here one
+  64-bit draw fills four 16-bit lanes, an element dropped when its lane is below round(p * 65536), and the scale
+  uses that exact rate, so the expected output equals the input.
+- Other devices use torch's own kernel (CUDA's is already cheap).
 """
 
 from __future__ import annotations

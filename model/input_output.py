@@ -2,20 +2,13 @@
 (hidden states out).
 
 Design choices:
-- The lecture's ends are the default: `nn.Embedding(vocab_size, embedding_size)` and `SoftmaxHead`, a bias-free
-  `nn.Linear(embedding_size, vocab_size)` with its cross-entropy beside it. The Hangul-aware ends (model/hangul/:
-  a syllable composed from its jamo on the way in, predicted jamo by jamo on the way out) have the same
-  interface, so `AttentionLanguageModel` never asks which kind it holds:
-  - an embedding maps ids (...) to vectors (..., E);
-  - a head maps hidden states (..., E) to logits (..., V) (the staged head's are log-probabilities, which softmax
-    and sampling treat alike), `token_losses(h, targets)` to each target's loss in nats, and
-    `logits_and_loss(h, targets)` to what a training step needs (the staged head returns no logits there: it
-    never builds the whole distribution when the targets say which ids matter);
-  - a layer that starts some of its parameters other than the model's initialisation would names them in
-    `keep_init` (left as the layer made them) or sets them in `finish_init()` (called after the initialisation).
-- Parameter names are the lecture model's (`token_embedding.weight`, `lm_head.weight`); the Hangul-aware layers
-  keep theirs under those two names. Checkpoints written before they moved there call them `jamo_embedding.*`
-  and `jamo_head.*`: `upgrade_state_names` renames those when a checkpoint or an exported folder is read.
+- The lecture's ends are the default (`nn.Embedding`, and `SoftmaxHead`: a bias-free `nn.Linear` with its
+  cross-entropy beside it); the Hangul-aware ones (model/hangul/) have the same interface, so the model never asks
+  which kind it holds: an embedding maps ids to vectors; a head maps hidden states to logits, `token_losses` to
+  each target's loss and `logits_and_loss` to what a step needs; `keep_init` and `finish_init()` say how a layer
+  starts its own parameters.
+- Parameter names are the lecture model's (`token_embedding.weight`, `lm_head.weight`); `upgrade_state_names`
+  renames the older `jamo_embedding.*` and `jamo_head.*` when a checkpoint or an exported folder is read.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Per-block key/value buffers for incremental generation, and the token ids the window still needs.
 
 Design choices:
-- Each block has one buffer (B, 2, num_heads, context_length, head_dim), allocated once per generation at
-  full context length; `keys[i]` and `values[i]` are its two halves, so a one-token step writes both in
-  one copy. Nothing is reallocated per token, however long the generation.
-- The cache counts `position`: positions written since it was last (re)filled. Position p lives in slot
-  p % context_length. With learned positions the window is refilled before it outgrows the context, so
-  slot == position. With rotary positions the cache is a ring: once full, each new key overwrites the
-  oldest, and keys stay valid because they were rotated at their own position when written (attention
-  depends only on distances). A one-token query sees every slot, so their order in memory is irrelevant.
-- `TokenWindow` keeps only the last context_length ids of each sequence (what a refill or an uncached
-  step reads), in a buffer twice that long that is compacted when full: generation never holds the whole
-  output, so its memory does not grow with max_new_tokens.
+- One buffer per block, (B, 2, num_heads, context_length, head_dim), allocated once per generation: a one-token step
+  writes its key and value in one copy, and nothing is reallocated per token.
+- `position` counts the positions written since the last (re)fill; position p lives in slot p % context_length.
+  Learned positions refill the window before it outgrows the context; rotary keys, rotated where they were written,
+  make the cache a ring that never refills. A one-token query sees every slot, so their order does not matter.
+- `TokenWindow` keeps only the last context_length ids of each sequence, so memory does not grow with the output.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """The two layouts of a block's query, key and value weights, and the conversions between them.
 
-- `heads` (`model.attention=heads`, the lecture's): each `Head` owns three (head_dim, E) matrices, named
-  `attn.heads.{h}.query.weight`, `attn.heads.{h}.key.weight` and `attn.heads.{h}.value.weight`.
-- `fused` (the default): one parameter `attn.qkv` of shape (3, num_heads, head_dim, E). `qkv[0, h]` is head h's
-  query matrix, `qkv[1, h]` its key matrix, `qkv[2, h]` its value matrix; viewed as (3 * head_size, E) it is the
-  matrix the fused path multiplies by, so a training step concatenates nothing and its backward slices nothing
-  (model/qkv_projection.py splits the product).
+- `heads` (the lecture's): each `Head` owns three (head_dim, E) matrices, `attn.heads.{h}.query|key|value.weight`.
+- `fused` (the default): one parameter `attn.qkv` (3, num_heads, head_dim, E), which viewed as (3 * head_size, E)
+  is the matrix the fused path multiplies by (model/qkv_projection.py splits the product).
 
 Design choices:
-- A state dict of either layout loads into a model of either: `MultiHeadAttention` converts what it is given
-  (`convert_in_place`), checkpoints are converted to their own settings' layout when read (`match_layout`), and
-  the optimizer's per-parameter moments follow (training/optim/layout.py uses `other_layout_names`).
-- Checkpoints and exports written before the fused parameter existed hold the per-head names; they load
-  unchanged. The exported custom modeling code keeps the per-head names (hf_format/custom.py converts).
+- A state dict of either layout loads into a model of either (`convert_in_place`, `match_layout`), and the
+  optimizer's moments follow (training/optim/layout.py uses `other_layout_names`).
+- Checkpoints and exports of the per-head names load unchanged; the exported modeling code keeps them.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """The fused path's QKV product, split into each head's queries, keys and values, with a backward that puts nothing
 back together: `project_qkv`.
 
-Why a function of its own: every split PyTorch offers pays in the backward. `unbind`/`split`/`chunk` join the three
-gradients with one stack/cat (a CatArrayBatchedCopy kernel per block on CUDA), and the heads' permuted views make
-the way back to the product's (B*T, 3 * head_size) rows a strided copy (a clone) on top; three `narrow`/`select`
-views would each fill a zero buffer and copy into it instead. Attention's backward (SDPA's on the CPU, for one)
-hands back the three gradients in separate buffers, so something has to give.
+Why: every split PyTorch offers pays in the backward (`unbind`/`split` join the three gradients with a stack or a
+cat, and the heads' permuted views add a strided copy), while attention's backward hands the three gradients back in
+separate buffers. Instead (`QKVProjection.backward`):
+- each gradient, a transposed view of a (B, T, H, D) buffer, is read as (B*T, head_size) rows without a copy;
+- the weight's gradient is three matmuls into the thirds of one buffer, the input's one matmul and two accumulating
+  ones: the same FLOPs, and no pass over joined rows; gradients that are one buffer's thirds already take two;
+- any other layout is copied into rows (the copy the old split always paid).
 
-What the backward does instead (`QKVProjection.backward`):
-- Each gradient, (B, H, T, D) as attention returns it, is read as (B*T, head_size) rows without a copy: SDPA's
-  gradients are transposed views of (B, T, H, D) buffers, which is exactly that.
-- The weight's gradient is three matmuls, each written straight into its third of one (3 * head_size, E)
-  buffer; the input's gradient is one matmul and two accumulating ones. The same FLOPs as one matmul of the joined
-  rows, in smaller pieces, and no memory pass over the joined rows to make them.
-- When the three gradients already are one (B, T, 3, H, D) buffer's thirds (a kernel that writes them so), that
-  buffer is used as it is: two matmuls, as if the rows had been joined for free.
-- Any other layout (a caller's own elementwise ops between this and attention) is copied into rows: correct, at
-  the cost of the copy the old split always paid.
-
-The forward is the lecture's product unchanged: `x @ qkv.flatten(0, 2).T`, the same numbers as `F.linear`.
-tests/training/test_step_cost.py holds the backward's operations: no cat, stack or copy, at a held count.
+The forward is the lecture's product unchanged: `x @ qkv.flatten(0, 2).T`. tests/training/test_step_cost.py holds
+the backward's operations: no cat, stack or copy.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Rotary position embeddings (RoPE): queries and keys rotated by angles that grow with their position.
 
 Design choices:
-- The cos/sin tables are computed once per model for positions 0..context_length-1 (`rope_tables`) and
-  indexed by the positions of the tokens at hand (`apply_rope`), so a caller that knows each token's
-  absolute position (a KV cache that keeps keys rotated where they were written) rotates with the same
-  function the training forward uses.
-- Half-split pairing, as in GPT-NeoX and LLaMA's Hugging Face port: dimension i is paired with i + D/2, so
-  the rotation is x * (cos, cos) + swap(x) * (sin, -sin), the halves swapped by one flip, with no interleaving
-  copies. Its backward is the same two products, a flip and a sum, all in the gradient's own layout: slicing the
-  halves and concatenating them (the same numbers) cost zero-filled buffers and a copy of the QKV gradient there.
-- A query at position m and a key at position n then score q . R(n - m) k: attention depends on the distance
-  between the two, never on where the pair sits in the window.
-- The rotated tensor keeps its input's dtype (tables are cast down under autocast), so SDPA sees queries,
-  keys and values of one dtype.
+- The cos/sin tables are computed once per model (`rope_tables`) and indexed by each token's absolute position
+  (`apply_rope`), so a KV cache that keeps keys rotated where they were written uses the training forward's function.
+- Half-split pairing (GPT-NeoX, LLaMA's Hugging Face port): dimension i with i + D/2, so the rotation is
+  x * (cos, cos) + swap(x) * (sin, -sin), one flip and no interleaving copies, forward and backward.
+- A query at m and a key at n score q . R(n - m) k: attention depends on their distance only.
+- The rotated tensor keeps its input's dtype, so SDPA sees one dtype.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Generation: the token loop around a model, beside it rather than inside it (`stream`, `generate` calls it).
 
 Design choices:
-- Positions stop at context_length, so a longer sequence is read through a window (`window_start`): the classic
-  "crop to the last context_length tokens" at every step is `shift=1`. With learned positions the window instead
-  jumps `context_length / 4` tokens at a time, so the model always reads at least three quarters of the context
-  while the KV cache is refilled only every quarter (`default_window_shift`); rotary keys stay valid as the window
-  moves, so their cache slides (a ring) and never recomputes anything. Cached and uncached generation use the same
-  windows, hence give the same logits (tests/model/test_model.py).
-- With the cache, a window is filled in one forward pass (the fused attention path writes the cache, whichever
-  `model.attention` says: both own the same parameters), then each new token is one `DecodeStep` (model/decode.py).
-- A cached step and its sampling are small ops on a few rows: on the CPU, intra-op threads would only add a
-  fork/join to each (and spin against other processes), so they run on one thread (`OneThread`, model/decode.py);
-  the caller's thread count is back before each token is yielded.
+- Positions stop at context_length, so a longer sequence is read through a window (`window_start`). With learned
+  positions the window jumps `context_length / 4` tokens at a time (`default_window_shift`), so the cache is
+  refilled only every quarter; rotary keys stay valid as the window moves, so their cache slides. Cached and
+  uncached generation use the same windows, hence give the same logits.
+- With the cache, a window is filled in one forward pass, then each token is one `DecodeStep` (model/decode.py), or
+  the static step of model/static_decode.py (`decoder`).
+- A cached step and its sampling are small ops on a few rows: on the CPU they run on one thread (`OneThread`).
 - Only the last context_length ids are kept (`TokenWindow`), so max_new_tokens may be as large as one likes.
 """
 

@@ -2,22 +2,14 @@
 11,172-row tables held as the rows its training text uses plus one shared zero row.
 
 Design choices:
-- Both per-syllable tables start at zero: the jamo input's own rows (`model.embedding=jamo`: a syllable is its
-  jamo plus a residual row) and the staged head's read-out rows (`model.head=jamo`). A text holds a few
-  thousand of the 11,172 syllables, yet a dense table costs every step a gradient of all its rows, their
-  clipping, their optimizer update and (under bf16) a cast of the whole head table.
-- The input rows of syllables the training text never holds get no gradient, so dense training leaves them at
-  zero exactly: compacting them changes nothing. The head's rows differ in one case: a dense head also pushes
-  down the row of a syllable the text never holds when its (initial, medial) pair is the target's; compacted,
-  that row stays zero and the shared stage 3 alone scores it (docs/en/hangul.md has the measurement).
-- Kept are the rows of every syllable in the training split and every row that is not zero (a run started from
-  another run's weights keeps all it learned there); every other row is the shared zero row, which padding
-  keeps out of the gradient. So the kept set is the same when a run resumes, and the optimizer's moments fit.
-- The layout is the training loop's business alone: `dense_state_dict` writes checkpoints with the full
-  tables, so checkpoints, export, fine-tuning and every reader see the model as it always was.
-- Names: `HeldJamoEmbedding` is the jamo input with its own rows held; `HeldReadoutRows` the staged head's
-  per-syllable read-out rows held; `params_left_out` is how many parameters of the dense table a held one leaves
-  out (so a model's parameter count is the same either way, model/counts.py).
+- Both per-syllable tables start at zero, and a text holds a few thousand syllables, yet a dense table costs every
+  step the gradient, clipping, update and (bf16) cast of all its rows.
+- Unseen input rows get no gradient, so compacting them changes nothing; a dense head would still push down an
+  unseen syllable's row beside its pair's target, which a held one leaves at zero (docs/en/hangul.md).
+- Kept: every syllable of the training split and every non-zero row (a fine-tuned run keeps what it learned), the
+  same set on resume, so the optimizer's moments fit.
+- The layout is the training loop's alone: `dense_state_dict` writes checkpoints with the full tables, and
+  `params_left_out` keeps the parameter count the same either way (model/counts.py).
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """A syllable's input vector composed from its jamo (`model.embedding=jamo`).
 
-The model knows ids only. The contract with the `hangul` tokenizer: ids 1 to 11,172 are the precomposed
-syllables in code-point order, so id - 1 = (initial * 21 + medial) * 28 + final; every other id is a
-character of its own.
+The contract with the `hangul` tokenizer: ids 1 to 11,172 are the syllables in code-point order, so id - 1 =
+(initial * 21 + medial) * 28 + final; every other id is a character of its own.
 
 Design choices:
-- A syllable's vector is the sum of three learned jamo vectors (its initial, medial and final, "no final"
-  included) plus its own row of the table, which starts at zero: a syllable never seen in training gets the
-  meaning of its parts from the first step, and one seen often can still learn what is its own. Other
-  characters keep their ordinary rows.
-- It is an `nn.Embedding` (its own rows are `weight`, under the same name as the plain table's) with the jamo
-  table `parts` inside, so it takes the plain embedding's place in `AttentionLanguageModel` and the optimizer
-  groups both tables as embeddings. Checkpoints written before it held `parts` named it
-  `jamo_embedding.parts.weight` (model/input_output.py `upgrade_state_names` reads those).
-- The parts of every id are one non-persistent (V, 3) table built from the vocabulary size, indexing a
-  68-row jamo embedding whose last row is a zero padding row for non-syllables: the lookup is one gather and
-  one sum, the same in training and in the KV-cached decoder, and checkpoints hold only parameters.
+- A syllable's vector is its three jamo vectors plus its own row, starting at zero: an unseen syllable has its parts'
+  meaning from the first step, a frequent one can learn its own. Other characters keep ordinary rows.
+- It is an `nn.Embedding` (its rows are `weight`) holding the jamo table `parts`, so it takes the plain embedding's
+  place and the optimizer groups both as embeddings.
+- The parts of every id are one non-persistent (V, 3) table into a 68-row jamo embedding (its last row zero, for
+  non-syllables): one gather and one sum, in training and decoding alike; checkpoints hold only parameters.
 """
 
 from __future__ import annotations

@@ -2,33 +2,17 @@
 jamo, p(initial) · p(medial | initial) · p(final | initial, medial), every other character in the first stage.
 
 Design choices:
-- Stage 1 is one softmax over the 19 initials and every id that is not a syllable (`<unk>` included). For a
-  syllable, stage 2 chooses among the 21 medials given the initial, stage 3 among the 28 finals ("no final"
-  included) given both; each later stage sees the hidden state and the parts already chosen through a
-  non-linearity (GELU(h·A + part embeddings)·B), so the medial can depend on the initial and the final on both.
-- On top of those shared stages, each (initial, medial) pair and each syllable has its own read-out row, as a
-  softmax head has one per character: the shared part is what a syllable gets from its parts (all a syllable
-  never seen in training has), the row what is its own. Without the rows the head trailed `char` by 0.45 bits
-  per character at equal steps; with them, by 0.04 (docs/en/hangul.md has the measurements). A syllable's
-  row costs a gather of its pair's 28 rows per position (in training, while the text's held rows are few,
-  one product with those: model/hangul/held_rows.py), not a product with all 11,172; the 399 pair rows are one
-  (N, E) x (E, 399) product. A syllable's row starts at zero, as its input row does, so one the text
-  never holds is scored by its parts alone, and training holds only the text's rows (model/hangul/held_rows.py).
-- `initials="pairs"` (the default): stage 1 scores an initial by its own row plus the log-sum-exp of its 21
-  (initial, medial) read-out rows, so an initial is as likely as the pairs it opens. A single linear row per
-  initial (`"linear"`, the first version, which checkpoints written before this option rebuild) cannot be
-  that: an initial such as ㅇ opens 이, 은, 을, 아, 에, 요... in unrelated contexts, and a softmax head's own
-  score for it is a log-sum-exp over all of them. On movie reviews at 4,000 steps the linear version trailed
-  `char` by 0.24 bits per character, the pairs version by 0.13; the pairs' scores are one (N, E) x (E, 399)
-  product, which stage 2 reads its own part from (in either version) instead of gathering rows.
-- The log-probability of a character is the sum of its stages'. Every stage is normalised, so the distribution
-  over all representable ids sums to 1 exactly: no probability leaks to impossible characters.
-- Training and scoring use teacher forcing (`token_losses`): each position evaluates only its own target's
-  stages, so `logits_and_loss` returns no logits. Generation needs the whole distribution (`joint`, which is
-  also `forward`): 19 stage-2 and 399 stage-3 evaluations per row, batched, giving log-probabilities over every
-  id in id order; sampling, top-k, top-p and greedy then act on whole characters, as for any head. It is the
-  softmax head's interface (model/input_output.py), so it takes that head's place as `lm_head`; checkpoints
-  written before it did named it `jamo_head`.
+- Stage 1 is one softmax over the 19 initials and every id that is not a syllable; stages 2 and 3 choose the
+  medial and the final, each seeing the hidden state and the parts already chosen (GELU(h·A + parts)·B).
+- Each (initial, medial) pair and each syllable also has its own read-out row, starting at zero: the shared stages
+  are what a syllable gets from its parts (all an unseen one has), the row what is its own (docs/en/hangul.md
+  measures both). A syllable's row is a gather of its pair's 28 rows, not a product with all 11,172.
+- `initials="pairs"` (the default) scores an initial by its own row plus the log-sum-exp of its 21 pair rows, so an
+  initial is as likely as the pairs it opens; `"linear"` (one row per initial) rebuilds older checkpoints.
+- Every stage is normalised, so the distribution over all representable ids sums to 1: nothing leaks.
+- Training and scoring use teacher forcing (`token_losses`: only each target's stages); generation builds the whole
+  distribution (`joint`, also `forward`), so sampling acts on whole characters. It is the softmax head's interface,
+  so it takes that head's place as `lm_head` (older checkpoints named it `jamo_head`).
 """
 
 from __future__ import annotations
