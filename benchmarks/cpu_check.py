@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     import torch
 
     from common.device import cpu_has_native_bf16
-    from training.runner.measured import device_name
+    from training.runner.plan import device_name
 
     result: dict = {"cpu": device_name(torch.device("cpu")), "bf16_instructions": cpu_has_native_bf16(),
                     "torch": torch.__version__, "load_average": os.getloadavg()}

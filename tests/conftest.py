@@ -97,8 +97,8 @@ def sigint_reaches_children():
 
 @pytest.fixture(autouse=True)
 def _own_compile_records(tmp_path_factory, monkeypatch):
-    """What a test's compiles measure (training/runner/measured.py) stays out of the user's cache and other tests."""
-    from training.runner import measured
+    """What a test's compiles measure (training/runner/plan.py) stays out of the user's cache and other tests."""
+    from training.runner import plan
 
     folder = tmp_path_factory.mktemp("compile_records")
-    monkeypatch.setattr(measured, "records_path", lambda: folder / "compile_records.json")
+    monkeypatch.setattr(plan, "records_path", lambda: folder / "compile_records.json")

@@ -172,7 +172,6 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     slower than the eager ones (the clock the runner reads says so)."""
     from tests.helpers import train_job
     from training import trainer
-    from training.runner import measured
     from training.runner import steps as step_runner
 
     class StandIn(torch.nn.Module):
@@ -190,11 +189,11 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     monkeypatch.setattr(step_runner, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
     monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
     records = tmp_path / "records.json"
-    monkeypatch.setattr(measured, "records_path", lambda: records)
+    monkeypatch.setattr(compile_plan, "records_path", lambda: records)
     job = train_job(tmp_path, "data.path=data/corpus/ko_default.txt", "train.max_steps=40", "train.compile=auto",
                     "train.eval_interval=40")
     result = trainer.train(job, tmp_path / "run")
-    return result, measured.read_all()
+    return result, compile_plan.read_all()
 
 
 def test_a_compiled_run_that_is_not_faster_goes_back_to_eager_and_says_so(tmp_path, monkeypatch, capsys):
@@ -215,16 +214,15 @@ def test_a_faster_compiled_run_is_kept_and_recorded(tmp_path, monkeypatch, capsy
 
 
 def test_what_a_run_recorded_is_what_the_next_run_expects(tmp_path, monkeypatch):
-    from training.runner import measured
 
-    monkeypatch.setattr(measured, "records_path", lambda: tmp_path / "records.json")
-    assert measured.costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # nothing measured yet
-    measured.write("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5)
-    assert measured.costs("k", CPU, "/cache") == compile_plan.Costs(1.5, 30.0 * measured.WARM_SHARE,
+    monkeypatch.setattr(compile_plan, "records_path", lambda: tmp_path / "records.json")
+    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # nothing measured yet
+    compile_plan.write_record("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5)
+    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.Costs(1.5, 30.0 * compile_plan.WARM_SHARE,
                                                                    "measured here before")  # warm now
-    assert measured.costs("k", CPU, "/another").warmup == 30.0  # that cache is not the one that holds it
+    assert compile_plan.measured_costs("k", CPU, "/another").warmup == 30.0  # that cache is not the one that holds it
     (tmp_path / "records.json").write_text("not json")
-    assert measured.costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # an unreadable file: no hint
+    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # unreadable: no hint
 
 
 # -- the whole step as a CUDA graph, on the CPU: a stand-in replay writes what a replay writes -------------------

@@ -6,9 +6,13 @@ Design choices:
   for the fastest the device has.
 - `auto` compiles only where the run is long enough to pay back the warm-up, by what it measures: `left x (1 -
   1/speedup)` must be `PAYBACK` times the warm-up, `left` being the eager seconds left (half of them where early
-  stopping may end the run sooner). The speedup and warm-up are this machine's where a run measured them before
-  (training/runner/measured.py), else the priors below (docs/en/training.md); the warm-up is scaled by the load per
-  core; inductor needs `MIN_INDUCTOR_STEPS` left; a speedup measured under `KEEP` never compiles again.
+  stopping may end the run sooner). The speedup and warm-up are this machine's where a run measured them before,
+  else the priors below (docs/en/training.md); the warm-up is scaled by the load per core; inductor needs
+  `MIN_INDUCTOR_STEPS` left; a speedup measured under `KEEP` never compiles again.
+- What a run measured is kept in the user's cache folder (`records_path`), keyed by what decides a compile's cost and
+  gain (the device, torch, the precision, the way, the model's settings, the batch): the warm-up, whether inductor's
+  cache held it (a warm cache costs `WARM_SHARE` of a cold one), the eager and compiled milliseconds of a step. A
+  hint, never a requirement: an unreadable file reads as empty, and writing it is best-effort.
 - A CPU compiles only in bfloat16 on a CPU with bf16 instructions; MPS stays eager.
 - The choice is one line (`compile: ...`) where a choice was made: every GPU run, a CPU run that autocasts, every
   run that compiles. Under torchrun every rank takes the same choice, and no CUDA graph is used (DDP's all-reduce
@@ -17,11 +21,16 @@ Design choices:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from dataclasses import dataclass
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
+from common.atomic_files import atomic_write, user_cache_dir
 from common.config_checks import refusal
 from common.device import has_native_bf16
 
@@ -156,3 +165,68 @@ def worth_a_line(device: torch.device, dtype: torch.dtype, way: Way) -> bool:
     """Where the choice is said: as the precision line (every GPU run, a CPU run that autocasts), and whenever
     something compiles."""
     return device.type != "cpu" or dtype != torch.float32 or way != EAGER
+
+
+WARM_SHARE = 0.3  # a warm inductor cache's warm-up against a cold one's (docs/en/training.md)
+KEPT = 200  # records kept, the newest
+
+
+def records_path() -> Path:
+    return user_cache_dir("compile_records.json")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    return f"{cpu or platform.processor() or device.type} x{os.cpu_count()}"
+
+
+def record_key(device: torch.device, dtype: torch.dtype, way: Way, model_config, batch: int) -> str:
+    settings = json.dumps(asdict(model_config), sort_keys=True, default=str)
+    model = hashlib.sha256(settings.encode()).hexdigest()[:16]
+    return f"{device_name(device)}|torch {torch.__version__}|{dtype}|{way.name}|{model}|batch {batch}"
+
+
+def read_all() -> dict:
+    try:
+        records = json.loads(records_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def read_record(key: str) -> dict | None:
+    record = read_all().get(key)
+    return record if isinstance(record, dict) else None
+
+
+def write_record(key: str, **values: float | bool | str) -> None:
+    """Merge `values` into the record of `key`, keeping the newest `KEPT` records."""
+    records = read_all()
+    record = {**(records.pop(key, None) or {}), **values}
+    records[key] = record
+    try:
+        atomic_write(records_path(), json.dumps(dict(list(records.items())[-KEPT:]), indent=1))
+    except OSError:
+        pass
+
+
+def measured_costs(key: str, device: torch.device, cache_folder: str | None) -> Costs:
+    """Inductor's expected speedup and warm-up for the run of `key`: this machine's, where a run measured them (the
+    warm-up a share of a cold one while inductor's cache folder is still there), else the priors."""
+    prior, record = prior_costs(device), read_record(key)
+    if not record:
+        return prior
+    speedup = record.get("speedup")
+    speedup = float(speedup) if isinstance(speedup, int | float) and speedup > 0 else prior.speedup
+    warmup = record.get("warmup_s")
+    if not isinstance(warmup, int | float):
+        return Costs(speedup, prior.warmup, "speedup measured here before")
+    cold = float(warmup) / (WARM_SHARE if record.get("warm") else 1.0)
+    cached = cache_folder is not None and record.get("cache") == cache_folder
+    return Costs(speedup, cold * WARM_SHARE if cached else cold, "measured here before")

@@ -25,7 +25,6 @@ from common.device import has_native_bf16
 from model.cuda_graph import CudaGraph
 from training import distributed, early_stop
 from training.guards.signals import stop_at_once
-from training.runner import measured
 from training.runner.graph import GraphStep, GraphUnavailable, release
 from training.runner.plan import (
     COMPARE_STEPS,
@@ -36,8 +35,12 @@ from training.runner.plan import (
     compile_setting,
     fixed_way,
     graph_blocker,
+    measured_costs,
     measured_way,
+    read_record,
+    record_key,
     worth_a_line,
+    write_record,
 )
 from training.session import LoopState, Session
 from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
@@ -70,7 +73,7 @@ class StepRunner:
         self.compiled_times: list[float] | None = None  # seconds of the compiled steps timed against them
         self.warming: float | None = None  # when the chosen way started to warm up
         self.compiled = False  # inductor has compiled the step (or failed to)
-        self.record: dict = {}  # the chosen way's key and warm-up, for training/runner/measured.py
+        self.record: dict = {}  # the chosen way's key and warm-up, recorded for the next run
         self.setting = compile_setting(t.compile)
         fixed = fixed_way(self.setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by caller")
         if fixed is not None:
@@ -119,9 +122,9 @@ class StepRunner:
                                                                                         t.eval_interval)):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-        key = measured.record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
+        key = record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
                                   s.raw_model.config, t.batch_size)
-        costs = measured.costs(key, s.device, inductor_cache())
+        costs = measured_costs(key, s.device, inductor_cache())
         way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
             way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
@@ -142,8 +145,8 @@ class StepRunner:
             return
         self.warming = time.perf_counter()
         cache = inductor_cache()
-        key = measured.record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
-        before = measured.read(key) or {}
+        key = record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
+        before = read_record(key) or {}
         warm = cache is not None and before.get("cache") == cache and "warmup_s" in before  # compiled here before
         self.record = {"key": key, "cache": cache, "warm": warm}
         if way.inductor:
@@ -240,7 +243,7 @@ class StepRunner:
 
     def _write_record(self) -> None:
         if self.s.dist.is_main and self.record.get("key"):
-            measured.write(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
+            write_record(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
 
     def _now(self) -> float:
         if self.s.device.type == "cuda":
