@@ -294,8 +294,10 @@ def test_an_inductor_cache_folder_that_cannot_be_made_is_one_line_naming_the_var
 
 
 @slow
-def test_inductors_default_cache_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_path):
+def test_inductors_default_cache_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_path, monkeypatch):
     import getpass
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # inductor sets it in a process that asked for it
 
     (tmp_path / f"torchinductor_{getpass.getuser()}").write_text("a file where inductor's folder goes")
     proc = start(*TRAIN, f"hydra.run.dir={tmp_path / 'run'}", env={"TMPDIR": str(tmp_path)})  # a fresh interpreter
