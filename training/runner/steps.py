@@ -43,17 +43,8 @@ from training.runner.plan import (
     write_record,
 )
 from training.session import LoopState, Session
+from training.settings import inductor_cache_folder
 from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
-
-
-def inductor_cache() -> str | None:
-    """Where inductor keeps its compiled kernels between runs (TORCHINDUCTOR_CACHE_DIR, else its default)."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        return cache_dir()
-    except (ImportError, OSError):  # a torch without the helper
-        return None
 
 
 class StepRunner:
@@ -124,7 +115,7 @@ class StepRunner:
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
         key = record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
                                   s.raw_model.config, t.batch_size)
-        costs = measured_costs(key, s.device, inductor_cache())
+        costs = measured_costs(key, s.device, inductor_cache_folder())
         way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
             way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
@@ -144,7 +135,7 @@ class StepRunner:
         if way == EAGER:
             return
         self.warming = time.perf_counter()
-        cache = inductor_cache()
+        cache = inductor_cache_folder()
         key = record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
         before = read_record(key) or {}
         warm = cache is not None and before.get("cache") == cache and "warmup_s" in before  # compiled here before
@@ -186,7 +177,7 @@ class StepRunner:
             self._drop_inductor(e)
             self.warming = None
             return train_step(self.s, state, self.model)
-        self._ready(state, f"compiled kernels cached in {inductor_cache() or 'inductor cache folder'}")
+        self._ready(state, f"compiled kernels cached in {inductor_cache_folder()}")
         return result
 
     def _drop_inductor(self, e: Exception) -> None:

@@ -37,9 +37,13 @@ def settle(job, resumed, device: torch.device) -> tuple[list[str], torch.dtype, 
     return changed, dtype, precision
 
 
+def inductor_cache_folder() -> str:
+    """Where inductor keeps its kernels: TORCHINDUCTOR_CACHE_DIR, else its default (found without importing inductor,
+    whose import makes the folder and sets the variable)."""
+    return os.path.abspath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default())
+
+
 def _inductor_default() -> str:
-    """Inductor's own default folder (torch/_inductor/runtime/cache_dir_utils.py), found without importing it: that
-    import makes the folder."""
     try:
         user = getpass.getuser()
     except (KeyError, ModuleNotFoundError, OSError):
