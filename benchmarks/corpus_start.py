@@ -2,15 +2,10 @@
 
     python -m benchmarks.corpus_start --corpus ../shared/corpora/koconovel_dev.txt --files 500
 
-The corpus is split at line boundaries into `--files` files (written once under `--out`, never into the
-project) and joined back into one file with the folder's separator (a blank line between documents), so both
-hold exactly the same text. Each is loaded as `train.py` loads it (`data.corpus.load_corpus`: encoding
-detection, NFC, the token cache) twice: cold (empty cache: tokenised) and warm (cached: what every later run
-pays). Prints one JSON object: seconds for each, the ratio folder/file, and whether both give the same ids.
-
 Design choices:
-- Files of about equal size, cut at lines: what a blog export or a folder of notes looks like.
-- The ratio compares warm loads: what users wait for run after run.
+- Both are loaded as `train.py` loads them, cold (tokenised) and warm (cached); the ratio compares warm loads: what
+  users wait for run after run.
+- Equal-sized files cut at lines, like a folder of notes; the one file joins them as a folder's are: the same text.
 """
 
 from __future__ import annotations
@@ -72,7 +67,7 @@ def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("corpus_start.py", __doc__, "\n\nThe corpus")
+    ap = opt.script_parser("corpus_start.py", __doc__)
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="a text file")
     ap.add_argument("--files", default=500, check=opt.count(2), help="how many files the folder holds (default 500)")
     ap.add_argument("--repeat", default=3, check=opt.count(), help="warm loads timed; the fastest counts (default 3)")

@@ -3,15 +3,9 @@
     python -m benchmarks.cpu_check                                   # the built-in corpus, 60-s runs
     python -m benchmarks.cpu_check --corpus ../shared/corpora/nsmc_dev.txt --seconds 180
 
-Parts (each a key of the output):
-  steps      the default step (model=small, batch 8) in float32 and in bfloat16, eager and compiled: tokens/s and
-             milliseconds per step (the sides taking turns, medians), and each compiled way's warm-up in seconds
-  runs       the steps of a `--seconds` run with dtype and compile at auto (and its `precision:` and `compile:` lines:
-             what auto picked here and why), beside the same run with the best of the four fixed choices (from
-             `steps`): their ratio is what auto's choices cost or gave
-
-Run it on an idle machine: the timings are the machine's own. About five minutes at the default 60 s (two runs and
-two compiles are most of it).
+Design choices:
+- `steps`: the default step in float32 and bfloat16, eager and compiled, taking turns; compile warm-ups apart.
+- `runs`: a `--seconds` run at auto beside one with the best fixed choice of `steps`: what auto's choices cost or gave.
 """
 
 from __future__ import annotations

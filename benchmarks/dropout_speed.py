@@ -4,11 +4,8 @@
     python -m benchmarks.dropout_speed --model lecture --batch 8 --dropout 0.1 --dtype float32
 
 Design choices:
-- Three sides of one model take turns (`benchmarks.timing`): no dropout, torch's masks (one random draw per
-  element), ours. The torch side swaps `F.dropout` in for `model.dropout`'s function during its timer only, so
-  the sides run the same code otherwise.
-- `modern` is recipe=modern's model (benchmarks/presets.py's `MODERN`) at batch 16, `lecture` the default model;
-  the step is `bench.py`'s training step on one random batch.
+- Three sides of one model take turns: no dropout, torch's masks, ours; the torch side swaps `F.dropout` in only
+  during its timer, so the sides run the same code otherwise.
 """
 
 from __future__ import annotations

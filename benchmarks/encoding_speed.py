@@ -1,13 +1,10 @@
 """Tokenizer speed: `KoreanCharTokenizer.encode` against a per-character Python loop.
 
 Design choices:
-- The loop is what a first version would write (a dict lookup per character, then `torch.tensor`), so the
-  speed-up answers "was vectorising worth it".
-- The lookup table the first NFC-checking encode of a process builds is timed apart, so it neither inflates the
-  steady-state numbers nor goes unmentioned; each number is the mean of a few calls, so no side pays alone for
-  whatever ran just before it.
-- Three vectorised variants: int32 ids (what `nn.Embedding` takes), int64 (the loop's dtype), and
-  `normalized=True` (the corpus path, where `data.text` has already made the text NFC).
+- The loop is what a first version would write (a dict lookup per character, then `torch.tensor`): the speed-up
+  says whether vectorising was worth it; int64 ids match its dtype, `normalized=True` is the corpus path.
+- The first encode's lookup table is timed apart, so it neither inflates the steady-state numbers nor goes unmentioned;
+  each number is a mean of a few calls, so no side pays alone for whatever ran just before it.
 """
 
 from __future__ import annotations

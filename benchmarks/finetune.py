@@ -3,19 +3,9 @@
     python -m benchmarks.finetune --source ../shared/corpora/koconovel_dev.txt \
         --target ../shared/corpora/nsmc_dev.txt --source-seconds 300 --seconds 60 --seeds 2
 
-A source run is trained once on `--source` (`--source-seconds`, or `--source-run DIR` to reuse a run you
-have). Then, for every seed, two runs get the same `--seconds` on the target's training part: one started
-from the source run (`train.init_from`), one from nothing. Both are scored by `evaluate.py` on the target's
-held-out tail, and each writes a sample from the same prompt. Every run prints one JSON line, appended to
-OUT/results.jsonl; the closing table (mean over seeds, the gain of fine-tuning) is printed and written to
-OUT/finetune.md.
-
 Design choices:
-- Both sides are what a user types (`python train.py data.path=<target> train.max_seconds=60`, the one with
-  `train.init_from=<source run>`), nothing else pinned but early stopping, off so that the sides are compared over
-  the whole budget (`--set` adds overrides to both, and may type it); both are scored on their best validated weights.
-- Held-out text: the target's tail cut at a document boundary (benchmarks/heldout.py): for nsmc_dev.txt, reviews
-  of films the training part never mentions.
+- Both sides are what a user types (`train.py data.path=<target>`, one with `train.init_from=<source run>`), early
+  stopping off so both use the whole budget, scored on their best weights on the target's held-out tail.
 """
 
 from __future__ import annotations
@@ -39,7 +29,7 @@ TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("finetune.py", __doc__, "\n\nA source run")
+    ap = opt.script_parser("finetune.py", __doc__)
     ap.add_argument("--source", check=opt.text_file, help="the text the source run trains on")
     ap.add_argument("--source-run", default=None, check=opt.run_or_checkpoint,
                     help="an existing run to fine-tune instead of training one")

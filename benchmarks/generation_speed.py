@@ -1,15 +1,11 @@
 """Generation throughput with and without the KV cache, and where a cached token's time goes.
 
 Design choices:
-- The `generate_*` keys: the lecture model, batch 1, an 8-token prompt, a fixed sampling seed, against two
-  uncached baselines: `uncached` reads the cached path's windows (the same logits: only the cache differs),
-  `crop_every_step` re-reads the last context_length tokens at every step.
-- The `generation` report compares, per position kind, cached generation with crop-and-recompute (nanoGPT's
-  `generate`: our uncached path, the window moving one token per step), 500 new tokens from a 1-token prompt at batch
-  1 and 8 (every row's tokens counted). `learned` is the lecture model (its cache refilled when the window jumps),
-  `rope` recipe=modern's (its cache slides).
-- A cached token's cost is split by timing the pieces directly: the decode step, the sampling, and the rest of the
-  loop (`per_token_us`: Python in the loop, the token window, the prefill).
+- `generate_*`: two uncached baselines; `uncached` reads the cached path's windows (the same logits: only the cache
+  differs), `crop_every_step` re-reads the last context_length tokens at every step.
+- The `generation` report sets the cache against crop-and-recompute (nanoGPT's `generate`) per position kind: `learned`
+  (its cache refilled when the window jumps) and `rope` (its cache slides), every row's tokens counted.
+- A cached token's cost is split by timing the pieces directly: step, sampling, and the rest (`per_token_us`).
 """
 
 from __future__ import annotations
@@ -82,8 +78,7 @@ def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.d
 
 
 def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.device, total_us: float) -> dict:
-    """Median microseconds per cached token (batch 1) of the decode step with a full cache, of sampling, and
-    of the rest of the loop (`total_us`, the measured cost of a whole token, minus the other two)."""
+    """Median µs per cached token (batch 1): the full-cache step, sampling, and the rest of `total_us`."""
     median = decode_times(model, vocab, device, max(1, model.context_length // 4), sampling=True)
     step_us, sampling_us = median["step"] * 1e6, median["sampling"] * 1e6
     return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
@@ -91,8 +86,7 @@ def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.dev
 
 
 def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
-    """Median times of one cached decode step, of refilling the cache (per token), and of one uncached
-    forward over a full window, in microseconds."""
+    """Microseconds of a cached decode step, a cache refill per token, and an uncached full-window forward."""
     shift = default_window_shift(model)
     median = decode_times(model, vocab, device, shift)
     return {"generate_decode_step_us": round(median["step"] * 1e6, 1),
@@ -103,9 +97,7 @@ def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.de
 @torch.inference_mode()
 def decode_times(model: AttentionLanguageModel, vocab: int, device: torch.device, tail: int,
                  sampling: bool = False) -> dict[str, float]:
-    """Median seconds of refilling the cache with a window but its last `tail` positions (`refill`), of the decode
-    step at each of those positions, where a cache spends its time (`step`; with `sampling`, of sampling one id
-    after each), and of one uncached forward over the whole window (`full`)."""
+    """Median seconds of `refill` (all but the last `tail` positions), `step` over those (and `sampling`), `full`."""
     C = model.context_length
     ids = torch.randint(0, vocab, (1, C), device=device)
     cache = new_cache(model, 1, device)

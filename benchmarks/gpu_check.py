@@ -3,17 +3,9 @@
     python -m benchmarks.gpu_check --nanogpt PATH/TO/nanoGPT      # a checkout of karpathy/nanoGPT, never copied in
     python -m benchmarks.gpu_check --skip real_loop               # leave a part out
 
-Parts (each a key of the output):
-  shakespeare      training tokens/s at nanoGPT's shakespeare-char size (6x384, context 256, batch 64), bf16:
-                   nanoGPT's model.py eager and compiled beside ours eager, as one CUDA graph, and compiled under
-                   the graph; the ratios, MFU against the card's dense bf16 peak, kernels and GPU time per eager step
-  default_size     the same at the default size (4x128, context 128), batch 8, bf16 (the launch-bound case)
-  real_loop        `python train.py device=cuda train.max_seconds=SECONDS` with train.compile=false, then auto:
-                   steps made; validation loss of 1,000-step runs, eager and auto (equal steps, equal schedule)
-  sampling         batch-1 sampling tokens/s through generate's path at the default size, graph on and off
-
-Without --nanogpt, nanoGPT's columns are left out. Without a CUDA GPU it refuses in one line. Plan on about four
-minutes on an H100 or H200 (two 40-s runs and three compiles are most of it).
+Design choices:
+- One key per part (docs/en/speed.md, "On a GPU", explains them); a part that fails leaves the others' numbers.
+- `real_loop` compares validation on runs of equal steps: under a time budget the schedule follows the clock.
 """
 
 from __future__ import annotations
@@ -63,8 +55,7 @@ def train_run(folder: Path, name: str, *overrides: str) -> dict:
 
 
 def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
-    """train.py's default run for `seconds`, eager then with auto: the steps each made. The learning rate follows
-    the clock under a time budget, so validation is compared on runs of `equal_steps` steps, eager and auto."""
+    """Steps of train.py's default run for `seconds`, eager then auto; validation at `equal_steps` steps."""
     out: dict = {"command": f"python train.py device=cuda train.max_seconds={seconds:g} train.compile=false|auto"}
     with tempfile.TemporaryDirectory() as tmp:
         for setting in ("false", "auto"):
@@ -81,8 +72,7 @@ def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
 
 
 def sampling() -> dict:
-    """Batch-1 sampling tokens/s through generate's path (float32, as generate.py runs), the default model over the
-    built-in corpus's vocabulary: the CUDA graph, the same static step eager, and the DecodeStep before it."""
+    """`sampling_speeds` of the default model over the built-in corpus's vocabulary (float32, as generate.py)."""
     import torch
 
     from benchmarks.graph_sampling import sampling_speeds

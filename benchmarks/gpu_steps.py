@@ -1,15 +1,9 @@
 """Training steps, ours beside nanoGPT's `model.py`: tokens/s, kernels and GPU time per step, MFU.
 
 Design choices:
-- nanoGPT's side is its own `model.py` (a checkout named on the command line, never copied in), stepped as its
-  train.py steps it: autocast, fused AdamW, clipping, eager or `torch.compile` (default mode), on one fixed batch.
-- Our side is train.py's own step through `StepRunner` (training/runner/steps.py) on a session of train.py's
-  set-up: the sampler's batches, the schedule, clipping; each way (eager, a CUDA graph, inductor and the graph) is
-  one timer. So the numbers are what a run gets, not a bare model's.
-- The timers take a device (cuda for gpu_check), take turns and report medians (benchmarks/timing.py), each warmed
-  up (compiled, captured) before the first round.
-- Kernels and GPU time come from torch.profiler's CUDA events over a few eager steps: a graph replays the same
-  kernels, launched at once. MFU: FLOPs per token (model/counts.py) times tokens/s over the card's dense bf16 peak.
+- nanoGPT's side is its own `model.py`, stepped as its train.py steps it (autocast, fused AdamW, clipping), one batch.
+- Ours is train.py's own step (`StepRunner` on train.py's set-up), one timer a way: what a run gets, not a bare model.
+- Kernels and GPU time come from torch.profiler over eager steps: a graph replays the same kernels, launched at once.
 """
 
 from __future__ import annotations
@@ -54,8 +48,7 @@ def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path, device: t
 
 
 def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], None], torch.nn.Module]:
-    """One step of train.py's loop on a session of its own set-up (on the overrides' device), run `way`
-    (training/runner/plan.py)."""
+    """One step of train.py's loop on a session of its own set-up, run `way` (training/runner/plan.py)."""
     from benchmarks.lever_speed import session
     from training.runner.steps import StepRunner
 
@@ -102,8 +95,7 @@ def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
 
 
 def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, rounds: int) -> dict:
-    """Training tokens/s at `size` in `dtype`: ours eager, as one CUDA graph, and compiled under the graph, beside
-    nanoGPT's model.py eager and compiled; the ratios, MFU, and kernels per eager step."""
+    """Training tokens/s of ours (eager, graph, inductor under it) beside nanoGPT's, ratios, MFU, kernels."""
     from training.runner.plan import EAGER, Way
 
     cuda = torch.device("cuda")

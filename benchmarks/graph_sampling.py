@@ -1,16 +1,11 @@
 """Batch-1 sampling through generate.py's path: the static step replayed as a CUDA graph, against eager.
 
     python bench.py --device cuda --quick          # the `gpu_sampling` section (CUDA only)
-    sampling_speeds(model, torch.device("cuda"))   # what benchmarks/gpu_check.py reads, for any model
 
 Design choices:
-- "Through generate.py's path": `stream` at generate.py's default temperature, seeded, one row, an 8-token prompt,
-  every new id read back to the host as generate.py reads it to write the text.
-- Four sides take turns: `graph` (what CUDA runs: the step and every later refill replayed), `compiled` (the same
-  with inductor's kernels under the graphs), `static_eager` (the static step launched op by op) and `eager`
-  (`DecodeStep`); each runs once first, so the graphs are captured and compiled (the stderr lines give the cost)
-  and the numbers are the replays'.
-- `same_text`: the graph and the compiled graph sample the eager static step's ids for the same seed.
+- "generate.py's path": `stream` at its default temperature, seeded, every new id read back as generate.py reads it.
+- The sides (`SIDES`) take turns, each run once first so the graphs are captured and compiled and the numbers are
+  the replays'; `same_text` checks the graphs sample the eager static step's ids for the same seed.
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder
 
 
 def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
-    """{"graph", "compiled", "static_eager", "eager": tokens/s at batch 1, "graph_over_eager", "same_text": bool,
-    "new_tokens"} for `model` (on `device`) sampling `new_tokens` after an 8-token prompt."""
+    """Batch-1 tokens/s of each side after an 8-token prompt, `graph_over_eager` and `same_text`."""
     model = model.eval()
     ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
     prompt = ids.to(device)

@@ -3,18 +3,10 @@
     python -m benchmarks.hangul_compare --corpus koconovel=../shared/corpora/koconovel_dev.txt \
         --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300
 
-For every corpus, each variant is trained for `--seconds` on the corpus without its held-out tail
-(benchmarks/heldout.py), one after another, and scored character by character on the tail: bits per
-character over all characters, over those both `char` and the others can score (seen in training), over the
-rare ones (seen 1 to 3 times in training) and over those never seen (which `char` can only call `<unk>`, so its
-number there is not a score). Also tokens/s, steps, parameters and a sample. One JSON line per run, appended to
-OUT/results.jsonl (a run already there is not repeated); the table goes to OUT/hangul.md.
-
 Design choices:
-- Every variant is the lecture recipe (`--set` adds keys to all) plus its own keys, trained as the ladder trains
-  a rung: the whole budget, early stopping off; each is scored on the weights a reader of its run folder gets.
-- A character's loss is the sum of its tokens' (three for a jamo syllable), so every variant is scored per
-  character of the same text; windows do not overlap, each token predicted once with the context before it.
+- Each variant is the lecture recipe plus its keys, trained as a ladder rung and scored on the weights a reader gets.
+- A character's loss is its tokens' sum over non-overlapping windows, so every variant is scored per character of
+  the same text; seen, rare (1-3x) and unseen ones apart (`char` can only call an unseen one `<unk>`: no score).
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ VARIANTS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("hangul_compare.py", __doc__, "\n\nFor every")
+    ap = opt.script_parser("hangul_compare.py", __doc__)
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS),

@@ -1,14 +1,8 @@
 """The hangul section of bench.py: `char` against `hangul` with jamo input and the staged head, same model size.
 
 Design choices:
-- The sides differ only in the Hangul-aware parts: the char side is the lecture model over the corpus's characters;
-  the hangul side reads the hangul tokenizer's ids of the same corpus with `embedding="jamo"` and `head="jamo"`, at
-  the same size, batch and dtype (float32), so the ratio is the price of those parts.
-- Training and generation (cached, batch 1, an 8-token prompt, as the `generate_*` keys) each take turns round by
-  round with medians (`benchmarks.timing`), on windows of the corpus's own ids under each tokenizer.
-- The hangul side holds only the syllable rows the corpus reaches, as training does (`train.syllable_rows=seen`);
-  `hangul_all_rows` trains all 11,172 (`train.syllable_rows=all`): the difference is what holding them saves.
-- `target_hangul_over_char` (0.9), the training ratio these parts are held to, is printed beside it.
+- The sides differ only in the Hangul-aware parts (same size, batch, float32), so the ratio is their price.
+- The hangul side holds only the syllable rows the corpus reaches, as training does; `hangul_all_rows` holds all 11,172.
 """
 
 from __future__ import annotations
@@ -29,7 +23,6 @@ SIDES = {"char": {}, "hangul": HANGUL, "hangul_all_rows": HANGUL}
 
 def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds: int, steps: int,
                  new_tokens: int) -> dict:
-    """Training and generation tokens/s of char and of hangul (jamo embedding + staged head), and the ratios."""
     tokenizers = {kind: build_tokenizer(kind, [text]) for kind in ("char", "hangul")}
     ids = {kind: torch.from_numpy(t.encode(text).astype("int64")) for kind, t in tokenizers.items()}
     kind = {side: "char" if side == "char" else "hangul" for side in SIDES}

@@ -3,16 +3,10 @@
     python -m benchmarks.hangul_stages runs/hangul/nsmc/char-seed1337 runs/hangul/nsmc/hangul+jamo-in+out-seed1337 \
         --text runs/hangul/splits/<corpus>/heldout.txt --train runs/hangul/splits/<corpus>/train.txt
 
-Every model with one token per character (`char` or `hangul`, either head) gives a full distribution over the
-next character; summing it over the syllables that share an initial, or an (initial, medial) pair, gives what
-the staged head's stages choose: p(initial), p(medial | initial), p(final | initial, medial). A softmax head
-has them implicitly, the staged head explicitly; side by side they show which stage a variant loses on. One
-JSON line per run: bits per syllable for each stage, bits per other character, bits per character, on the
-held-out characters the training text holds (those every variant can score).
-
 Design choices:
-- Non-overlapping windows of the model's context, each target predicted once, as `hangul_compare` scores; windows
-  that do not fill a context are skipped. Probabilities are summed in float64: exact marginals.
+- A one-token-per-character model's next-character distribution, summed over the syllables sharing an initial or an
+  (initial, medial) pair, gives the staged head's three stages; only characters of the training text are scored.
+- Non-overlapping windows, each target predicted once, as `hangul_compare` scores; sums in float64: exact marginals.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("hangul_stages.py", __doc__, "\n\nEvery model")
+    ap = opt.script_parser("hangul_stages.py", __doc__)
     ap.add_argument("runs", nargs="+", metavar="RUN", check=opt.run_or_checkpoint,
                     help="run directories or checkpoint files")
     ap.add_argument("--text", required=True, check=opt.text_file, help="held-out text to score")
@@ -42,8 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def syllable_tables(chars: list[str]):
-    """Each id's initial (19) and (initial, medial) pair (399) as one-hot float64 matrices (V, 19), (V, 399), and
-    the id's initial and pair indices (-1 for ids that are not a syllable)."""
+    """One-hot float64 maps id -> initial (V, 19) and id -> (initial, medial) (V, 399), and both indices."""
     import torch
 
     from tokenizer.jamo import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS

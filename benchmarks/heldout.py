@@ -1,13 +1,9 @@
 """Held-out text for benchmarks: split a corpus file into a training file and text no run trains on.
 
 Design choices:
-- The held-out part is the corpus's tail, cut at a document boundary: a blank line where the file has them
-  (the novels of koconovel_dev.txt), else a line (nsmc_dev.txt, one review per line grouped by film, so its tail is
-  about films the training part never mentions).
-- Both parts are written once into the caller's folder (never into the project), named by the source's hash and the
-  fraction, so repeated runs reuse them and a changed corpus gets new files.
-- The corpus is read as train.py reads it (data/text.py), and a text too short to leave both parts some lines is
-  refused in one line.
+- The held-out part is the corpus's tail, cut at a document boundary: a blank line where the file has them, else a
+  line (nsmc_dev.txt is grouped by film, so its tail is about films the training part never mentions).
+- Both parts are written once into the caller's folder, named by the corpus's hash and fraction: reused till it changes.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ from common.errors import UserError
 
 
 def tail_boundary(lines: list[str], fraction: float) -> int:
-    """Index of the first held-out line: about `fraction` of the characters, starting after a blank line if
-    the text has blank lines (a document boundary), else at a line."""
+    """Index of the first held-out line: about `fraction` of the characters, at the nearest document boundary."""
     target = sum(map(len, lines)) * (1 - fraction)
     cut = next(i for i, seen in enumerate(accumulate(map(len, lines), initial=0)) if seen >= target)
     blanks = [i + 1 for i, line in enumerate(lines) if not line.strip() and i + 1 < len(lines)]
@@ -36,8 +31,7 @@ def corpus_fingerprint(corpus: str | Path) -> str:
 
 
 def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.05) -> tuple[Path, Path]:
-    """(training file, held-out file) for `corpus`, written under `out_dir` on first use; `fraction` in (0, 1), as
-    every campaign's `--heldout` is checked (benchmarks/options.py's `FRACTION`)."""
+    """(training file, held-out file) for `corpus`, written under `out_dir` on first use."""
     from data.text import read_text
 
     corpus = Path(corpus).expanduser()

@@ -1,24 +1,13 @@
-"""The ladder, reproducibly: every rung on every corpus, several seeds, one after another, scored on held-out text
-beside nanoGPT; one command regenerates the tables and the picture.
+"""The ladder, reproducibly: every rung on every corpus, several seeds, scored on held-out text beside nanoGPT.
 
     python -m benchmarks.ladder --corpus koconovel=../shared/corpora/koconovel_dev.txt \
         --corpus nsmc=../shared/corpora/nsmc_dev.txt --seconds 300 --seeds 2 --nanogpt ~/src/nanoGPT
     python -m benchmarks.ladder --corpus ... --steps 1500      # a fixed step count instead of --seconds
 
-Everything is checked before the first run (benchmarks/ladder_checks.py). Every run is one JSON line appended to
-OUT/results.jsonl with what makes rows comparable (held-out fraction, budget, the corpus's fingerprint, the weights
-scored); a run already there (same corpus, rung, seed, budget and overrides) is not repeated, and a failed run makes
-the exit non-zero. The table (mean and spread over seeds, the gap to nanoGPT, each `--variant` against its recipe)
-goes to OUT/ladder.md; `--docs` also rewrites the docs' tables and picture (with variants: the levers' block only).
-
-Design choices:
-- A rung is a recipe (configs/recipe/) trained as `python train.py recipe=<rung> data.path=...` trains it, the budget
-  its only limit, so the lecture rung is the default run a user gets; `--set` adds overrides to every run.
-- Held-out text: the corpus's tail, cut at a document boundary (benchmarks/heldout.py); every run and the nanoGPT
-  peer train on the rest. A run is scored as `evaluate.py ckpt=<run>` scores it (its best validated weights); the row
-  says which (`scored`) and, for best.pt, the last weights' score beside it (`heldout_bpc_last`).
-- Every run has the whole budget (early stopping off, said at the start) and the machine to itself, one after
-  another; the machine's state before each is recorded (benchmarks/runs.py).
+Design choices (docs/en/ladder.md, "Measured beside nanoGPT", tells the whole campaign):
+- A rung is a recipe trained as `python train.py recipe=<rung> data.path=...` trains it, the budget its only limit,
+  so the lecture rung is the run a user gets; scored as `evaluate.py ckpt=<run>` scores it.
+- One run at a time, each with the whole budget; runs in OUT/results.jsonl are not rerun: a stopped campaign goes on.
 """
 
 from __future__ import annotations
@@ -46,7 +35,7 @@ def is_recipe(name: str) -> bool:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("ladder.py", __doc__, "\n\nEvery run")
+    ap = opt.script_parser("ladder.py", __doc__)
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
     ap.add_argument("--seconds", default=None, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds (not with it)")
@@ -93,8 +82,7 @@ def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Na
 
 
 def run_name(rung: str, seed: int, overrides: str) -> str:
-    """A run's folder: with `--set`, a short digest of the overrides, so that a probe keeps its own folder
-    instead of overwriting the plain rung's."""
+    """A run's folder: with `--set`, a digest of the overrides, so a probe never overwrites the plain rung's."""
     if not overrides.strip():
         return f"{rung}-seed{seed}"
     return f"{rung}-seed{seed}-set{hashlib.sha1(overrides.encode('utf-8')).hexdigest()[:8]}"
@@ -113,8 +101,7 @@ def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], ar
 
 
 def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
-    """A rung's held-out score as a user's `evaluate.py ckpt=RUN` gets it, the last weights' beside it where those
-    were best.pt's, and the run's size and tokens seen."""
+    """The held-out score `evaluate.py ckpt=RUN` gives (best.pt's with the last weights' beside), size, tokens."""
     scored = runs.heldout_scores(run_dir, heldout, weights="weights", average_updates="average_updates",
                                  scored="chosen", scored_step="step")
     last = runs.evaluate(run_dir / "ckpt.pt", heldout) if scored["scored"] == "best" else {}

@@ -1,15 +1,11 @@
-"""Everything the ladder checks before its first run (benchmarks/ladder.py), so a campaign never fails hours in, never
-runs something other than what its table will say, and never merges rows measured on different settings.
+"""Everything the ladder checks before its first run, so a campaign never fails hours in.
 
 Design choices:
-- A campaign has one budget: `--seconds` with `--steps`, or an override (`--set`, a variant) setting a limit of its
-  own, is refused; so is an override of what the ladder sets per run (recipe, seed, corpus, run folder), which would
-  otherwise win silently. The flags themselves are range-checked as train.py checks the keys they become.
-- Every run's `train.py` config is composed with Hydra and validated against the schema as `train.py` does it, before
-  any run: an unknown key, a wrong type or a setting that cannot act is one line naming the variant.
-- Rows already in `--out/results.jsonl` must come from this campaign's split of each corpus (the same held-out
-  fraction of a corpus with the same fingerprint), or the campaign is refused rather than averaged with them. Budgets
-  and `--set` may differ: rows record both, and the table keeps them apart.
+- One budget per campaign: a second limit (`--set`, a variant) is refused, and so is an override of what the ladder
+  sets per run (recipe, seed, corpus, folder), which would otherwise win silently.
+- Every run's config is composed and validated as `train.py` does it, a mistake one line naming the variant.
+- Rows already in `--out` must come from the same split (held-out fraction, corpus fingerprint), else the campaign
+  is refused rather than averaged with them; budgets and `--set` may differ: the table keeps them apart.
 """
 
 from __future__ import annotations
@@ -93,7 +89,6 @@ def composed_job(overrides: list[str]):
 
 
 def check_runs(args: argparse.Namespace, rungs: list[str], corpus: str) -> None:
-    """Every rung and variant composed and validated as train.py would, before the first run."""
     if args.set.split():
         check_overrides(f"--set {args.set!r}", args.set.split())
     for rung in rungs:

@@ -1,16 +1,12 @@
 """The ladder's table and picture from its results (benchmarks/ladder.py writes them; this only reads).
 
 Design choices:
-- One row per rung and corpus: the mean held-out bpc over the seeds, the spread (half the range, so "4.21 ± 0.02"
-  covers every seed), the gap to nanoGPT's mean, tokens seen per second of the whole run (evaluations and
-  checkpoints included, as for nanoGPT; the median over seeds) and mean steps.
-- A variant (`recipe+lever`) is compared with its recipe seed by seed: the mean of the paired differences, each
-  seed's and the recipe's own half-range, so a lever is only called a gain when it is larger than what a new seed
-  alone moves.
-- The docs keep their prose: only the block between `<!-- ladder:begin -->` and `<!-- ladder:end -->` (a campaign
-  with variants: `<!-- levers:begin -->` to `<!-- levers:end -->`, so a partial lever campaign never replaces the
-  ladder) is replaced, in English and Korean (the table is numbers and names, the same in both).
-- The picture needs matplotlib, which only this report uses: without it the tables are still written.
+- The spread is half the range, so "4.21 ± 0.02" covers every seed; tokens/s counts the whole run, as nanoGPT's peer.
+- A variant (`recipe+lever`) is compared with its recipe seed by seed, beside the recipe's own half-range: a lever
+  is only a gain when it moves more than a new seed alone does.
+- `--docs` replaces only the block between the docs' markers (a lever campaign its own block, so a partial one never
+  replaces the ladder), in English and Korean alike: the table is numbers and names.
+- matplotlib is needed only for the picture: without it the tables are still written.
 """
 
 from __future__ import annotations
@@ -29,15 +25,13 @@ LEVER_MARKERS = re.compile(r"(<!-- levers:begin -->\n).*?(<!-- levers:end -->)",
 
 
 def throughput(run: dict) -> float | None:
-    """Tokens seen per second of the whole loop, evaluations, samples and checkpoints included, as nanoGPT's
-    peer reports it; the median of the logged tokens/s (steps only) for a run that lacks the totals."""
+    """Tokens seen per second of the whole loop, as nanoGPT's peer counts; else the median logged tokens/s."""
     if run.get("tokens") and run.get("seconds"):
         return run["tokens"] / run["seconds"]
     return run.get("tokens_per_sec")
 
 
 def scored(results: list[dict]) -> list[dict]:
-    """The runs that ended with a held-out score (no error)."""
     return [r for r in results if "error" not in r and r.get("heldout_bpc") is not None]
 
 
@@ -90,8 +84,7 @@ def markdown(table: dict[str, list[dict]], limit: str) -> str:
 
 
 def paired(results: list[dict]) -> dict[str, list[dict]]:
-    """{corpus: [row per variant `recipe+lever`]}: the lever's effect as the difference from its recipe on the
-    same seeds (negative is better), and the recipe's half-range over those seeds for scale."""
+    """{corpus: [row per `recipe+lever`]}: the mean difference from its recipe on the same seeds, and its scale."""
     scores = {(r["corpus"], r["rung"], r["seed"]): r for r in scored(results)}
     table: dict[str, list[dict]] = {}
     for corpus, rung in dict.fromkeys((c, g) for c, g, _ in scores if "+" in g):
@@ -165,8 +158,7 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
 
 def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path,
            docs: bool = False) -> None:
-    """The table of the results run with `budget` and `overrides` into out/ladder.md (with `docs`, the docs' tables
-    and picture too); `rungs`, the ladder's order, comes from benchmarks/ladder.py (this imports nothing of it)."""
+    """The table of the runs with `budget` and `overrides` into out/ladder.md (and with `docs` into the docs)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
     table = summarise(chosen, rungs)
     text = markdown(table, budget)

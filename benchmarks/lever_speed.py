@@ -1,13 +1,9 @@
 """The price of each data-limited lever in training speed: `python -m benchmarks.lever_speed`.
 
 Design choices:
-- Each side is a real `train.py` step (training/step.py's `train_step`: the recipe's optimizers, multi-token targets,
-  the Muon decay schedule, the weight average) set up from the Hydra configs with the lever's overrides, so the
-  number is what a run with the switch pays per step.
-- Every side gets the same fixed dropout (auto's speed probe differs between sides and runs) and no evaluation,
-  sampling or checkpoints: only steps are timed.
-- Each lever takes turns with the plain recipe, only that pair set up at a time (`benchmarks.timing`); the ratio is
-  what the ladder's time-limited results pay for the lever (docs/en/ladder.md).
+- Each side is train.py's real step (`train_step`) set up from the Hydra configs with the lever's overrides, so the
+  number is what a run with the switch pays per step; dropout is fixed (auto's probe differs between sides).
+- Each lever takes turns with the plain recipe, only that pair set up at a time (docs/en/ladder.md reads the ratio).
 - Multi-token targets are timed at their full weight (a run's start): fading out makes later steps cheaper.
 """
 
@@ -47,8 +43,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def session(overrides: list[str], run_dir: Path):
-    """A training session of train.py's own set-up for `overrides` (training/session.py), composed and checked as
-    train.py composes it (benchmarks/ladder_checks.py)."""
+    """A session of train.py's own set-up for `overrides`, composed and checked as train.py does."""
     from benchmarks.ladder_checks import composed_job
     from training.session import setup
 
@@ -56,8 +51,7 @@ def session(overrides: list[str], run_dir: Path):
 
 
 def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
-    """Tokens/s of `lever` and of the plain recipe, taking turns, with only these two set up (many sessions alive
-    at once slow the later ones, whatever their lever)."""
+    """Tokens/s of `lever` and the plain recipe in turns, only these two set up (more sessions slow later ones)."""
     from benchmarks.timing import median_alternating, step_timer
     from training.step import train_step
 

@@ -1,12 +1,10 @@
 """Peak memory: of this process, and of `train.py` training on a large synthetic corpus.
 
 Design choices:
-- The large-corpus run is a separate `train.py` process, as a user would start it, so its peak is that of real
-  training (the token cache, the memory map, the model), not of this benchmark.
-- The child's peak is read from /proc/<pid>/status (VmHWM) while it runs: getrusage(RUSAGE_CHILDREN) would also
-  count the pages a forked child starts out sharing with this process (it is the fallback without /proc: macOS).
-- The synthetic text is random syllables from a common-syllable-sized alphabet, spaces and newlines, written in
-  chunks so this process never holds the whole corpus; the child's stderr goes to a file, so it can never block.
+- The large-corpus run is its own `train.py` process, so its peak is real training's, not this benchmark's.
+- Its peak is VmHWM from /proc while it runs: getrusage(RUSAGE_CHILDREN) also counts the pages a forked child starts
+  out sharing with this process (it is the fallback without /proc: macOS).
+- The corpus is written in chunks, so this process never holds it; the child's stderr goes to a file, never blocking.
 """
 
 from __future__ import annotations
@@ -77,7 +75,6 @@ def child_peak_rss_kb(cmd: list[str]) -> tuple[int, str]:
 
 
 def bench_big_corpus_memory(megabytes: int) -> dict:
-    """Train a few steps on a synthetic corpus of `megabytes` MB in a child process; report its peak memory."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.txt"
         write_synthetic_corpus(path, megabytes)

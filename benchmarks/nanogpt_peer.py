@@ -1,22 +1,13 @@
-"""nanoGPT beside us: train nanoGPT's own `model.py` for a wall-clock budget, as its `train.py` would, and
-score a held-out file exactly as `evaluate.py` scores our runs.
+"""nanoGPT beside us: its `model.py` trained for a budget as its `train.py` would, scored as `evaluate.py` scores ours.
 
     python benchmarks/nanogpt_peer.py --nanogpt ~/src/nanoGPT --corpus train.txt --heldout heldout.txt \
         --seconds 300 [--seed 1337] [--out runs/peer/nanogpt]
 
-Prints one JSON line: steps, tokens seen, tokens/s, the held-out loss and bits per character.
-
 Design choices:
-- `--nanogpt` names a checkout of github.com/karpathy/nanoGPT (clone it yourself); its `model.py` is imported from
-  there, never copied.
-- The loop is `train.py`'s, line for line in what it costs: a fresh `np.memmap` per batch, AdamW from
-  `configure_optimizers`, clipping at 1.0, `loss.item()` every `log_interval` steps, `eval_iters` batches of both
-  splits and a checkpoint every `eval_interval` steps. Its defaults are `train.py`'s (`bias=False`, betas 0.9/0.95,
-  weight decay 0.1, min_lr = lr / 10, fp32 on a CPU, no compile) at the lecture model's sizes and rate; the cosine
-  decays over the time budget, so the rate reaches its floor when the clock runs out, as ours does.
-- Data: our char tokenizer over the corpus (the same vocabulary, so the same characters are left out of the
-  held-out score), its first 90% as nanoGPT's `train.bin`, the rest `val.bin`.
-- The held-out score is `inference.scoring`'s, as `evaluate.py` scores our runs.
+- Its `model.py` is imported from the `--nanogpt` checkout, never copied; the loop costs what its `train.py`'s does
+  (a memmap per batch, evaluations, checkpoints) with its defaults (`SETTINGS`) at the lecture model's size.
+- The cosine decays over the time budget, as ours does; our char tokenizer makes the bins, so the same characters
+  are left out of the held-out score.
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("nanogpt_peer.py", __doc__, "\n\nDesign")
+    ap = opt.script_parser("nanogpt_peer.py", __doc__)
     ap.add_argument("--nanogpt", required=True, check=opt.NANOGPT, help="a checkout of github.com/karpathy/nanoGPT")
     ap.add_argument("--corpus", required=True, check=opt.text_file,
                     help="the training text (its first 90%% trains, the rest validates)")
@@ -77,8 +68,7 @@ def nanogpt_module(checkout: str | Path):
 
 
 def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: float = 0.0, seed: int = 0):
-    """nanoGPT's GPT at a size in our names (num_blocks, num_heads, embedding_size, context_length), seeded; the
-    parameter count it prints goes to stderr (stdout is a benchmark's JSON)."""
+    """nanoGPT's GPT at a size in our names, seeded; its parameter count goes to stderr, off the JSON."""
     import torch
 
     torch.manual_seed(seed)

@@ -1,10 +1,9 @@
 """Every benchmark's command line: one parser, one way of checking a path or a number, and `bench.py`'s flags.
 
 Design choices:
-- No torch here, so a mistyped flag is reported at once; the checks that need it (a GPU, bf16) are `benchmarks.run`'s.
-- Every mistake, argparse's usage errors included, is a `UserError`: one `error:` line and exit code 2 (`run_cli`).
-- A flag's check is declared with it (`add_argument(..., check=count())`) and runs on the text as typed, so a message
-  shows the value as typed (common/config_checks.py) and every module refuses a bad path or number in the same words.
+- No torch here, so a mistyped flag is reported at once; the checks that need it are `benchmarks.run`'s.
+- Every mistake, argparse's usage errors included, is a `UserError`: one `error:` line and exit code 2.
+- A flag's check is declared with it (`check=`) and runs on the text as typed: the same words in every module.
 - `--quick` and `--smoke` only change defaults; flags given explicitly still win.
 """
 
@@ -31,8 +30,7 @@ Check = Callable[[str, str], object]  # (the flag, the text typed) -> the value,
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors raise `UserError` instead of printing the usage and exiting, and whose
-    arguments may carry a `check` run on the text typed once parsing is done."""
+    """An ArgumentParser whose usage errors raise `UserError`, its arguments checked as typed (`check`)."""
 
     def __init__(self, *args, **kwargs):
         self._checks: list[tuple[argparse.Action, Check]] = []
@@ -58,8 +56,8 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{message} ({self.prog} --help lists the options)")
 
 
-def script_parser(prog: str, doc: str, until: str = "\n\n") -> OneLineArgumentParser:
-    """The parser of a benchmark script run on its own: its docstring up to `until` as the description."""
+def script_parser(prog: str, doc: str, until: str = "\n\nDesign choices") -> OneLineArgumentParser:
+    """The parser of a benchmark script run on its own: its docstring up to `until` (summary, usage) as --help."""
     return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -112,7 +110,6 @@ def number(low: float = 0.0, high: float = math.inf, integer: bool = False) -> C
 
 
 def count(minimum: int = 1) -> Check:
-    """A whole number of at least `minimum`."""
     return number(minimum - 1, integer=True)
 
 
@@ -161,7 +158,6 @@ def _existing(path: Path) -> Path | None:
     return next((p for p in (path, *path.parents) if p.exists()), None)
 
 
-# an existing file (a corpus, held-out text)
 text_file = path_check(lambda p: p.is_file(),
                        lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; pass a text file")
 # where results go: a folder, or a path where one can be made (no file on the way)
@@ -230,8 +226,7 @@ SMOKE = {"rounds": 1, "steps": 1, "new_tokens": 16, "memory_mb": 0, "preset": "t
 
 
 def parse_options(argv: list[str], description: str | None = None) -> argparse.Namespace:
-    """`bench.py`'s arguments, checked, with `--quick`'s or `--smoke`'s defaults where a flag is not given, and
-    `corpus` a Path (None: the built-in one); any mistake raises `UserError`."""
+    """`bench.py`'s checked arguments, `--quick`'s or `--smoke`'s defaults filling in, `corpus` a Path or None."""
     args = build_parser(description).parse_args(argv)
     for key, value in (SMOKE if args.smoke else QUICK if args.quick else DEFAULTS).items():
         if getattr(args, key) is None:

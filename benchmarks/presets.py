@@ -1,9 +1,8 @@
 """Model sizes the speed benchmarks measure, and the one way they build a model.
 
 Design choices:
-- `default` is the size docs/en/speed.md reports; `shakespeare` nanoGPT's shakespeare-char size, to compare with its
-  numbers on a GPU; `tiny` lets a smoke test run every benchmark in seconds.
-- `batch` belongs to the measurement, so it sits beside the model's arguments and the output reports both (`config`).
+- `shakespeare` is nanoGPT's shakespeare-char size, to compare with its numbers; `tiny` runs a smoke test in seconds.
+- `batch` belongs to the measurement, so it sits beside the model's arguments and the output reports both.
 - Every side of a comparison is built by `seeded_model` from seed 0, so two sides differ only where asked to.
 """
 
@@ -18,12 +17,10 @@ PRESETS: dict[str, dict[str, int]] = {
     "shakespeare": dict(context_length=256, embedding_size=384, head_size=384, num_heads=6, num_blocks=6, batch=64),
     "tiny": dict(context_length=32, embedding_size=32, head_size=32, num_heads=2, num_blocks=2, batch=4),
 }
-# recipe=modern's model: rotary positions, RMSNorm, squared ReLU, qk-norm, zero-initialised projections, torch's init
 MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=True, init="torch")
 
 
 def model_kwargs(preset: dict[str, int]) -> dict[str, int]:
-    """The preset without `batch`: the keyword arguments of `AttentionLanguageModel`."""
     return {k: v for k, v in preset.items() if k != "batch"}
 
 

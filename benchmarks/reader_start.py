@@ -1,20 +1,11 @@
 """How long a reader takes to start: `generate.py`'s time from its launch to its first sampled character.
 
-    python -m benchmarks.reader_start --run runs/my-run
     python -m benchmarks.reader_start --run runs/my-run --baseline ../main --repeat 9
 
-Each timing launches `python generate.py ckpt=RUN max_new_tokens=20 device=cpu` (the empty prompt: the first byte
-on its standard output is the first sampled character) from a checkout's folder, as a user would, and reads the
-clock when that byte arrives and when the process ends. `--root` is the checkout timed (this one by default);
-`--baseline` another checkout (say main, for "before"), timed in turns with it, so a busy machine slows both alike.
-Without `--run`, a small run is trained first (this checkout's train.py, the default model, a few steps) into
-`--out`. A last launch under `python -X importtime` says whether the reader imported torch._dynamo. Prints one JSON
-object: the medians and every timing, per checkout, and what each start-up check of a weight file and a batch
-costs here (`checks_ms`, in this process).
-
 Design choices:
-- Whole processes, under the interpreter running this for both checkouts: the start a user waits for includes the
-  interpreter, torch's import, Hydra and the checkpoint's load, and only the code differs between the two.
+- Whole processes, launched from each checkout's folder under this interpreter: the start a user waits for includes
+  the interpreter, torch's import, Hydra and the checkpoint's load, and only the code differs between checkouts.
+- The empty prompt makes stdout's first byte the first sampled character; checkouts take turns, so load hits both.
 """
 
 from __future__ import annotations
@@ -78,9 +69,7 @@ def train_run(out: Path, steps: int) -> Path:
 
 
 def check_costs(run: Path) -> dict[str, float]:
-    """Milliseconds each start-up check costs on `run` in this process: the weights' structure (its meta build
-    included, as a fresh process pays it), the export header, the logits, train.resume's and train.init_from's probe
-    model, and a training step's memory estimate at train.batch_size=8."""
+    """Milliseconds each start-up check of weights and a batch costs on `run` here (meta build included)."""
     import torch
 
     from benchmarks.timing import mean_seconds
@@ -125,7 +114,7 @@ def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     checkout = opt.checkout("generate.py", "a checkout of kochar-gpt")
-    ap = opt.script_parser("reader_start.py", __doc__, "\n\nEach timing")
+    ap = opt.script_parser("reader_start.py", __doc__)
     ap.add_argument("--run", check=opt.run_or_checkpoint,
                     help="a trained run folder or checkpoint (default: train a small one into --out)")
     ap.add_argument("--root", default=str(ROOT), check=checkout,

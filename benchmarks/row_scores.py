@@ -4,12 +4,9 @@
     python -m benchmarks.row_scores --held 1500,2600 --dtype float32
 
 Design choices:
-- A position needs h · the 28 read-out rows of its target's (initial, medial) pair. `gather` fetches those rows
-  (N x 28 x E values through memory, forward and backward); `product` multiplies h with every held row, (N, E) x
-  (E, held), and keeps the 28 columns it needs. The first grows with the positions, the second with the rows held
-  too; `HeldReadoutRows.dot` (model/hangul/held_rows.py) picks by the held rows' count, from this benchmark.
-- Both sides run `HeldReadoutRows`' own methods on the same random table, targets and gradient, taking turns
-  (`benchmarks.timing`).
+- `gather` fetches each position's 28 rows, `product` multiplies h with every held row and keeps the 28 columns: the
+  first grows with the positions, the second with the rows held too; `HeldReadoutRows.dot` picks by this benchmark.
+- Both run `HeldReadoutRows`' own methods on the same random table, targets and gradient, taking turns.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Running the speed benchmark: the device and precisions to measure, then one JSON-ready dict.
 
 Design choices:
-- The checks that need torch (a GPU, bf16) raise `UserError` before any measurement: a bad `--device` or `--dtype`
-  costs seconds, not a half-finished benchmark.
-- One flat dict per measurement family, merged in a fixed order: the machine, on CUDA `gpu_sampling`, the training
-  presets (one nested dict each), generation, hangul, encoding, memory. docs/en/speed.md and scripts read its keys,
-  so they stay stable.
+- The checks that need torch (a GPU, bf16) come before any measurement: a bad flag costs seconds.
+- One flat dict per measurement family in a fixed order: docs/en/speed.md and scripts read its keys.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 """
 
@@ -75,7 +72,6 @@ def machine(device: torch.device) -> dict:
 
 
 def run_benchmarks(opts: argparse.Namespace) -> dict:
-    """Every benchmark `opts` asks for, as one dict ready for `json.dumps`."""
     device = resolve_device(opts.device)
     dtypes = dtypes_to_measure(opts.dtype, device)
     enable_fast_matmul(device)

@@ -1,16 +1,10 @@
 """The project's own scripts run from a benchmark as a user runs them, what they print kept, and the machine's state.
 
 Design choices:
-- Every run is its own process (`python train.py ...`, `evaluate.py`, `generate.py`) from the repository root under
-  this interpreter, so a number is what a user's command gets, start-up and checks included.
-- A failed process is a record holding its last error line, never an exception: one bad run must not cost a long
-  campaign, and the record says why.
-- A training run's numbers are train.py's `run:` line (`RESULT`) and what it logged to TensorBoard anyway.
-- A campaign's rows go one JSON line each to stdout and OUT/results.jsonl (`keep`), read back before it starts
-  (`results`, `kept`), so an interrupted campaign continues where it stopped.
-- Before each run the load average, the CPU share other programs use now and the machine's speed on a fixed matrix
-  product are recorded (`machine_before_run`), with a warning when it is not idle: an idle-looking machine can
-  still slow down between one run and the next.
+- Every run is its own process under this interpreter, so a number is what a user's command gets, start-up included.
+- A failed process is a record holding its last error line, never an exception: one bad run must not cost a campaign.
+- Rows are appended to OUT/results.jsonl and read back at the start, so an interrupted campaign continues.
+- Before each run the machine's load and speed are recorded, with a warning when it is not idle.
 """
 
 from __future__ import annotations
@@ -45,8 +39,7 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
 
 
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
-    """One train.py run: {steps, seconds, stopped, val_loss, val_bpc} from its `run:` line, the median of the
-    tokens/s and the best validation bpc it logged, or {error: its last line}."""
+    """One train.py run's numbers, its `run:` line's and what it logged to TensorBoard, or {error: its last line}."""
     proc, m = train_py(overrides, run_dir, env)
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line")}
@@ -60,8 +53,7 @@ def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dic
 
 def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callable[[dict], dict],
                  keys: tuple[str, ...] = ("steps", "seconds", "stopped", "tokens_per_sec")) -> dict:
-    """A campaign's row: `record`, the machine's state before the run, the `keys` of `trained`'s numbers, then what
-    `then(those numbers)` adds (nothing where training failed: the row holds its error)."""
+    """A campaign's row: `record`, the machine's state, `trained`'s `keys`, then `then(those numbers)`'s."""
     record = {**record, **machine_before_run()}
     done = trained(overrides, run_dir)
     if "error" in done:
@@ -70,8 +62,7 @@ def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callab
 
 
 def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
-    """`evaluate.py`'s score of a run as a campaign's row holds it: heldout_bpc, heldout_chars, {name: its key} of
-    `more`, and its error where it failed."""
+    """`evaluate`'s score of a run as a campaign's row holds it (`more`: {name: its key}), its error if any."""
     scored = evaluate(run_dir, heldout)
     return {"heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
             **{name: scored.get(key) for name, key in more.items()},
@@ -87,8 +78,7 @@ def printed_json(script: str, *args: str) -> dict:
 
 
 def evaluate(ckpt: Path, heldout: Path) -> dict:
-    """`evaluate.py ckpt=CKPT data.path=HELDOUT`'s JSON (its best validated weights, for a run folder), or
-    {error: its last line}."""
+    """`evaluate.py ckpt=CKPT data.path=HELDOUT`'s JSON (a run's best validated weights), or {error: ...}."""
     return printed_json("evaluate.py", f"ckpt={ckpt}", f"data.path={heldout}", "progress=false")
 
 
@@ -117,7 +107,6 @@ def run_facts(run_dir: Path) -> dict:
 
 
 def results(path: Path) -> list[dict]:
-    """The rows a campaign already wrote to `path` (none where it is not there)."""
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
@@ -151,8 +140,7 @@ def cpu_busy(seconds: float = 2.0) -> float | None:
 
 
 def reference_speed(reps: int = 150, rounds: int = 3) -> float:
-    """GFLOP/s of one fixed float32 matrix product on this process's threads, now. An idle machine can still
-    change speed (a host's other tenants, its clock): runs hours apart compare only if this held still."""
+    """GFLOP/s of a fixed float32 matmul now: an idle machine still changes speed, so runs compare only if it held."""
     import torch
 
     from benchmarks.timing import mean_seconds, median_alternating
@@ -164,7 +152,6 @@ def reference_speed(reps: int = 150, rounds: int = 3) -> float:
 
 
 def machine_before_run() -> dict:
-    """The load average, the CPU share other programs use now, and the machine's speed on a fixed matrix product."""
     busy = cpu_busy()
     if busy is not None and busy > 0.1:
         print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)

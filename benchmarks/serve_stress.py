@@ -3,14 +3,8 @@
     python benchmarks/serve_stress.py                      # 300 half-open connections, default bounds
     python benchmarks/serve_stress.py --connections 1000 --set header_timeout_s=5
 
-Starts `python serve.py` as a user would (default bounds from configs/serve.yaml, plus `--set` keys) on a
-tiny untrained run, then, while `--connections` connections sit with half a request head sent, times
-ordinary requests (the page's run list and a short sample), waits for the server to close the half-open
-ones, sends a 300 MB body, and reads the server's peak resident memory (Linux /proc). Prints one JSON object.
-
 Design choices:
-- The server is a separate process, so its memory and file handles are its own, as in real use.
-- Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
+- `python serve.py` (configs/serve.yaml plus `--set`) on a tiny run, as its own process: its memory is its own.
 """
 
 from __future__ import annotations
@@ -113,7 +107,7 @@ def _big_body(port: int) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("serve_stress.py", __doc__, "\n\nDesign")
+    ap = opt.script_parser("serve_stress.py", __doc__)
     ap.add_argument("--connections", default=300, check=opt.count(), help="half-open connections held (default 300)")
     ap.add_argument("--set", action="append", default=[], check=_key_value, help="a serve.py key=value (repeatable)")
     return ap.parse_args(argv)

@@ -3,20 +3,12 @@
     python -m benchmarks.step_ops                            # this project's model, and train.py's own step
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
-Prints one JSON object: the operations of each whole step, and the backward pass's operations by ATen name side by
-side (`backward`: `total` per model, `ops`: {name: {model: count}}), where a model's layout choices show. On a GPU
-every dispatched operation is at least one kernel launch (a view costs the CPU a dispatch still), so counting them
-on the CPU tells how much a step asks of a GPU's launcher without a GPU; a host sync (`.item()`, `bool()` of a
-tensor...) makes the CPU wait for the device, so it cannot queue the next step meanwhile.
-
-Design choices:
-- Every model takes the same step (benchmarks/training_speed.py's `optimizer_step`, clipped at 1.0 as nanoGPT's
-  train.py clips) at the default size (4 blocks, 128 wide, context 128, batch 8, 1,480 ids: about the novels'
-  vocabulary), float32, dropout 0, after two warm-up steps; the backward is counted alone the same way.
-- train.py's step is `training.step.train_step` on a session of the default config (dropout 0, so the count does not
-  follow the automatic dropout): the model's step and what train.py adds to it.
-- nanoGPT's `model.py` is imported from the checkout `--nanogpt` names, never copied;
-  tests/training/test_step_cost.py holds the counts it gave.
+Design choices (docs/en/speed.md, "Work per step", explains the counts):
+- Counted on the CPU: every dispatched operation is at least one kernel launch on a GPU; the backward's, by ATen
+  name, show a model's layout choices.
+- Every model takes the same step (`optimizer_step`, clipped as nanoGPT's train.py clips) at the default size,
+  float32, dropout 0 (so the count does not follow auto dropout), after two warm-up steps.
+- tests/training/test_step_cost.py holds the counts nanoGPT's `model.py` gave (imported, never copied).
 """
 
 from __future__ import annotations

@@ -3,13 +3,9 @@
     python benchmarks/time_budget.py --corpus FILE --seconds 300 --run NAME=OVERRIDES [--run ...]
     python -m benchmarks.time_budget ...     # the same
 
-Prints one JSON line per run: name, overrides, steps, val_loss, val_bpc, best_val_bpc, tokens/s, seconds.
-
 Design choices:
-- Each run is its own `train.py` process, one after another, each with the whole machine and the whole budget
-  (`train.max_seconds`; the step limit out of reach, early stopping off unless a run's overrides type it).
+- Each run is its own `train.py` process, one at a time, with the whole machine and budget (no early stop unless typed).
 - A failed run prints a JSON line with its error and the others still run: one bad override must not cost a sweep.
-- Runnable as a file as well as a module: as a file, the repository root is put on sys.path first.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from common.errors import UserError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = opt.script_parser("time_budget.py", __doc__, "\n\nDesign")
+    ap = opt.script_parser("time_budget.py", __doc__)
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="the text file every run trains on")
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--run", action="append", required=True, help="NAME=space-separated train.py overrides")
@@ -45,7 +41,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
-    """Train one configuration for the budget; its result line as a dict."""
     env = None
     if args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}

@@ -1,11 +1,9 @@
 """Timing helpers shared by the speed benchmarks.
 
 Design choices:
-- The compared sides take turns within each round, and each side reports the median of its rounds: a
-  slow spell of the machine (another process, frequency scaling) then hits every side alike instead of
-  whichever happened to run during it, and one outlier round does not move the result.
-- CUDA launches work asynchronously, so every timer synchronises the device before reading the clock.
-- A timer warms up before its first round (buffers allocated, kernels picked, graphs captured or compiled).
+- The sides take turns within each round and each reports its median: a slow spell of the machine hits every side
+  alike, and one outlier round does not move the result.
+- Every timer synchronises the device before reading the clock (CUDA launches are asynchronous) and warms up first.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ WARMUP_STEPS = 3  # the first training steps allocate buffers and pick kernels
 
 
 def sync(device: torch.device) -> None:
-    """Wait for the device's queued work, so the clock measures the work and not its launch."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -35,8 +32,6 @@ def median_alternating(timers: Mapping[str, Callable[[], float]], rounds: int) -
 
 
 def repeated(fn: Callable[[], object], n: int) -> Callable[[], None]:
-    """`fn` called `n` times in a row."""
-
     def run() -> None:
         for _ in range(n):
             fn()

@@ -1,11 +1,9 @@
 """Training throughput of the `heads` and `fused` attention paths, and the share of the matmul peak it reaches.
 
 Design choices:
-- Every (attention, dtype) pair gets its own freshly seeded model and optimizer, built before any timing, so the
-  pairs can take turns round by round (`benchmarks.timing`).
-- The batches are random ids: a step's speed does not depend on the text, and no data pipeline is timed by accident.
-- float32 is always measured: the baseline of every ratio and of the achieved FLOP/s.
-- The "peak" is what a large square matmul reaches on this device in the same run, not a datasheet figure.
+- Every (attention, dtype) pair has its own seeded model and optimizer, built before any timing, so pairs take turns.
+- Random ids: a step's speed does not depend on the text, and no data pipeline is timed by accident.
+- float32 is always measured, the baseline of every ratio; the peak is a large matmul's in this run, not a datasheet's.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
 
 def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
                    steps: int, tokens: torch.Tensor | None = None, average: str = "none") -> Callable[[], float]:
-    """A timer returning the tokens/s of `steps` optimizer steps (`optimizer_step`) on one batch, after a warm-up:
-    random ids, or windows of `tokens` (a text's ids) at random offsets."""
+    """Tokens/s of `steps` optimizer steps on one batch of random ids or windows of `tokens`, after a warm-up."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
         x = torch.randint(0, vocab, (batch, context), device=device)
@@ -50,9 +47,8 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
 
 def optimizer_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype = torch.float32,
                    forward: Callable | None = None, clip: bool = False, average: str = "none") -> Callable[[], None]:
-    """One step on (x, y): forward with targets (through `forward`, say `model` compiled) under `dtype`'s autocast,
-    backward, with `clip` gradients clipped at 1.0 (as nanoGPT's train.py clips), a fused AdamW step, gradients unset,
-    and with `average="ema"` a weight average updated (as train.average=ema does)."""
+    """One fused-AdamW step on (x, y) through `forward` (say `model` compiled) under `dtype`'s autocast; `clip` at 1.0
+    as nanoGPT's train.py clips, `average="ema"` a weight average updated as train.average=ema does."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=x.device.type in ("cuda", "cpu"))
     averaged = WeightAverage(model, TrainConfig(average=average)) if average != "none" else None
     forward = forward or model

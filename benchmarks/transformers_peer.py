@@ -1,11 +1,10 @@
 """A real peer for our sampler: `transformers`' cached `generate` on the very same weights.
 
 Design choices:
-- The lecture model at the benchmark's preset, randomly initialised, is exported with `export.py`'s own code
-  (hf_export/) and loaded as `GPT2LMHeadModel`: both sides run the same network, weight for weight.
-- Both sample the full distribution at temperature 1 (transformers' default `top_k` of 50 off) with their KV caches,
-  from a 1-token prompt, batch 1 and 8, `context_length - 1` new tokens at most (GPT-2's positions stop there).
-- Measured at the machine's default thread count and at one thread; tokens/s count every row's tokens.
+- The lecture model, randomly initialised, is exported with `export.py`'s own code and loaded back by `transformers`:
+  both sides run the same network, weight for weight.
+- Both sample the full distribution at temperature 1 (its default `top_k` of 50 off) with their KV caches, at most
+  `context_length - 1` new tokens (GPT-2's positions stop there), at the default thread count and at one.
 """
 
 from __future__ import annotations
