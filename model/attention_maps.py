@@ -16,15 +16,9 @@ from model.attention import shape_qk
 
 @torch.no_grad()
 def attention_maps(model: nn.Module, idx: Tensor) -> Tensor:
-    """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T).
-
-    Row t of a map is how much position t attends to each earlier position (rows sum to 1). The weights
-    are recomputed from each block's `ln1` and the heads' query/key projections (with the model's query/key
-    norm and rotary positions, through the same `shape_qk` attention uses), because the fused path never
-    materialises them; dropout is off, so they are the weights the model uses at inference. Each block's input is
-    taken from one pass of the model itself (a hook), so whatever joins the residual stream between blocks (the
-    U-Net skips, model.unet_skips) is in it.
-    """
+    """Softmax attention weights for one sequence: idx (T,) or (1, T) ids -> (num_blocks, num_heads, T, T), row t
+    how much position t attends to each earlier one. Recomputed from each block's input (taken from one pass of the
+    model, skips included) through the same `shape_qk` attention uses, since the fused path never materialises them."""
     if idx.dim() == 1:
         idx = idx[None]
     if idx.dim() != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= model.context_length:

@@ -58,12 +58,8 @@ def _sampler(logits: Tensor, temperature: float, top_k: int | None, top_p: float
 
 
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """One id per row of probs (B, V), drawn with probability probs[b, i] / sum(probs[b]) -> (B, 1).
-
-    Inverse transform sampling: one uniform number per row, located in the running sum of the
-    probabilities. torch.multinomial draws V exponential variates per row instead, which for a vocabulary of
-    thousands of characters costs as much as a cached decoding step.
-    """
+    """One id per row of probs (B, V), drawn with probability probs[b, i] / sum(probs[b]) -> (B, 1): one uniform
+    number per row located in the running sum (torch.multinomial draws V variates per row, as costly as a step)."""
     cdf = probs.cumsum(dim=-1)  # (B, V)
     total = cdf[:, -1:].contiguous()  # (B, 1)
     u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
@@ -163,14 +159,9 @@ class Sampler:
 
 
 class TokenGrammar:
-    """Which token may follow which, for tokenizers whose ids spell characters in parts (the jamo one: a
-    syllable is always initial, medial, then a final or "no final"). Each id leads to a state; each state
-    allows a set of next ids. Sampling masks every other id (`Sampler.mask`), so a model can never write half a
-    syllable.
-
-    state: (V,) long, the state after each id; allowed: (S, V) bool, the ids allowed in each state, none
-    empty. State 0 is "between characters": a sample may stop there and nowhere else.
-    """
+    """Which token may follow which, for tokenizers that spell a character in parts (the jamo one), so that sampling
+    never writes half a syllable. state: (V,) long, the state after each id; allowed: (S, V) bool, the ids each state
+    allows (none empty). State 0 is "between characters": a sample may stop there and nowhere else."""
 
     def __init__(self, state: Tensor, allowed: Tensor):
         if allowed.dim() != 2 or state.shape != allowed.shape[1:] or not bool(allowed.any(dim=1).all()):

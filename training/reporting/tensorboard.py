@@ -44,12 +44,9 @@ def colorize(weights: np.ndarray) -> np.ndarray:
 
 
 def attention_image(maps: np.ndarray, cell: int | None = None, gap: int = 4) -> np.ndarray:
-    """One block's maps (H, T, T) -> uint8 HWC image, heads side by side, each weight a cell x cell square.
-
-    Colour follows the square root of the weight on a fixed scale (0 dark, 1 yellow), not rescaled per image,
-    so images from different steps and runs compare directly; the square root keeps the small weights of a
-    head that spreads its attention over many positions visible. Above the diagonal (the future) is light grey.
-    """
+    """One block's maps (H, T, T) -> uint8 HWC image, heads side by side, each weight a cell x cell square, coloured
+    by its square root on a fixed scale (images compare across steps and runs; small weights stay visible); the
+    future is light grey."""
     H, T, _ = maps.shape
     cell = cell or max(1, min(8, 192 // T))
     future = ~np.tril(np.ones((T, T), dtype=bool))
@@ -129,12 +126,8 @@ class RunLogger:
 
     def watch(self, model: AttentionLanguageModel, tokenizer, prompts: Sequence[str], sample_tokens: int,
               attention_ids: Sequence[int], seed: int) -> None:
-        """Remember what `snapshot` shows at every evaluation, and log the parameter table once.
-
-        prompts: samples of `sample_tokens` tokens start from each (0 = none); attention_ids: the fixed token
-        ids whose attention maps are drawn (empty = none). The same seed at every evaluation means that
-        differences between snapshots come from the weights alone.
-        """
+        """Remember what `snapshot` shows (samples of `sample_tokens` from each prompt, the attention maps of
+        `attention_ids`, the same seed each time, so snapshots differ by the weights alone); log the parameters once."""
         if self.writer is None:
             return
         from inference.generation import prompt_ids  # warns once about prompt characters the vocabulary lacks
@@ -166,13 +159,9 @@ class RunLogger:
                 self.writer.add_image(f"attention/block_{b}", attention_image(block_maps), step, dataformats="HWC")
 
     def hparams(self, hparams: Mapping[str, Mapping], metrics: Mapping[str, float], step: int) -> None:
-        """The run's flattened hyperparameters and final metrics, in this run's own event directory.
-
-        Unlike SummaryWriter.add_hparams (which writes a sub-run per call), the session lives in the run
-        itself, so the HParams tab lists one row per run under the run's own name. No experiment summary is
-        written: TensorBoard then builds the columns from every run's values, which stays right when runs from
-        different sweeps share a log directory.
-        """
+        """The run's flattened hyperparameters and final metrics, in the run's own event directory (one HParams row
+        per run, under its name, unlike add_hparams' sub-runs), with no experiment summary: TensorBoard builds the
+        columns from every run's values, right even when runs of several sweeps share a folder."""
         if self.writer is None:
             return
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
