@@ -113,8 +113,8 @@ class StepRunner:
                                                                                         t.eval_interval)):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-        key = record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None),
-                                  s.raw_model.config, t.batch_size)
+        key = record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None), s.raw_model.config,
+                         t.batch_size)
         costs = measured_costs(key, s.device, inductor_cache_folder())
         way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
