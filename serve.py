@@ -2,8 +2,7 @@
 
 Design choices:
 - The socket is bound before uvicorn starts: a port in use is one `error:` line, and `port=0` prints the OS's choice.
-- The default run loads before the URL is printed: a broken checkpoint fails at once, and the first sample is quick.
-"""
+- The default run loads before the URL is printed: a broken checkpoint fails at once, and the first sample is quick."""
 
 from cli.entry import hydra_script
 

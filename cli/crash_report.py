@@ -2,8 +2,7 @@
 
 Design choices:
 - The traceback goes whole to a file the line names (the run folder, else the temp folder): a bug report needs it.
-- A file-system error while Hydra makes the run folder is the user's to fix: a line naming the path, no file.
-"""
+- A file-system error while Hydra makes the run folder is the user's to fix: a line naming the path, no file."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Design choices:
 - Each script's YAML sets `hydra.help.template: ${script_help:}`, as Hydra's default lists every config group.
-- Defaults come from the composed config, meanings from the YAML's `# comments` (one text to keep up to date).
-"""
+- Defaults come from the composed config, meanings from the YAML's `# comments` (one text to keep up to date)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Design choices:
 - Names hold only letters, digits and `_ . + -`, so they paste back as printed; where that cut or replaced something,
   a hash of the overrides follows, so two runs started in the same second never share a folder.
-- Names are cut in UTF-8 bytes, never inside a character, each value first: a long corpus name leaves room.
-"""
+- Names are cut in UTF-8 bytes, never inside a character, each value first: a long corpus name leaves room."""
 
 from __future__ import annotations
 

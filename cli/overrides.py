@@ -3,8 +3,7 @@
 Design choices:
 - Hydra refuses what users type (`prompt=안녕`, `~/novels.txt`, spaces in a path): argv is rewritten, not users taught.
 - Only `PATH_KEYS` are expanded and quoted: a path is never a list, number or interpolation; `-m` commas still split.
-- A printed path is quoted only where bash needs it, so it pastes back into `ckpt=` or `train.resume=` as it stands.
-"""
+- A printed path is quoted only where bash needs it, so it pastes back into `ckpt=` or `train.resume=` as it stands."""
 
 from __future__ import annotations
 

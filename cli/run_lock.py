@@ -2,8 +2,7 @@
 
 Design choices:
 - `fcntl.flock` on `<run>/.train.lock`: the kernel drops it however its holder dies, so a stale file is taken over.
-- `train.py` takes it before Hydra when the command line names the folder: a refused start writes nothing there.
-"""
+- `train.py` takes it before Hydra when the command line names the folder: a refused start writes nothing there."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Design choices:
 - Hydra writes `.hydra/` before our code runs: a resume that saves nothing would leave its overrides as the settings
   of checkpoints it never wrote (docs/en/training.md), so `train.py` reads the record before Hydra starts.
-- A `*.pt` with a new (inode, mtime, size) is a save: saves are atomic, renames keep identity, the lock bars others.
-"""
+- A `*.pt` with a new (inode, mtime, size) is a save: saves are atomic, renames keep identity, the lock bars others."""
 
 from __future__ import annotations
 

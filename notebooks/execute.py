@@ -4,8 +4,7 @@ Design choices:
 - The tests' small settings are a cell inserted after the `parameters` one, in memory only: never in a stored file.
 - Each run gets a fresh copy of the project: no shared `runs/`, its files listable, its paths caught (`ABSOLUTE`).
 - The kernel is this interpreter; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- Stored: what Jupyter shows (a progress bar's last state), the code cells' hash; no timing, so ko and en cells match.
-"""
+- Stored: what Jupyter shows (a progress bar's last state) and the code cells' hash; no timing, so ko and en match."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Design choices:
 - NanumGothic (SIL OFL) comes with the notebooks' requirements, in `koreanize-matplotlib`; its file is registered
   directly, since importing that package reads `distutils`, gone in Python 3.12.
-- The family is DejaVu Sans, then NanumGothic, which lacks the minus sign (U+2212) mathtext takes from the first.
-"""
+- The family is DejaVu Sans, then NanumGothic, which lacks the minus sign (U+2212) mathtext takes from the first."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Design choices:
 - Sampling and loading block: each runs in a worker thread, a character at a time, so the event loop keeps serving.
-- A client that goes away stops its sample after the step in flight: worker threads are never abandoned.
-"""
+- A client that goes away stops its sample after the step in flight: worker threads are never abandoned."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Design choices:
 - Beyond the context window the weights are the window's that ends at the position; `start` says where it begins.
-- Weights are rounded to 4 decimals: more digits cannot be seen on the page and only lengthen the answer.
-"""
+- Weights are rounded to 4 decimals: more digits cannot be seen on the page and only lengthen the answer."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Design choices:
 - Each run loads under its own lock: a large load holds up no request for a loaded run, and a new run loads once.
 - Callers take a run's `lock` per decoding step, not per request: requests on one run advance in turns.
-- A rewritten checkpoint (a new file stamp) loads again; eviction only forgets an entry, whose samples hold their own.
-"""
+- A rewritten checkpoint (a new file stamp) loads again; eviction only forgets an entry (its samples keep it)."""
 
 from __future__ import annotations
 

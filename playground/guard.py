@@ -3,8 +3,7 @@
 Design choices:
 - What uvicorn lacks is added around it, not patched in: `BodyGuard` (ASGI) bounds bodies and drops a client that
   stops reading (it holds a slot); `guarded_protocol` (h11) bounds heads, answering past `max_connections` in JSON.
-- With no generation slot free the answer is a JSON 503 at once: a queue would only hold connections open longer.
-"""
+- With no generation slot free the answer is a JSON 503 at once: a queue would only hold connections open longer."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The Host check on every bound address against DNS rebinding, a foreign name for 127.0.0.1 (docs/en/playground.md).
 
 Design choices:
-- The Host header is parsed as RFC 3986 writes it (`[v6]:port`): Starlette's TrustedHostMiddleware breaks IPv6.
-"""
+- The Host header is parsed as RFC 3986 writes it (`[v6]:port`): Starlette's TrustedHostMiddleware breaks IPv6."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Design choices:
 - A name is checked as text, then by where it resolves; any refusal is the same 404: a client learns nothing outside.
 - `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows), listed as `@ckpt` and read as named.
-- A summary is kept until its file's size or mtime changes: a page reload reads no weights.
-"""
+- A summary is kept until its file's size or mtime changes: a page reload reads no weights."""
 
 from __future__ import annotations
 

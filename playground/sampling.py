@@ -3,8 +3,7 @@
 Design choices:
 - Prompt ids, seeding and `Sampler.probs` are `generate.py`'s: a seed gives its text, a probability the one drawn with.
 - One event per character: released together, each takes the tokens that spell it (their probabilities multiplied).
-- `Continuation` is blocking and not thread-safe: one worker thread at a time, the run's lock held per forward only.
-"""
+- `Continuation` is blocking and not thread-safe: one worker thread at a time, the run's lock held per forward only."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Design choices:
 - Pydantic in strict mode: `"300"` for a number, NaN and infinities are refused, not guessed; an unknown key is named.
-- Ranges reuse `check_sampling_args` one field at a time: the API says what `generate.py` says, each about one field.
-"""
+- Ranges reuse `check_sampling_args` one field at a time: the API says what `generate.py` says, each about one field."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Design choices:
 - The hangul ids 1..11172 are the syllables in code-point order: one reshape to (19, 21, 28) and two sums give all.
-- Letters are compatibility jamo (ㄱ, ㅏ, ㄴ), which read standalone; conjoining jamo render oddly outside a syllable.
-"""
+- Letters are compatibility jamo (ㄱ, ㅏ, ㄴ), which read standalone; conjoining jamo render oddly alone."""
 
 from __future__ import annotations
 
