@@ -1,8 +1,8 @@
 """OmegaConf resolvers that name run folders (docs/en/configuration.md shows them), and a failed start's clean-up.
 
 Design choices:
-- Names hold only letters, digits and `_ . + -`, so they paste back as printed; where that cut or replaced something,
-  a hash of the overrides follows, so two runs started in the same second never share a folder.
+- Names hold only letters, digits and `_ . + -`, so they paste back as printed; where a character was replaced or
+  a name cut, a hash of the overrides follows, so two runs started in the same second never share a folder.
 - Names are cut in UTF-8 bytes, never inside a character, each value first: a long corpus name leaves room."""
 
 from __future__ import annotations
