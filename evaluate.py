@@ -1,7 +1,6 @@
 """Score a text file with a trained model.  python evaluate.py ckpt=<run dir> data.path=<text file> ...
 
-Prints one JSON line (see configs/evaluate.yaml); the bits per character of a char model and of a jamo
-model are directly comparable."""
+Prints one JSON line (configs/evaluate.yaml); a char model's and a jamo model's bits per character compare directly."""
 
 from cli.entry import hydra_script
 

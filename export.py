@@ -1,8 +1,6 @@
 """Export a trained run to the Hugging Face format.  python export.py ckpt=<run dir> out=<folder>
 
-The folder loads with `transformers` (`AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`), holds the
-weights in safetensors and a model card, and is itself a `ckpt=` for generate.py, evaluate.py and serve.py
-(hf_export/ explains the layouts)."""
+The folder loads with `transformers`, and as a `ckpt=` of generate.py, evaluate.py and serve.py (docs/en/export.md)."""
 
 from cli.entry import hydra_script
 

@@ -1,6 +1,4 @@
-"""Sample Korean text from a trained model.  python generate.py ckpt=<run dir> prompt=안녕 ...
-
-(see configs/generate.yaml)"""
+"""Sample Korean text from a trained model.  python generate.py ckpt=<run dir> prompt=안녕 ...  (see --help)"""
 
 from cli.entry import hydra_script
 

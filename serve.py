@@ -1,13 +1,8 @@
 """The playground in the browser.  python serve.py [ckpt=<run dir>] [runs_dir=runs] [port=8000] ...
 
-Prints the URL to open; Ctrl-C stops it (see configs/serve.yaml and playground/).
-
 Design choices:
-- The listening socket is bound here, before uvicorn starts, so a port in use is one `error:` line, and `port=0`
-  prints the port the OS chose.
-- The default run is loaded before the URL is printed: a broken checkpoint fails at once, and the first sample
-  on the page does not wait for the load.
-"""
+- The socket is bound before uvicorn starts: a port in use is one `error:` line, and `port=0` prints the OS's choice.
+- The default run loads before the URL is printed: a broken checkpoint fails at once, and the first sample is quick."""
 
 from cli.entry import hydra_script
 

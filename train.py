@@ -50,7 +50,6 @@ def _run(cfg: DictConfig) -> None:
         sys.exit(130 if result.stopped == "SIGINT" else 143 if result.stopped == "SIGTERM" else 0)
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
-    # The folder is printed so it pastes back as it stands: ckpt=<it>, train.resume=<it>, hydra.run.dir=<it>.
     print(f"run: {shell_path(result.run_dir)}  step {result.step}  val loss {_value(result.val_loss)}  "
           f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})")
     if result.average:
@@ -68,8 +67,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv[1:] = legacy_experiment_override(prepare_overrides(sys.argv[1:]))
-    # A folder named on the command line is locked before Hydra writes its .hydra/ record into it.
-    lock = run_cli(lambda: RunLock(folder_named(sys.argv[1:])))
+    lock = run_cli(lambda: RunLock(folder_named(sys.argv[1:])))  # before Hydra writes its .hydra/ record there
     record = RecordedSettings(folder_named(sys.argv[1:]))  # the run's .hydra/, put back if this start saves nothing
     try:
         run_hydra(main)

@@ -1,11 +1,8 @@
 """An unexpected failure as one line: what failed, where, and the file that holds the full traceback.
 
 Design choices:
-- A traceback flattened into an `error:` line helps nobody: the user cannot act on it and a bug report needs it
-  whole. It goes to a file (the run folder when there is one, else the temp folder) and the line names that file.
-- A file-system error while Hydra makes the run folder (a path inside a file, a read-only disk, a name too long)
-  is the user's to fix: a plain message naming the path, with no traceback file.
-"""
+- The traceback goes whole to a file the line names (the run folder, else the temp folder): a bug report needs it.
+- A file-system error while Hydra makes the run folder is the user's to fix: a line naming the path, no file."""
 
 from __future__ import annotations
 
@@ -50,7 +47,6 @@ def _where(exc: BaseException) -> str:
 
 
 def unexpected_error_line(exc: BaseException, folder: str | Path | None = None) -> str:
-    """One line for an exception that is not a user's mistake; the traceback goes to a file."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__

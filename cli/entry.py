@@ -1,7 +1,4 @@
-"""How entry scripts start and report user mistakes: one line on stderr, a non-zero exit, no traceback.
-
-Tracebacks are for our bugs; set KOCHAR_DEBUG=1 (or HYDRA_FULL_ERROR=1) to see them for user errors too.
-"""
+"""How entry scripts start and report user mistakes: one line, a non-zero exit, no traceback (that is for our bugs)."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ def _interrupt_hook(exc_type, exc, tb) -> None:
     _previous_hook(exc_type, exc, tb)
 
 
-# Entry scripts import this module first, so a Ctrl-C from here on ends in one line (docs/en/errors.md). A test
-# interrupts a start-up here, at a known point, once the file KOCHAR_READY_FILE names exists.
+# Entry scripts import this first: a Ctrl-C from here on is one line. KOCHAR_READY_FILE: a test interrupts here.
 _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
 if os.environ.get("KOCHAR_READY_FILE"):
@@ -69,15 +65,13 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
-    """Warnings as `warning: <message>` on one line, instead of Python's `file:line: UserWarning:` form."""
     from common.names import shown_name
 
     return "warning: " + shown_name(" ".join(str(message).split())) + "\n"
 
 
 class _HeldStderr:
-    """Stderr held until released: Hydra reports a bad override or a missing config in several lines before our code
-    runs, and holding them until the job starts lets `run_hydra` fold that report into one `error:` line."""
+    """Stderr held until the job starts, so `run_hydra` can fold Hydra's many-line report of a mistake into one line."""
 
     def __init__(self, real):
         self.real, self.buffer, self.held = real, io.StringIO(), True
@@ -106,8 +100,7 @@ _held_stderr: _HeldStderr | None = None
 
 
 def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
-    """Hydra's multi-line error report as one line: the messages, with listed options joined by commas. `argv`: the
-    overrides the report is about (the command line's by default; benchmarks/ladder_checks.py composes without one)."""
+    """Hydra's multi-line error report as one line; `argv`: the overrides it is about (default: the command line's)."""
     argv = sys.argv[1:] if argv is None else argv
     if "Traceback (most recent call last)" in text:  # not a message: a failure before the job started
         from cli.crash_report import fold_traceback_report
@@ -161,8 +154,7 @@ def _type_error(text: str, argv: list[str]) -> str | None:
 
 
 def config_object(cfg, cls: type[T]) -> T:
-    """The composed Hydra config as its schema dataclass, range-checked by `__post_init__`; a value that fails
-    (a range, an interpolation like `${oops}`) is one UserError naming it."""
+    """The composed config as its schema dataclass (`__post_init__` checks ranges); a failing value: one UserError."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -198,8 +190,7 @@ def _unparsable_override(argv: list[str]) -> str | None:
 
 
 def run_hydra(main: Callable[[], object]) -> None:
-    """Call a `@hydra.main` function so that Hydra's own errors (unknown key, bad override syntax, missing
-    config group) end as one `error:` line and exit code 2, like our own user errors."""
+    """Call a `@hydra.main` function so that Hydra's own errors end as one `error:` line and exit code 2, as ours do."""
     global _held_stderr
     _refuse_spaced_debug()
     if debug_enabled():
@@ -221,8 +212,7 @@ def run_hydra(main: Callable[[], object]) -> None:
 
 
 def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None) -> T:
-    """Run `fn`; turn a UserError into `error: <message>` and its exit code, and any other exception into one
-    line naming what failed and the file holding its traceback (in `traceback_dir` when it still exists)."""
+    """Run `fn`: a UserError becomes `error: <message>`, any other exception a line naming its traceback's file."""
     if _held_stderr is not None:
         _held_stderr.release()  # the job has started: from here on stderr is live
     _refuse_spaced_debug()

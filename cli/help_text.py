@@ -1,12 +1,8 @@
 """`--help` for the Hydra entry scripts: each script's own keys, with their defaults and one-line meanings.
 
 Design choices:
-- Hydra's default help lists every config group under `configs/` (training's `model=` in `generate.py --help`).
-  Each script's YAML instead sets `hydra.help.template: ${script_help:}`, a resolver the script registers with
-  its summary and its most common command lines.
-- The keys and defaults come from the composed config, so `python train.py model=tiny --help` shows tiny's
-  values; the meanings are the `# comments` beside each key in the YAML files, one text to keep up to date.
-"""
+- Each script's YAML sets `hydra.help.template: ${script_help:}`, as Hydra's default lists every config group.
+- Defaults come from the composed config, meanings from the YAML's `# comments` (one text to keep up to date)."""
 
 from __future__ import annotations
 
@@ -95,7 +91,6 @@ def _shown(value: object) -> str:
 
 def render_help(root: DictConfig, comments: dict[str, str], summary: str, examples: Sequence[str],
                 groups: bool) -> str:
-    """The help text: summary, usage, the most common command lines, groups, and every key."""
     keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra" and k not in HIDDEN]
     width = min(44, max(len(f"{k}={v}") for k, v in keys) + 2)
     script = summary.split(":", 1)[0]

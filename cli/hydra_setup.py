@@ -1,13 +1,9 @@
-"""OmegaConf resolvers the configs use to name run directories, and the clean-up of a failed start.
+"""OmegaConf resolvers that name run folders (docs/en/configuration.md shows them), and a failed start's clean-up.
 
-Design choices (docs/en/configuration.md, "Where a run's outputs go", shows the names):
-- A run folder's name pastes back into `ckpt=`, `train.resume=` or `hydra.run.dir=` as printed: it holds only
-  letters, digits and `_ . + -`, none of which Hydra's grammar or bash treats specially. When it is not the whole
-  story (a character replaced, a path shortened, the name cut) a short hash of the overrides as typed follows it,
-  so two different runs started in the same second never share a folder.
-- Names are cut in UTF-8 bytes, never inside a character, each value first, so a long corpus name leaves room for
-  the other overrides.
-"""
+Design choices:
+- Names hold only letters, digits and `_ . + -`, so they paste back as printed; where a character was replaced or
+  a name cut, a hash of the overrides follows, so two runs started in the same second never share a folder.
+- Names are cut in UTF-8 bytes, never inside a character, each value first: a long corpus name leaves room."""
 
 from __future__ import annotations
 
@@ -28,7 +24,6 @@ _HASH_CHARS = 6
 
 
 def _cut(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
     data = text.encode("utf-8")
     return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
 
@@ -99,8 +94,7 @@ def register_resolvers() -> None:
 
 
 def legacy_experiment_override(argv: list[str]) -> list[str]:
-    """`+experiment=<name>` (the form documented before `experiment: null` joined the defaults list) means
-    `experiment=<name>` now; Hydra itself would refuse to add a key that already exists."""
+    """The old documented `+experiment=<name>` as `experiment=<name>`: Hydra refuses to add an existing key."""
     return [a[1:] if a.startswith("+experiment=") else a for a in argv]
 
 
@@ -108,8 +102,7 @@ HYDRA_ARTEFACTS = (".hydra", "train.log", "vocab.json")
 
 
 def remove_unused_run_dir(run_dir: str | Path) -> None:
-    """Remove a run folder that a failed start left holding only what Hydra wrote before our code ran (`.hydra/`,
-    an empty log), so `runs/` and TensorBoard never list runs that hold nothing; anything else keeps the folder."""
+    """Remove a run folder a failed start left with only Hydra's files: `runs/` and TensorBoard list no empty run."""
     import shutil
 
     run_dir = Path(run_dir)

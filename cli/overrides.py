@@ -1,15 +1,9 @@
 """Command-line overrides made ready for Hydra's grammar before Hydra reads them, and paths printed to paste back.
 
 Design choices:
-- Hydra's override grammar refuses what a user naturally types: unquoted Hangul (`prompt=안녕`), a leading `~`
-  (`data.path=~/novels.txt`), `=` `,` or spaces inside a path. The entry scripts rewrite their argv once, before
-  Hydra parses it, instead of teaching users Hydra's quoting rules.
-- Only keys that hold a path (`PATH_KEYS`) get `~` / `$HOME` expanded and are quoted when needed: a path is never a
-  list, a number or an interpolation, so quoting it cannot change its meaning. Under `-m` a comma still separates
-  sweep values.
-- A printed path is quoted for bash only when bash needs it, so it pastes back into `ckpt=`, `train.resume=` or
-  `hydra.run.dir=` as it stands.
-"""
+- Hydra refuses what users type (`prompt=안녕`, `~/novels.txt`, spaces in a path): argv is rewritten, not users taught.
+- Only `PATH_KEYS` are expanded and quoted: a path is never a list, number or interpolation; `-m` commas still split.
+- A printed path is quoted only where bash needs it, so it pastes back into `ckpt=` or `train.resume=` as it stands."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ import os
 import re
 import shlex
 
-# Every config key whose value is a file or folder, in any entry script's config.
 PATH_KEYS = frozenset({"data.path", "data.cache_dir", "ckpt", "train.resume", "hydra.run.dir", "hydra.sweep.dir",
                        "runs_dir"})
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./+@%:-]+")  # what Hydra reads, unquoted, as exactly this text
@@ -103,6 +96,5 @@ def prepare_overrides(argv: list[str]) -> list[str]:
 
 
 def shell_path(path: object) -> str:
-    """A path as bash should read it: unchanged when bash would keep it whole, else single-quoted."""
     text = str(path)
     return text if re.fullmatch(r"[\w@%+=:,./-]+", text) else shlex.quote(text)

@@ -1,13 +1,8 @@
 """One training per run folder: a lock that the operating system drops when its holder ends.
 
 Design choices:
-- `fcntl.flock` on `<run>/.train.lock`: the kernel releases it however the holder ends (even kill -9), so a lock
-  file left by a killed run is stale by construction and the next start takes it over. The file holds the
-  holder's process id, for the refusal's message. Where `fcntl` does not exist (Windows) there is no lock.
-- `train.py` takes it before Hydra runs when the command line names the folder (`hydra.run.dir=`,
-  `train.resume=`), so a refused start writes nothing there, not even `.hydra/`; and again (re-entrant) once
-  Hydra has resolved the folder. The holder removes the file when it ends normally.
-"""
+- `fcntl.flock` on `<run>/.train.lock`: the kernel drops it however its holder dies, so a stale file is taken over.
+- `train.py` takes it before Hydra when the command line names the folder: a refused start writes nothing there."""
 
 from __future__ import annotations
 
@@ -89,8 +84,7 @@ def _acquire(run_dir: Path) -> str:
 
 
 def folder_named(argv: list[str]) -> Path | None:
-    """The run folder a train.py command line names outright (an existing `hydra.run.dir`, or the folder of an
-    existing `train.resume`), else None (a new timestamped folder, a sweep, --help)."""
+    """The existing run folder a train.py command line names (`hydra.run.dir`, `train.resume`'s folder), else None."""
     if any(a.startswith("-") for a in argv):
         return None  # flags (--help, -m) run no single training
     found = None

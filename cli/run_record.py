@@ -1,14 +1,9 @@
 """The run's recorded settings (Hydra's `.hydra/` files in the run folder) put back when a start saved nothing.
 
 Design choices:
-- Hydra writes `.hydra/` into the run folder before any code of ours runs, so a resume that saves no checkpoint
-  would leave its own overrides as the settings of checkpoints it never wrote (docs/en/training.md): `train.py`
-  reads the record before Hydra starts.
-- A checkpoint written is a `*.pt` file whose (inode, modification time, size) is new: checkpoints are written
-  atomically (a new inode each time), and renaming one aside (`ckpt.step<N>.pt`) keeps its identity. The run lock
-  (cli/run_lock.py) makes this process the folder's only writer.
-- A new run keeps Hydra's record; `cli/hydra_setup.py` removes a folder a failed start left with nothing else.
-"""
+- Hydra writes `.hydra/` before our code runs: a resume that saves nothing would leave its overrides as the settings
+  of checkpoints it never wrote (docs/en/training.md), so `train.py` reads the record before Hydra starts.
+- A `*.pt` with a new (inode, mtime, size) is a save: saves are atomic, renames keep identity, the lock bars others."""
 
 from __future__ import annotations
 
@@ -43,7 +38,6 @@ class RecordedSettings:
         self.checkpoints = _checkpoints(self.folder) if kept else set()
 
     def restore_unless_saved(self) -> None:
-        """Put the record back as it was, unless a checkpoint was written since (or there was no record)."""
         if not self.files or not _checkpoints(self.folder) <= self.checkpoints:
             return
         record = self.folder / RECORD

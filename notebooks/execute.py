@@ -1,18 +1,10 @@
-"""Running the notebooks in a fresh kernel (notebooks/README.md): `make notebooks-run` stores them with their
-outputs; the tests (tests/notebooks/notebook_tools.py) run them with smaller settings and store nothing.
+"""Runs the notebooks in a fresh kernel (notebooks/README.md): `make notebooks-run` stores them, the tests never do.
 
 Design choices:
-- nbclient (with nbformat and ipykernel, development requirements) runs a notebook as Jupyter would, and may insert
-  a cell right after the one tagged `parameters` (papermill's convention) in memory: the tests' small settings
-  never reach a stored file.
-- Each notebook runs over a fresh copy of the project, so two runs never share `runs/`, the files a notebook wrote
-  can be listed afterwards, and an output naming this machine's folders is caught (`ABSOLUTE`).
-- The kernel is this interpreter (a kernel spec written for the run), never a `python3` kernel installed elsewhere;
-  the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
-- The hash of the code cells is stored (`CODE_HASH_KEY`): tests/notebooks/test_notebooks.py names a stale one.
-- Stored outputs are what a learner sees in Jupyter: a progress bar redrawn with carriage returns is kept as its last
-  state, and no timing metadata is recorded (the Korean and English notebooks' cells keep equal metadata).
-"""
+- The tests' small settings are a cell inserted after the `parameters` one, in memory only: never in a stored file.
+- Each run gets a fresh copy of the project: no shared `runs/`, its files listable, its paths caught (`ABSOLUTE`).
+- The kernel is this interpreter; the stored notebook names the standard `python3` kernel, which Jupyter and Colab have.
+- Stored: what Jupyter shows (a progress bar's last state) and the code cells' hash; no timing, so ko and en match."""
 
 from __future__ import annotations
 
@@ -42,8 +34,7 @@ NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
 ABSOLUTE = re.compile(r"/home/|/Users/|/work/|/tmp/|/root/|/content/|[A-Za-z]:\\\\")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 INLINE = "module://matplotlib_inline.backend_inline"
-# How matplotlib says it drew a box for a character: a warning (text), or a log line (mathtext)
-MISSING_GLYPH = ("missing from font", "does not have a glyph")
+MISSING_GLYPH = ("missing from font", "does not have a glyph")  # a box drawn: text's warning, mathtext's log
 PROJECT_URL_LINE = re.compile(r"^PROJECT_URL = .*$", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
@@ -63,8 +54,7 @@ def tagged(cell, tag: str) -> bool:
 
 
 def code_hash(nb) -> str:
-    """The hash of a notebook's code cells, in order: what its stored outputs were computed from. The setup cell's
-    `PROJECT_URL` line is left out: the address the project is cloned from changes no output of a clone."""
+    """The hash of the code cells the outputs came from, less `PROJECT_URL`'s line: a clone's origin changes none."""
     sources = [PROJECT_URL_LINE.sub("PROJECT_URL = ...", c.source) for c in nb.cells
                if c.cell_type == "code" and not tagged(c, "injected-parameters")]
     return hashlib.sha256(json.dumps(sources, ensure_ascii=False).encode("utf-8")).hexdigest()
@@ -91,8 +81,7 @@ def _kernel_manager(spec_dir: Path):
 
 def execute(path: Path, override: str | None, project: Path, scratch: Path, timeout: int,
             pictures: bool = True, threads: int | None = None) -> tuple[object, float]:
-    """Run the notebook at `path` top to bottom in a fresh kernel, started in its folder inside the copy `project`,
-    with `override` (if any) as a cell right after the `parameters` cell -> (the executed notebook, seconds).
+    """Run `path` in a fresh kernel in its folder of the copy `project`, `override` after `parameters` -> (nb, seconds).
     Without `pictures`, figures are made but never drawn (matplotlib's Agg backend): the tests' way, faster."""
     import nbformat
     from nbclient import NotebookClient
@@ -101,8 +90,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
     if override is not None:
         index = next(i for i, c in enumerate(nb.cells) if tagged(c, "parameters"))
         nb.cells.insert(index + 1, nbformat.v4.new_code_cell(override, metadata={"tags": ["injected-parameters"]}))
-    # No bytecode written into the copy (so that any file that appears there was written by the notebook), IPython's
-    # history in the scratch folder, and none of the variables that make the project's scripts print more.
+    # No bytecode in the copy (any file there is the notebook's), IPython's history in scratch, no verbose variables.
     env = {**os.environ, "MPLBACKEND": INLINE if pictures else "Agg", "PYTHONDONTWRITEBYTECODE": "1",
            "IPYTHONDIR": str(scratch / "ipython"), "PYTHONUNBUFFERED": "1"}
     if threads:
@@ -117,8 +105,7 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
 
 
 def last_state(text: str) -> str:
-    """Stream text as a terminal leaves it: each line's carriage-return redraws (a progress bar) cut to the last one
-    that shows something (a bar cleared to print a line above it keeps its last state)."""
+    """Stream text as a terminal leaves it: each line's carriage-return redraws cut to the last that shows something."""
     return "\n".join(next((p for p in reversed(line.split("\r")) if p.strip()), "") for line in text.split("\n"))
 
 
@@ -143,7 +130,6 @@ def tidy(nb) -> None:
 
 
 def pictures(nb) -> list[bytes]:
-    """Every PNG the notebook's outputs hold, decoded."""
     return [base64.b64decode(o.data["image/png"]) for c in nb.cells if c.cell_type == "code"
             for o in c.outputs if "image/png" in o.get("data", {})]
 
@@ -163,8 +149,7 @@ def problems(nb, text: str) -> list[str]:
 
 
 def run_and_store(path: Path, timeout: int) -> str:
-    """Execute and store the notebook at `path` -> one line saying what was stored; RuntimeError (one line) when it
-    fails or breaks a limit."""
+    """Execute and store `path` -> a line saying so; a one-line RuntimeError if it fails or breaks a limit."""
     import nbformat
     from nbclient.exceptions import CellExecutionError
 

@@ -1,12 +1,9 @@
 """Hangul in the notebooks' pictures, on any machine (notebooks/README.md, "Pictures and Hangul").
 
 Design choices:
-- The font, NanumGothic (SIL Open Font License), comes from a Python package, `koreanize-matplotlib`, so it is there
-  wherever the notebooks' requirements are. Its file is registered with matplotlib directly: importing that package
-  reads `distutils`, gone in Python 3.12.
-- The family is DejaVu Sans, then NanumGothic: matplotlib draws each character in the first font that has it, and
-  mathtext (a log axis's labels, 10⁻²) takes the first font only, and NanumGothic has no minus sign (U+2212).
-"""
+- NanumGothic (SIL OFL) comes with the notebooks' requirements, in `koreanize-matplotlib`; its file is registered
+  directly, since importing that package reads `distutils`, gone in Python 3.12.
+- The family is DejaVu Sans, then NanumGothic, which lacks the minus sign (U+2212) mathtext takes from the first."""
 
 from __future__ import annotations
 
@@ -19,7 +16,6 @@ FIRST = "DejaVu Sans"  # matplotlib's own font, for everything but Hangul
 
 
 def hangul_font_file() -> Path | None:
-    """The Hangul font file the package installed, or None when the package is not installed."""
     spec = importlib.util.find_spec(FONT_PACKAGE)
     for folder in (spec.submodule_search_locations or []) if spec else []:
         if (Path(folder) / FONT_FILE).is_file():

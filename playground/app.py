@@ -1,13 +1,8 @@
-"""The FastAPI application: the static page and the JSON / Server-Sent Events API.
+"""The FastAPI application: the static page (docs/en/playground.md) and the JSON / Server-Sent Events API.
 
 Design choices:
-- Sampling and loading block, so each runs in a worker thread (`anyio.to_thread`), one character's decoding
-  steps at a time: the event loop keeps answering other requests (the page, other samples) while a model works.
-- A client that goes away stops its sample (a non-streaming request watches for the disconnect itself). The step in
-  flight ends first (worker threads are never abandoned), then the model's stream is closed.
-- The page is three static files served from `playground/static`: no build step, no CDN, works offline.
-- Requests whose Host header names another machine are refused (playground/hosts.py: DNS rebinding).
-"""
+- Sampling and loading block: each runs in a worker thread, a character at a time, so the event loop keeps serving.
+- A client that goes away stops its sample after the step in flight: worker threads are never abandoned."""
 
 from __future__ import annotations
 
@@ -53,8 +48,6 @@ class Stats:
 
 
 class Playground:
-    """What the routes share: the config, the runs, the loaded models."""
-
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
@@ -172,8 +165,7 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
 
 
 def _error_handlers(app: FastAPI) -> None:
-    """Every refusal in the one shape {"error", "field"}: ours, pydantic's, Starlette's 404 / 405, and a last
-    resort for anything unforeseen (a JSON 500 that says what failed, never a bare text page)."""
+    """Every refusal as {"error", "field"}: ours, pydantic's, Starlette's, and a JSON 500 for anything unforeseen."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -198,8 +190,7 @@ def _error_handlers(app: FastAPI) -> None:
 
 def create_app(cfg: ServeConfig, device: torch.device | None = None,
                allowed_hosts: frozenset[str] | None = None) -> FastAPI:
-    """The playground app for `cfg` (the device defaults to cfg.device); `allowed_hosts` (None = any)
-    lists the Host header names it answers."""
+    """The playground app for `cfg`; `allowed_hosts` (None = any) lists the Host header names it answers."""
     pg = Playground(cfg, device)
     app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None,
                   default_response_class=SafeJSONResponse)

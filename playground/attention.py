@@ -1,12 +1,8 @@
 """What each attention head looked at from one position of a text, as plain numbers for the page to draw.
 
 Design choices:
-- Positions count tokens as the run's tokenizer encodes the text (characters, or jamo for the jamo tokenizer);
-  the answer lists those tokens so a client can label them.
-- Beyond the context window the weights are those of the window ending at the position; `start` says where it
-  begins.
-- Weights are rounded to 4 decimals: more digits cannot be seen on the page and only make the answer longer.
-"""
+- Beyond the context window the weights are the window's that ends at the position; `start` says where it begins.
+- Weights are rounded to 4 decimals: more digits cannot be seen on the page and only lengthen the answer."""
 
 from __future__ import annotations
 

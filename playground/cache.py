@@ -1,13 +1,9 @@
 """Loaded runs kept in memory: a least-recently-used cache with one lock per run.
 
 Design choices:
-- The cache's own lock guards only the dictionary; a run is loaded under a lock of its own, so loading a large run
-  does not hold up requests for runs already loaded, and two requests for the same new run load it once.
-- Each loaded run carries `lock`: one model forward at a time per run. Callers take it per decoding step,
-  not per request, so concurrent requests on one run advance in turns instead of queueing whole samples.
-- An entry remembers its file's size and mtime: when training rewrites the checkpoint, the next request loads the
-  new weights. Evicting only forgets the entry; a request still sampling from it keeps its own reference.
-"""
+- Each run loads under its own lock: a large load holds up no request for a loaded run, and a new run loads once.
+- Callers take a run's `lock` per decoding step, not per request: requests on one run advance in turns.
+- A rewritten checkpoint (a new file stamp) loads again; eviction only forgets an entry (its samples keep it)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Typed configuration of `serve.py`: Hydra's schema for `configs/serve.yaml`.
 
 Design choices:
-- The limits (`max_new_tokens_limit`, `max_prompt_chars`) belong to the server, not to requests: a page or
-  a script can ask for less, never for more, so one request cannot keep a model busy for an hour.
-"""
+- The limits (`max_new_tokens_limit`, `max_prompt_chars`) are the server's: no request keeps a model busy for hours."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """The playground's bounds on what a client may hold (docs/en/playground.md, "Bounds and safe defaults", lists them).
 
 Design choices:
-- Uvicorn bounds idle keep-alive connections and the size of a request's headers; what it lacks is added around it,
-  not by patching it: `BodyGuard`, ASGI middleware, reads each body whole before the app sees it (within
-  `max_body_bytes` and `body_timeout_s`, answering and closing otherwise) and drops a client that stops reading its
-  answer, which would otherwise hold a slot for ever; `guarded_protocol`, uvicorn's h11 protocol, closes a
-  connection slow to send its request head and answers one beyond `max_connections` with a JSON 503 (uvicorn's own
-  `limit_concurrency` answers in bare text).
-- Generations (and attention requests, which run the model too) hold a slot for their whole length; with none free
-  the answer is a JSON 503 at once, with `Retry-After`: a queue would only hold connections open longer.
-"""
+- What uvicorn lacks is added around it, not patched in: `BodyGuard` (ASGI) bounds bodies and drops a client that
+  stops reading (it holds a slot); `guarded_protocol` (h11) bounds heads, answering past `max_connections` in JSON.
+- With no generation slot free the answer is a JSON 503 at once: a queue would only hold connections open longer."""
 
 from __future__ import annotations
 
@@ -187,8 +181,7 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
 
 def server_config(app, header_timeout_s: float, keep_alive_s: float, max_connections: int) -> uvicorn.Config:
-    """How serve.py (and the tests of these bounds) run the app: the guarded protocol, no WebSocket upgrades (the
-    page has none), and only errors logged (a warning per malformed request would let any client fill the log)."""
+    """The guarded protocol, no WebSocket (the page has none), errors only logged (so no client fills the log)."""
     return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections), ws="none",
                           timeout_keep_alive=keep_alive_s, log_level="error", access_log=False, lifespan="off",
                           timeout_graceful_shutdown=3)

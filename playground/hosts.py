@@ -1,12 +1,7 @@
-"""The Host check for every address the server binds to: a page on another site can reach this server through a
-DNS name of its own that resolves to 127.0.0.1 (DNS rebinding), and the browser then sends that name as `Host`.
+"""The Host check on every bound address against DNS rebinding, a foreign name for 127.0.0.1 (docs/en/playground.md).
 
 Design choices:
-- Loopback binds answer `localhost`, `127.0.0.1` and `[::1]` with no configuration; a bind other machines can reach
-  needs `allowed_hosts`, the names clients will use, or refuses to start (docs/en/playground.md).
-- The Host header is parsed as RFC 3986 writes it (`[v6]:port`, `name:port`), names compared lower-case
-  without a trailing dot. Starlette's TrustedHostMiddleware cuts at the first colon, which breaks IPv6.
-"""
+- The Host header is parsed as RFC 3986 writes it (`[v6]:port`): Starlette's TrustedHostMiddleware breaks IPv6."""
 
 from __future__ import annotations
 
@@ -39,8 +34,7 @@ def is_loopback(host: str) -> bool:
 
 
 def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[str] | None:
-    """The Host names a server bound to `bind_host` answers (None = any, only when asked with '*');
-    a ConfigError for a non-loopback bind without `allowed_hosts`."""
+    """The Host names a bind to `bind_host` answers (None: any, for '*'); a network bind without names: ConfigError."""
     if ANY in allowed_hosts:
         return None
     if not is_loopback(bind_host) and not allowed_hosts:

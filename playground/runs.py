@@ -1,14 +1,9 @@
 """Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
 
 Design choices:
-- A run is named by its folder's path relative to `runs_dir` (`.` for the run in it). A name is checked as text
-  first (no `..`, no absolute path, no backslash), then by where it really leads: the resolved checkpoint must lie
-  inside the resolved `runs_dir`. Every refusal is the same 404: a client learns nothing outside.
-- `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows); it is listed as `@ckpt`.
-- Listing keeps each checkpoint's summary until the file changes (size or mtime): a page reload reads no weights.
-- A run is found by its `ckpt.pt` and read as every reader reads a run folder (`best.pt` where it is the run's and
-  better: inference/run_files.py); the run list says which file. A file named by `ckpt=` is read as named.
-"""
+- A name is checked as text, then by where it resolves; any refusal is the same 404: a client learns nothing outside.
+- `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows), listed as `@ckpt` and read as named.
+- A summary is kept until its file's size or mtime changes: a page reload reads no weights."""
 
 from __future__ import annotations
 
@@ -67,8 +62,7 @@ class SkipLog:
 
 
 def walk_checkpoints(runs_dir: Path, root: Path, skipped: SkipLog) -> list[Path]:
-    """Every readable ckpt.pt under runs_dir whose real location is inside it, newest first. Folders whose
-    names are not UTF-8 (no request could name them) and files that cannot be resolved are skipped."""
+    """Every readable ckpt.pt resolving inside runs_dir, newest first; names not UTF-8 (unrequestable) are skipped."""
     found: dict[Path, int] = {}
     if not runs_dir.is_dir():
         return []
@@ -112,8 +106,7 @@ def file_stamp(path: Path) -> tuple[int, int]:
 
 
 def summarize(name: str, path: Path | RunFile, weights: str | None = None) -> RunInfo:
-    """Step, recipe, validation bits per character, tokenizer and the weights the playground samples (as `weights=`
-    asks: inference/weights.py) of the checkpoint at `path` (a run's file, as RunRegistry.file chose it)."""
+    """The RunInfo of the checkpoint at `path` (as RunRegistry.file chose it), naming the weights `weights=` picks."""
     where = path.path if isinstance(path, RunFile) else path
     try:
         ckpt, chosen = load_any(path, mmap=True)  # mapped: a checkpoint of any size costs little memory
@@ -134,7 +127,6 @@ def summarize(name: str, path: Path | RunFile, weights: str | None = None) -> Ru
 
 
 class RunRegistry:
-    """Maps run names to checkpoint paths under one folder, and back."""
 
     def __init__(self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL,
                  weights: str | None = None):
@@ -181,8 +173,7 @@ class RunRegistry:
         return found[0] if found else None
 
     def resolve(self, name: str | None) -> tuple[str, Path]:
-        """(canonical name, checkpoint path) for a request's `run`; None means the default run. Blocking.
-        Raises the one 404, whatever the name (too long, unencodable, a symlink loop...)."""
+        """(canonical name, checkpoint path) for a request's `run` (None: the default); any bad name: the one 404."""
         if name is None or name == "":
             path = self.default_path()
             if path is None:
@@ -204,8 +195,7 @@ class RunRegistry:
             raise missing from None
 
     def file(self, path: Path) -> RunFile | Path:
-        """What is read for the run found at `path` (its ckpt.pt): its folder's file as every reader chooses it, the
-        file ckpt= named, or an exported folder's record. Blocking: reads headers."""
+        """The file read for the run at `path`: as every reader picks it, as ckpt= named it, or an export's record."""
         if path.name == RECORD:
             return path
         if path == self.fixed and self.fixed_file:
@@ -229,8 +219,7 @@ class RunRegistry:
         return info
 
     def list_runs(self) -> list[RunInfo]:
-        """Every run the page may open, newest first, the default one marked; what cannot be read is skipped
-        (and logged once). Blocking: reads checkpoints."""
+        """Every run the page may open, newest first, the default marked; unreadable ones logged once. Blocking."""
         paths = self.discover()
         if self.fixed is not None and self.fixed not in paths:
             paths.insert(0, self.fixed)

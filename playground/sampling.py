@@ -1,21 +1,9 @@
 """One sample, one character at a time, with the probability of every token the sampler drew.
 
 Design choices:
-- Tokens come from `model.stream` with the prompt ids of `inference.generation.prompt_ids` and a generator
-  seeded as `generate.py` seeds it, so a seed gives the text `generate.py` prints for it.
-- The probability reported for a token is the one the sampler drew it with: `Sampler.probs` (model/sampling.py)
-  at the request's settings, the very distribution the stream draws from. Greedy decoding (temperature 0) has no
-  distribution of its own; the softmax of the raw logits stands in for it.
-- Events follow the tokenizer's stream decoder, one per character: one token for the character tokenizer,
-  a whole syllable (three tokens) for the jamo one. When the decoder releases several characters at once,
-  each gets the tokens that spell it (found by decoding prefixes). A character's probability is the product
-  of its tokens', and its alternatives are those of its first token.
-- `Continuation` is blocking and not thread-safe; the server calls it from one worker thread at a time and
-  holds the run's lock around each forward pass only.
-- For a hangul-tokenizer run a syllable's event also carries `stages` (playground.stages): its probability
-  split into p(initial), p(medial | initial), p(final | initial, medial) under the same distribution. Other
-  characters and other tokenizers have no such key, so every existing key stays as it was.
-"""
+- Prompt ids, seeding and `Sampler.probs` are `generate.py`'s: a seed gives its text, a probability the one drawn with.
+- One event per character: released together, each takes the tokens that spell it (their probabilities multiplied).
+- `Continuation` is blocking and not thread-safe: one worker thread at a time, the run's lock held per forward only."""
 
 from __future__ import annotations
 
@@ -58,7 +46,6 @@ class TokenRecord:
 
 
 class Continuation:
-    """Samples `params.max_new_tokens` tokens after the prompt; `next_event()` returns them as text events."""
 
     def __init__(self, cached: CachedRun, params: Params):
         self.cached, self.params = cached, params
@@ -76,8 +63,7 @@ class Continuation:
         self._sampler.set(params.temperature, params.top_k, params.top_p, None)
         generator = torch.Generator(device=device).manual_seed(params.seed)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
-        # The tokenizer's spelling rules (whole jamo syllables): the text then re-encodes to the very tokens
-        # sampled, so every event's `pos` is its position in the re-encoded text (attention requests use it).
+        # Jamo spelling rules: the text re-encodes to the tokens sampled, so `pos` holds for attention requests.
         self._steps = stream(run.model, idx, params.max_new_tokens, params.temperature, params.top_k,
                                        params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
         self._decoder = self.tokenizer.stream_decoder()
@@ -112,8 +98,7 @@ class Continuation:
         return event
 
     def _release(self, piece: str) -> dict:
-        """Events for `piece` from the pending tokens that spell it (the newest may stay pending for the next
-        piece); returns the first and queues the others."""
+        """Events for `piece` from the pending tokens (the newest may stay for the next); the first, the rest queued."""
         ids = [t.id for t in self._pending]
         keep = 0
         if len(ids) > 1 and self.tokenizer.decode(ids) != piece and self.tokenizer.decode(ids[:-1]) == piece:
@@ -123,7 +108,6 @@ class Continuation:
         pos = self.prompt_tokens + self.generated - len(ids)  # index of the event's first token in the sequence
         start = 0
         for i, ch in enumerate(piece):
-            # The shortest run of the remaining tokens that decodes to this character; the last takes the rest.
             end = next((k for k in range(start + 1, len(tokens)) if i < len(piece) - 1
                         and self.tokenizer.decode([t.id for t in tokens[start:k]]) == ch), None)
             if end is None:  # the last character, or one no run of tokens spells alone: the rest together

@@ -1,12 +1,8 @@
-"""Request bodies of the API and the one error shape every refusal uses.
+"""Request bodies of the API and the one error shape, `{"error", "field"}`, of every refusal (docs/en/playground.md).
 
 Design choices:
-- Pydantic in strict mode: `"max_new_tokens": "300"`, `"stream": "yes"`, NaN and infinities are refused rather
-  than guessed, and an unknown key (a misspelt `temprature`) is an error naming it, not silently ignored.
-- Ranges reuse `model.sampling.check_sampling_args`, one field at a time (the others neutral), so the API says
-  what `generate.py` says and every message belongs to one field.
-- Every error is `{"error": "<one line>", "field": "<key or null>"}` (docs/en/playground.md lists the statuses).
-"""
+- Pydantic in strict mode: `"300"` for a number, NaN and infinities are refused, not guessed; an unknown key is named.
+- Ranges reuse `check_sampling_args` one field at a time: the API says what `generate.py` says, each about one field."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ class ApiError(Exception):
 
 
 def json_safe(value: Any) -> Any:
-    """`value` as valid JSON can hold it: non-finite floats become null, and strings Python cannot encode
-    (lone surrogates such as \\ud800) are escaped, so no answer is ever NaN or a half-sent body."""
+    """`value` as JSON can hold it: non-finite floats become null and lone surrogates (\\ud800) are escaped."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):

@@ -1,14 +1,8 @@
 """A Hangul syllable's probability split into its three spelling stages, for the playground's hover.
 
 Design choices:
-- The stages are read off the distribution the sampler drew from (after temperature, top-k and top-p), not off the
-  model's head, so their product is the character's reported `prob` for every head that uses the hangul ids.
-- The hangul tokenizer's ids 1..11172 are the syllables in code-point order, id - 1 = (initial·21 + medial)·28
-  + final, so one reshape of probs[1:11173] to (19, 21, 28) and two sums give every stage.
-- Letters are Hangul compatibility jamo (ㄱ, ㅏ, ㄴ), the ones a reader types and sees standalone; conjoining
-  jamo render oddly outside a syllable. "No final" is the empty string (the page shows it as ∅).
-- A stage whose condition has zero probability (only under top-k/top-p) belongs to a syllable never drawn.
-"""
+- The hangul ids 1..11172 are the syllables in code-point order: one reshape to (19, 21, 28) and two sums give all.
+- Letters are compatibility jamo (ㄱ, ㅏ, ㄴ), which read standalone; conjoining jamo render oddly alone."""
 
 from __future__ import annotations
 
@@ -22,20 +16,18 @@ FINALS = [""] + list("ㄱㄲㄳㄴㄵㄶㄷㄹㄺㄻㄼㄽㄾㄿㅀㅁㅂㅄㅅ�
 
 
 def is_syllable_id(token_id: int) -> bool:
-    """Whether a hangul tokenizer's id is a precomposed syllable (ids 1..11172)."""
     return FIRST_ID <= token_id < FIRST_ID + NUM_SYLLABLES
 
 
 def syllable_stages(probs: Tensor, token_id: int) -> list[dict]:
-    """[{"initial", "p"}, {"medial", "p"}, {"final", "p"}] for syllable `token_id` under `probs` (one vector
-    over the hangul tokenizer's ids); their product is probs[token_id]."""
+    """[{"initial", "p"}, {"medial", "p"}, {"final", "p"}] of syllable `token_id`, multiplying to probs[token_id]."""
     grid = probs[FIRST_ID: FIRST_ID + NUM_SYLLABLES].double().reshape(NUM_INITIALS, NUM_MEDIALS, NUM_FINALS)
     i, rest = divmod(token_id - FIRST_ID, NUM_MEDIALS * NUM_FINALS)
     m, f = divmod(rest, NUM_FINALS)
     pair = grid[i, m].sum()  # p(initial, medial)
     p_initial = grid[i].sum()
     # Doubles, so the quotients multiply back to the syllable's probability to well within float32's rounding.
-    p_medial = pair / p_initial if p_initial > 0 else pair.new_zeros(())
+    p_medial = pair / p_initial if p_initial > 0 else pair.new_zeros(())  # 0 only for a syllable top-k/p never draws
     p_final = grid[i, m, f] / pair if pair > 0 else pair.new_zeros(())
     # A stage that holds all of top-k's mass sums float32 probabilities to a hair over 1: it is 1.
     return [{"initial": INITIALS[i], "p": min(1.0, float(p_initial))},
