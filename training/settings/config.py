@@ -28,10 +28,20 @@ from training.runner.plan import compile_setting
 from training.settings.idle import refuse_idle_settings
 
 OPTIMIZERS = ("adamw", "muon")
-SYLLABLE_ROWS = ("seen", "all")
-AVERAGES = ("none", "ema", "swa")
-WD_SCHEDULES = ("constant", "dip")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
+INF = float("inf")
+# train.<key>: (low, high, low end open, high end open)
+RANGES = {"max_epochs": (0, INF, True, False), "max_seconds": (0, INF, True, False), "lr": (0, INF, True, False),
+          "auto_dropout_after": (0, INF, False, False), "weight_decay": (0, INF, False, False),
+          "grad_clip": (0, INF, False, False), "beta1": (0, 1, False, True), "beta2": (0, 1, False, True),
+          "muon_lr": (0, INF, True, False), "muon_momentum": (0, 1, False, True),
+          "muon_weight_decay": (0, INF, False, False), "auto_weight_decay": (0, INF, False, False),
+          "auto_muon_weight_decay": (0, INF, False, False), "embedding_lr": (0, INF, True, False),
+          "embedding_weight_decay": (0, INF, False, False), "input_noise": (0, 1, False, True),
+          "ema_half_life": (0, INF, True, False), "swa_start": (0, 1, False, True), "mtp_fade": (0, 1, True, False)}
+WORDS = {"lr_schedule": SCHEDULES, "dtype": ("auto", *DTYPES), "optimizer": OPTIMIZERS, "average": ("none", "ema", "swa"),
+         "syllable_rows": ("seen", "all"), "muon_weight_decay_schedule": ("constant", "dip"), "init_weights": WEIGHTS}
+NULLABLE = {"max_epochs", "max_seconds", "auto_weight_decay", "auto_muon_weight_decay", "embedding_lr", "init_weights"}
 
 
 @dataclass
@@ -85,7 +95,7 @@ class TrainConfig:
     attention_tokens: int = 48
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "eval_interval", "eval_steps", "grad_accum_steps", "log_interval"):
+        for key in ("batch_size", "eval_interval", "eval_steps", "grad_accum_steps", "log_interval", "average_every"):
             checks.positive_int(f"train.{key}", getattr(self, key))
         for key in ("warmup_steps", "sample_chars", "sample_tokens", "attention_tokens", "snapshot_interval"):
             checks.positive_int(f"train.{key}", getattr(self, key), minimum=0)
@@ -94,38 +104,15 @@ class TrainConfig:
             raise ConfigError("train.max_steps=0 trains nothing, so no checkpoint would be written for generate.py "
                               "to read; give 1 or more (0 is only for train.resume=..., to evaluate a run again)")
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)
-        inf = float("inf")
-        checks.number_in("train.max_epochs", self.max_epochs, 0, inf, low_open=True, optional=True)
-        checks.number_in("train.max_seconds", self.max_seconds, 0, inf, low_open=True, optional=True)
-        checks.number_in("train.auto_dropout_after", self.auto_dropout_after, 0, inf)
-        checks.number_in("train.lr", self.lr, 0, inf, low_open=True)
+        for key, (low, high, low_open, high_open) in RANGES.items():
+            checks.number_in(f"train.{key}", getattr(self, key), low, high, low_open=low_open, high_open=high_open,
+                             optional=key in NULLABLE)
         checks.number_in("train.min_lr", self.min_lr, 0, self.lr)
-        checks.number_in("train.weight_decay", self.weight_decay, 0, inf)
-        checks.number_in("train.grad_clip", self.grad_clip, 0, inf)
-        checks.number_in("train.beta1", self.beta1, 0, 1, high_open=True)
-        checks.number_in("train.beta2", self.beta2, 0, 1, high_open=True)
-        checks.one_of("train.lr_schedule", self.lr_schedule, SCHEDULES)
-        checks.one_of("train.dtype", self.dtype, ("auto", *DTYPES))
-        self.compile = compile_setting(self.compile)
-        checks.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
-        checks.one_of("train.syllable_rows", self.syllable_rows, SYLLABLE_ROWS)
-        checks.number_in("train.muon_lr", self.muon_lr, 0, inf, low_open=True)
-        checks.number_in("train.muon_momentum", self.muon_momentum, 0, 1, high_open=True)
-        checks.number_in("train.muon_weight_decay", self.muon_weight_decay, 0, inf)
-        checks.number_in("train.auto_weight_decay", self.auto_weight_decay, 0, inf, optional=True)
-        checks.number_in("train.auto_muon_weight_decay", self.auto_muon_weight_decay, 0, inf, optional=True)
-        checks.number_in("train.embedding_lr", self.embedding_lr, 0, inf, low_open=True, optional=True)
-        checks.number_in("train.embedding_weight_decay", self.embedding_weight_decay, 0, inf)
-        checks.number_in("train.input_noise", self.input_noise, 0, 1, high_open=True)
-        checks.one_of("train.average", self.average, AVERAGES)
-        checks.number_in("train.ema_half_life", self.ema_half_life, 0, inf, low_open=True)
-        checks.number_in("train.swa_start", self.swa_start, 0, 1, high_open=True)
-        checks.positive_int("train.average_every", self.average_every)
         for i, w in enumerate(self.mtp_weights):
-            checks.number_in(f"train.mtp_weights[{i}]", w, 0, inf)
-        checks.number_in("train.mtp_fade", self.mtp_fade, 0, 1, low_open=True)
-        checks.one_of("train.muon_weight_decay_schedule", self.muon_weight_decay_schedule, WD_SCHEDULES)
-        checks.one_of("train.init_weights", self.init_weights, WEIGHTS, optional=True)
+            checks.number_in(f"train.mtp_weights[{i}]", w, 0, INF)
+        for key, choices in WORDS.items():
+            checks.one_of(f"train.{key}", getattr(self, key), choices, optional=key in NULLABLE)
+        self.compile = compile_setting(self.compile)
         self.early_stop = checked_early_stop(self.early_stop)
 
 
