@@ -28,6 +28,7 @@ from training.runner.plan import compile_setting
 from training.settings.idle import refuse_idle_settings
 
 OPTIMIZERS = ("adamw", "muon")
+AVERAGES = ("none", "ema", "swa")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 INF = float("inf")
 # train.<key>: (low, high, low end open, high end open)
@@ -39,7 +40,7 @@ RANGES = {"max_epochs": (0, INF, True, False), "max_seconds": (0, INF, True, Fal
           "auto_muon_weight_decay": (0, INF, False, False), "embedding_lr": (0, INF, True, False),
           "embedding_weight_decay": (0, INF, False, False), "input_noise": (0, 1, False, True),
           "ema_half_life": (0, INF, True, False), "swa_start": (0, 1, False, True), "mtp_fade": (0, 1, True, False)}
-WORDS = {"lr_schedule": SCHEDULES, "dtype": ("auto", *DTYPES), "optimizer": OPTIMIZERS, "average": ("none", "ema", "swa"),
+WORDS = {"lr_schedule": SCHEDULES, "dtype": ("auto", *DTYPES), "optimizer": OPTIMIZERS, "average": AVERAGES,
          "syllable_rows": ("seen", "all"), "muon_weight_decay_schedule": ("constant", "dip"), "init_weights": WEIGHTS}
 NULLABLE = {"max_epochs", "max_seconds", "auto_weight_decay", "auto_muon_weight_decay", "embedding_lr", "init_weights"}
 
