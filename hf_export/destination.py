@@ -1,13 +1,12 @@
 """Where an export goes: the folder `out=` names, checked before any work, assembled beside it, renamed in.
 
 Design choices (docs/en/export.md, "What `out=` may be"):
-- `overwrite=true` replaces only an empty folder or a previous export holding nothing else; anything else is refused
-  naming what would be lost, as `git clone` refuses a folder that is not empty. A link is refused: a rename would
-  replace the link, not its target.
+- `overwrite=true` replaces only an empty folder or a previous export holding nothing else, as `git clone` refuses a
+  folder that is not empty; a link is refused (a rename would replace the link, not its target).
 - Assembled in a hidden sibling with a short name and renamed in one step (a replaced folder renamed aside first):
   an interruption leaves the old export or the new one, never a mix.
-- One export per `out` at a time (an `flock` beside it); the final rename never replaces a folder filled meanwhile.
-- Modes as the umask gives any file (mkdtemp and safetensors make them private).
+- One export per `out` at a time (an `flock`); the final rename never replaces a folder filled meanwhile. Modes are
+  the umask's (mkdtemp and safetensors make them private).
 """
 
 from __future__ import annotations
@@ -176,8 +175,7 @@ def _public_modes(folder: Path) -> None:
 
 
 def commit(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Give the complete folder `tmp` the name `out`, replacing a previous export (checked again: it may have
-    changed meanwhile)."""
+    """Name the complete folder `tmp` `out`, replacing a previous export (checked again: it may have changed)."""
     try:
         _public_modes(tmp)
         if out.is_symlink() or (out.exists() and not out.is_dir()):

@@ -1,9 +1,8 @@
 """The exported folder's README.md: what the model is, in Korean and English, from what the run recorded.
 
 Design choices:
-- Every fact comes from the checkpoint and its run folder, never from guesses; a damaged record never stops an
-  export (the card says what it could not read), and names that are not valid UTF-8 show U+FFFD.
-- The corpus's license is the `License:` line of the SOURCE.txt that `python -m data.prepare` writes.
+- Every fact comes from the run's records (the corpus license from data.prepare's SOURCE.txt), never from guesses;
+  a damaged record never stops an export (the card says so), and names not valid UTF-8 show U+FFFD.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ HANDLED = {
 
 
 def unknown_settings(c: ModelConfig) -> list[str]:
-    """`model.X=value` for each field export does not know set off its default, and each kind the shipped code
-    does not compute."""
+    """`model.X=value` for each field export does not know set off its default, and each kind not computed."""
     default = ModelConfig()
     unknown = [f.name for f in fields(ModelConfig)
                if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]

@@ -31,7 +31,6 @@ def _char_tokenizer(chars: list[str]):
 
 
 def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> None:
-    """Write the files AutoTokenizer reads the tokenizer from into `out`."""
     if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
         transformers = require("transformers")
         tok, unk = _char_tokenizer(tokenizer.chars)

@@ -2,9 +2,8 @@
 
 Design choices:
 - Loaded as a user would load it and run beside the run's own model on one fixed window: a mapping mistake moves
-  logits by whole units, float32 kernels by far less than `TOLERANCE`. Weights whose own logits are not finite are
-  refused naming the weights: the exporter is not at fault.
-- The tests hold 1e-4 on text for every layout; this check protects a combination no test has built.
+  logits by whole units, float32 kernels by far less than `TOLERANCE` (the tests hold 1e-4 for every layout; this
+  guards combinations no test built). Weights whose own logits are not finite are refused: not the exporter's fault.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from model.config import ModelConfig
 
 
 def choose_layout(c: ModelConfig) -> str:
-    """The stock class that expresses the architecture exactly, or "custom"."""
     return "gpt2" if gpt2.fits(c) else "llama" if llama.fits(c) else "custom"
 
 
@@ -59,8 +58,7 @@ def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: st
 
 def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool,
                  verify: bool = True) -> str:
-    """Export `ckpt` to `out`; returns the layout used. With `verify`, `out` is named only once `transformers`
-    gives the run's logits."""
+    """Export `ckpt` to `out` (with `verify`, named only once `transformers` gives the run's logits); the layout."""
     require("safetensors.torch")
     out = destination.checked_destination(out.expanduser(), ckpt.path, overwrite)
     state, c = plain_model(ckpt.model, ckpt.model_config, lambda c: choose_layout(c) != "custom")

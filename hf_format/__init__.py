@@ -1,8 +1,7 @@
 """The Hugging Face folder format, both ways: what `export.py` writes and what every `ckpt=` reads back.
 
 Design choices:
-- One record (`kochar.json`: `FORMAT`, `VERSION`) and one table of weight layouts (`LAYOUTS`), each a pair of pure
-  functions `to_hf` / `from_hf`.
+- One record (`kochar.json`: `FORMAT`, `VERSION`) and one table of layouts, each a pair of pure `to_hf` / `from_hf`.
 - hf_export/ and inference/exported_folder.py both import this package, never each other. `transformers`,
   `tokenizers` and `safetensors` are optional: `deps.require` imports one on demand, or says how to install it.
 """

@@ -1,8 +1,6 @@
-"""Every architecture no stock class expresses: the project's own modeling code ships in the folder.
-
-The weights keep the project's names in the per-head layout, except that the Hangul layers keep their names of
-checkpoint versions 1 and 2 (`jamo_embedding.*`, `jamo_head.*`), so folders written before and after read the same.
-"""
+"""Every architecture no stock class expresses: the project's own modeling code ships in the folder. The weights keep
+the project's names in the per-head layout, the Hangul layers those of checkpoint versions 1 and 2 (`jamo_embedding.*`,
+`jamo_head.*`), so folders written before and after read the same."""
 
 from __future__ import annotations
 

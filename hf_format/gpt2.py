@@ -74,7 +74,6 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `to_hf`: our state dict from the exported tensors."""
     sd = renamed(hf, c, TOP, BLOCK, "transformer.h.{}.", back=True)
     sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):

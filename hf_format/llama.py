@@ -66,7 +66,6 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `to_hf`."""
     sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
     sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):

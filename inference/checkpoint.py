@@ -164,14 +164,12 @@ def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
-    """Write atomically; a failed write is one UserError saying the file already there is kept."""
     payload = ckpt.to_payload()
     _write_checkpoint(Path(path), lambda f: torch.save(payload, f))
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
-    """`dst` becomes a byte copy of `src`, written atomically; never a hard link, which a `cp` over one name would
-    change under the other."""
+    """`dst` becomes a byte copy of `src`, written atomically (a hard link would change under a `cp` over one)."""
     def copy(f: BinaryIO) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)

@@ -1,11 +1,9 @@
 """An exported folder checked before it is trusted: its record's fields, then its weights' header.
 
 Design choices:
-- Every field of `kochar.json` is typed and checked as a checkpoint's are: a bad one is one line naming it.
-- The safetensors header is read alone, before any tensor or model: each entry must fit the file, and the names,
-  dtypes and shapes be exactly those the record's settings give (the `meta` model, mapped by the layout). A record
-  claiming more blocks than the header holds is refused before that model is built.
-- Export writes every float as float32: a header relabelling bytes as another dtype is refused, not read as garbage.
+- Every field of `kochar.json` is checked as a checkpoint's are: a bad one is one line naming it.
+- The safetensors header is read alone, before any tensor or model, and must hold exactly what the record's settings
+  give (the `meta` model, mapped by the layout), each entry fitting the file; export writes floats as float32 only.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Reading an exported folder back into a Checkpoint, so every `ckpt=` takes the folder.
-
-Only `kochar.json` and `model.safetensors` are read (no pickle, nothing executed), both checked first
-(inference/exported_checks.py).
-"""
+"""Reading an exported folder back into a Checkpoint, so every `ckpt=` takes the folder: only `kochar.json` and
+`model.safetensors` are read (no pickle, nothing executed), both checked first (inference/exported_checks.py)."""
 
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 
 Design choices (docs/en/training.md, "Best weights and early stopping"):
 - A run folder gives `best.pt` only where it is this run's and its validation loss is finite and lower than
-  `ckpt.pt`'s, else `ckpt.pt`: a reader never gets weights worse than the run's best, nor another run's `best.pt`.
-- "This run's": the same weight-making model settings (not `dropout`, `attention`, which a resume may change),
-  tokenizer, corpus keys (a key an older file lacks takes its default) and tokens per character.
-- Every reader says which file it read and why (`RunFile.words()`): the choice is never silent.
+  `ckpt.pt`'s, else `ckpt.pt`, saying why: never weights worse than the run's best, nor another run's `best.pt`.
+- "This run's": the same weight-making model settings, tokenizer, corpus keys and tokens per character.
 - Headers are read mapped, once per version of each file: the playground may ask on every request.
 """
 
@@ -108,8 +106,7 @@ def _corpus(ckpt: Checkpoint) -> tuple:
 
 
 def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> RunFile:
-    """The file a reader reads for `ckpt`: a run folder's (None: the newest run's) as `folder_file` chooses; a
-    file as named."""
+    """The file read for `ckpt`: a run folder's (None: the newest run's) per `folder_file`, a file as named."""
     p = newest_checkpoint(runs_root).parent if ckpt in (None, "") else Path(ckpt).expanduser()
     if p.is_dir():
         return folder_file(p, key)

@@ -1,8 +1,7 @@
 """Scoring a whole text file with a trained model: loss per token and bits per original character.
 
 Design choices (docs/en/evaluation.md):
-- Every token is predicted once: windows start every `stride` tokens and score only targets no earlier window
-  scored; the last window ends at the last token, so every window is full and batches stack.
+- Every token is predicted once; the last window ends at the last token, so every window is full and batches stack.
 - Bits per character divide by the text's characters, not its tokens, so jamo and char models compare fairly;
   `<unk>` characters (all their tokens) are left out and counted apart.
 - A hangul model's score is also split into seen and unseen syllables in the same pass; null for a vocabulary
@@ -112,8 +111,7 @@ def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.n
 def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_length: int, stride: int,
                  batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True,
                  unseen: np.ndarray | None = None) -> Score:
-    """Total loss (nats) and count of the scored targets of `ids`, predicting each one once; with `unseen`
-    (a per-token mask), also the part of both on the marked targets."""
+    """Total loss (nats) and count of scored targets of `ids`, each predicted once (and of those `unseen` marks)."""
     if len(ids) < 2:
         return Score(0.0, 0)
     if batch_size < 1:
@@ -179,8 +177,7 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
 
 
 def json_ready(result: dict) -> dict:
-    """`result` as strict JSON holds it: a number that is not finite becomes null (JSON has no NaN), a name that
-    is not valid UTF-8 shows U+FFFD."""
+    """`result` as strict JSON holds it: a number not finite becomes null, a name not valid UTF-8 shows U+FFFD."""
     return {shown_name(k): None if isinstance(v, float) and not math.isfinite(v) else shown_names(v)
             for k, v in result.items()}
 

@@ -3,9 +3,8 @@
 Design choices:
 - One check for every reader: `check_state` runs before the layout conversion, so a bad file is one line naming
   the key, never a KeyError inside it; then a few tokens' logits, since finite weights can still overflow.
-- The expected names and shapes come from the model built on `meta`, its code the one statement of them;
-  `shapes_only` keeps that build off torch's Python references, whose first call imports torch._dynamo.
-- `probe_model` assigns the weights to that build in place: no random initialisation, no copy.
+- Expected names and shapes come from the model built on `meta` (`probe_model` assigns weights to that build):
+  `shapes_only` keeps it off torch's Python references, whose first call imports torch._dynamo.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ class _ShapesOnly(TorchFunctionMode):
 
 @contextmanager
 def shapes_only() -> Iterator[None]:
-    """New tensors on `meta`, computed as `_ShapesOnly` says."""
     with torch.device("meta"), _ShapesOnly():
         yield
 
@@ -152,8 +150,7 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 
 @torch.no_grad()
 def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
-    """One UserError naming the weights where `model`'s logits on a few tokens spread over the vocabulary are not
-    finite."""
+    """One UserError naming the weights where `model`'s logits on a few tokens are not finite."""
     from inference.checkpoint import another_checkpoint  # which imports this module
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)

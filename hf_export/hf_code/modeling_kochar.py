@@ -1,8 +1,7 @@
 """kochar-gpt's AttentionLanguageModel for `transformers` (`trust_remote_code=True`), self-contained.
 
 The parameter names are the project's own, so the weights load as trained. No KV cache: every step recomputes the
-window, which gives the project's uncached logits exactly.
-"""
+window, which gives the project's uncached logits exactly."""
 
 import torch
 import torch.nn.functional as F

@@ -2,8 +2,7 @@
 
 A Hangul syllable is three tokens (initial, medial, final or `<T none>`), any other character one, after NFC;
 `kochar_vocab.json` lists them in id order after `<unk>` (id 0). A part with no syllable shows as its compatibility
-jamo, as the project's own decoder shows it.
-"""
+jamo, as the project's own decoder shows it."""
 
 import json
 import os
