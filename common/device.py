@@ -62,11 +62,7 @@ def resolve_dtype(name: str, device: torch.device, key: str = "train.dtype") -> 
 
 def choose_precision(name: str, device: torch.device, key: str = "train.dtype") -> tuple[torch.dtype, str]:
     """(dtype, why) for `key=name` on `device`; `key` as the tool spells it, so a refusal names what was typed.
-
-    `auto`: on CUDA bfloat16 where native (8.0 and up), float16 with loss scaling on 7.x (whose bfloat16 is a slow
-    emulation, though `torch.cuda.is_bf16_supported()` says yes), else float32; on the CPU bfloat16 where it has
-    bf16 instructions (docs/en/speed.md), else float32; float32 on MPS.
-    """
+    `auto` takes what the device computes natively (docs/en/training.md, "Precision and compile")."""
     if name not in ("auto", *DTYPES):
         raise UserError(f"unknown {key}={shown_value(name)}; use one of: auto, {', '.join(DTYPES)}")
     if device.type == "cpu" and name == "float16":
