@@ -1,13 +1,9 @@
 """Files written whole or not at all, and the user's cache folder.
 
 Design choices:
-- `atomic_write` is the project's one write-to-temp-then-rename: a hidden temp file in the target's folder (so the
-  rename never crosses file systems) is fsynced, `os.replace`d over the target, and the folder fsynced so the
-  rename survives a power cut: a crash or Ctrl-C leaves the old file or the new one, never half of one.
-  `atomic_rename` is the same rename for a file written elsewhere in full (a download's `.part`); the two are the
-  only places in the project that call `os.replace`.
-- Temp files carry the writer's pid, so files left by a killed process can be told from a live writer's.
-- `user_cache_dir` is the one answer to "where do derived files go when no folder was given".
+- `atomic_write` and `atomic_rename` are the project's only `os.replace`: a temp file in the target's folder (never
+  across file systems), fsynced, renamed, the folder fsynced: a crash or power cut leaves the old file or the new.
+- Temp files carry the writer's pid, so a killed process's leftovers can be told from a live writer's.
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ Writer = Callable[[BinaryIO], None]
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | Writer) -> None:
-    """Replace `path` with `data` (bytes, UTF-8 text, an iterable of byte chunks, or a function that writes
-    to a binary file object) atomically."""
+    """Replace `path` with `data` (bytes, UTF-8 text, byte chunks, or a function writing a binary file) atomically."""
     path = Path(path)
     remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -47,8 +42,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Iterable[bytes] | 
 
 
 def atomic_rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Give the complete file `src` the name `dst` (replacing any file there) in one step that a crash cannot
-    leave half done; both must be in the same folder or at least on the same file system."""
+    """Give the complete file `src` the name `dst` in one step a crash cannot leave half done (one file system)."""
     os.replace(src, dst)
     _fsync_folder(Path(dst).parent)
 
@@ -86,7 +80,6 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def user_cache_dir(*parts: str) -> Path:
-    """`$XDG_CACHE_HOME/kochar-gpt/<parts>` (default `~/.cache/kochar-gpt/<parts>`): where derived files go
-    when no folder was given and the one beside the input is read-only."""
+    """`$XDG_CACHE_HOME/kochar-gpt/<parts>` (default `~/.cache/...`): derived files with no writable folder given."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base.joinpath("kochar-gpt", *parts)

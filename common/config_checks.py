@@ -1,13 +1,9 @@
-"""Range checks shared by the config dataclasses' `__post_init__` methods, with messages that name the key.
-
-Types are Hydra's job (the dataclasses are its schema); these check what a type cannot say.
+"""Range checks shared by the config dataclasses' `__post_init__` (types are Hydra's job), naming the key.
 
 Design choices:
-- A refused value is shown as it was typed (`shown_value`): a message never shows `cpu ` as `cpu`, and so never advises
-  the very value that failed.
-- Surrounding spaces are refused, for every word a key takes and every environment variable the project reads
-  (`refusal`, `environment`), never dropped: Hydra already drops those typed outside quotes, so a value that still has
-  them was quoted on purpose, and taking `'cpu '` for `cpu` in one place but not in another made the rule unpredictable.
+- A refused value is shown as typed (`shown_value`): `cpu ` is never shown as `cpu`, so never advised.
+- Surrounding spaces are refused, never dropped, for every key and environment variable: Hydra drops unquoted ones,
+  so those left were quoted on purpose, and dropping them in some places only made the rule unpredictable.
 """
 
 from __future__ import annotations
@@ -32,9 +28,8 @@ def shown_value(value: object) -> str:
 
 
 def refusal(key: str, value: object, need: str, accepted: Container[str] | Callable[[str], bool] = ()) -> ConfigError:
-    """The one line refusing `value` for `key`, shown as typed, and what the key takes (`need`); where the value
-    without its surrounding spaces is `accepted` (a container of words, or a test), the line says the spaces are the
-    fault and shows the value without them."""
+    """The one line refusing `value` for `key` (`need`: what it takes); where the value without its surrounding
+    spaces is `accepted` (words, or a test), the line says the spaces are the fault."""
     text = str(value)
     bare = text.strip()
     fits = accepted(bare) if callable(accepted) else bare in accepted

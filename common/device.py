@@ -13,8 +13,7 @@ from common.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NATIVE_BF16 = (8, 0)  # the compute capability from which NVIDIA GPUs compute bfloat16 natively (Ampere)
-# Overrides the CPU's bf16 detection, as ATEN_CPU_CAPABILITY overrides PyTorch's: 1 takes the bf16 path (autocast
-# under train.dtype=auto, Muon's bf16 Newton-Schulz) on any CPU, 0 the float32 path; `make test` forces each path.
+# Overrides the CPU's bf16 detection, as ATEN_CPU_CAPABILITY PyTorch's (1: bf16, 0: float32; `make test` runs both).
 CPU_BF16_ENV = "KOCHAR_CPU_BF16"
 
 
@@ -58,19 +57,12 @@ def _cpu_flags_have_bf16() -> bool:
 
 
 def resolve_dtype(name: str, device: torch.device, key: str = "train.dtype") -> torch.dtype:
-    """`choose_precision`'s dtype."""
     return choose_precision(name, device, key)[0]
 
 
 def choose_precision(name: str, device: torch.device, key: str = "train.dtype") -> tuple[torch.dtype, str]:
-    """(dtype, why) for `key=name` on `device`. `key`: the setting as the tool that was run spells it, so a refusal
-    names what the user typed (`dtype=float16` in evaluate.py, `train.dtype=float16` in train.py).
-
-    `auto`: on CUDA bfloat16 where the card computes it natively (8.0 and up), float16 with a GradScaler on the
-    tensor cores of 7.x cards (`torch.cuda.is_bf16_supported()` says yes there too, through slow emulation), float32
-    on older cards; on the CPU bfloat16 where it has bf16 instructions (it matches fp32's validation bpc at equal
-    steps: docs/en/speed.md), else float32; float32 on MPS.
-    """
+    """(dtype, why) for `key=name` on `device`; `key` as the tool spells it, so a refusal names what was typed.
+    `auto` takes what the device computes natively (docs/en/training.md, "Precision and compile")."""
     if name not in ("auto", *DTYPES):
         raise UserError(f"unknown {key}={shown_value(name)}; use one of: auto, {', '.join(DTYPES)}")
     if device.type == "cpu" and name == "float16":
@@ -86,8 +78,7 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
     return torch.float32, f"train.dtype=auto; float32 on {device.type}"
 
 
-# The reason of each choice starts "train.dtype=...;" and never "auto:", which starts the lines of the automatic
-# settings (training/settings/auto.py): a reader, and the tests, tell the two kinds of line apart by it.
+# Reasons start "train.dtype=...;", never "auto:" (training/settings/auto.py's lines), so readers tell them apart.
 def _cpu_auto() -> tuple[torch.dtype, str]:
     forced = cpu_bf16_forced()
     if forced is not None:

@@ -1,15 +1,11 @@
-"""One error type for user mistakes, and one for a signal that stops the work under way.
-
-Entry scripts turn a `UserError` into one line on stderr and a non-zero exit, an `Interrupted` into its one line
-and the signal's exit code; any other exception is our bug and keeps its traceback.
-"""
+"""One error type for user mistakes, one for a stopping signal: entry scripts print each as one line with its exit
+code; any other exception is our bug and keeps its traceback."""
 
 from __future__ import annotations
 
 
 class UserError(Exception):
-    """A mistake the user can fix (bad path, bad config value, foreign checkpoint, ...): its message fits on one
-    line and says how to fix it."""
+    """A mistake the user can fix (a bad path or value, a foreign file): its message is one line saying how."""
 
     exit_code = 2
 

@@ -1,14 +1,10 @@
 """Keep freed memory in the process instead of handing it back to the system at every step (glibc only).
 
 Design choices:
-- A CPU training step frees and re-allocates the same large buffers every step. glibc's malloc serves blocks above
-  its adaptive mmap threshold with fresh pages from the kernel and returns them on free, and trims the heap's top
-  likewise, so each step pays page faults and zeroing for memory it just gave back (docs/en/speed.md).
-- `keep_freed_memory` raises the mmap threshold to glibc's maximum (which also stops its adaptation) and the trim
-  threshold to 1 GiB through `mallopt` at run time: what `GLIBC_TUNABLES` does at start-up, without asking the
-  user to set it. The cost is that the process keeps its peak heap until it exits.
-- Anywhere else (macOS, musl, Windows) it does nothing and returns False; a jemalloc or tcmalloc the user preloads
-  keeps its own behaviour.
+- A CPU step frees and re-allocates the same large buffers; glibc hands big ones back to the kernel, so each step
+  pays page faults and zeroing again (docs/en/speed.md).
+- `mallopt` at run time does what `GLIBC_TUNABLES` would, without asking the user; the process keeps its peak heap.
+- Elsewhere (macOS, musl, Windows) it does nothing; a preloaded jemalloc or tcmalloc keeps its own behaviour.
 """
 
 from __future__ import annotations

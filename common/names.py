@@ -1,10 +1,7 @@
-"""Names as they can be shown: a file name that is not valid UTF-8 reaches Python as lone surrogates
-(os.fsdecode), which a terminal, a JSON line, TensorBoard or a model card cannot hold.
+"""Names as they can be shown: a file name that is not valid UTF-8 reaches Python as lone surrogates (os.fsdecode).
 
-Design choice: such bytes are shown as U+FFFD wherever a name is written for people or other programs, as
-`ls` and `git` show them with replacement characters; the original string is kept wherever the name is used
-to open the file.
-"""
+Design choice: shown as U+FFFD wherever a name is written for people or programs (as `ls` and `git` do); the
+original string is kept wherever the name opens the file."""
 
 from __future__ import annotations
 

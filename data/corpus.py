@@ -1,12 +1,8 @@
-"""Turn a corpus (a file, a folder of files or a glob: data/corpus_files.py) into token ids once, cached on disk
-as a memory-mapped array (data/token_cache.py: keyed by the corpus and the vocabulary, checked when opened).
+"""A corpus (data/corpus_files.py) as token ids, tokenised once and cached (data/token_cache.py; docs/en/corpora.md).
 
 Design choices:
-- Ids are uint16 (uint32 when the vocabulary needs it) read through `np.memmap`, so a 1 GB corpus never sits in
-  memory as Python objects.
-- `data.val_files` holds out whole documents of a folder corpus (the cache records where each one starts).
-- The cache lives in `.cache/` beside a corpus file or inside a folder corpus (whose walk skips hidden folders), or
-  in the user's cache folder when that folder is read-only; `data.cache_dir` overrides both.
+- uint16 ids (uint32 where the vocabulary needs it) through `np.memmap`: a 1 GB corpus never sits in memory.
+- `data.val_files` holds out whole documents of a folder corpus (the cache records where each starts).
 """
 
 from __future__ import annotations
@@ -77,8 +73,7 @@ def resolve_corpus_path(path: str | os.PathLike | None) -> Path:
 
 
 def default_cache_dir(home: Path) -> Path:
-    """`.cache/` in the corpus's folder (beside a file; inside a folder corpus) when that folder is writable,
-    else the user's cache folder."""
+    """`.cache/` in the corpus's folder (beside a file, inside a folder) where writable, else the user's cache."""
     beside = home / ".cache"
     if os.access(home, os.W_OK) or os.access(beside, os.W_OK):
         return beside
@@ -87,8 +82,7 @@ def default_cache_dir(home: Path) -> Path:
 
 def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = None,
                 cache_dir: str | os.PathLike | None = None, tokenizer_kind: str = "char") -> Corpus:
-    """Tokenise what `path` names (a file, folder or glob; building a `tokenizer_kind` vocabulary from it unless
-    `tokenizer` is given), using the cache."""
+    """Tokenise what `path` names through the cache; without `tokenizer`, in a `tokenizer_kind` vocabulary of it."""
     if tokenizer is None and tokenizer_kind not in TOKENIZER_KINDS:
         raise UserError(f"data.tokenizer={tokenizer_kind} is invalid: use one of {', '.join(TOKENIZER_KINDS)}")
     source = corpus_files(resolve_corpus_path(path))

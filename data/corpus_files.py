@@ -1,18 +1,11 @@
 """What `data.path` names: one text file, a folder of them, or a glob; and the one text stream they make.
 
-Design choices:
-- A folder is its regular text files (`.txt`, `.text`, `.md`; hidden ones and our own `.cache/` skipped), a glob
-  (`~/blog/**/*.txt`) the regular files it matches, each real file once, in sorted path order (the same folder
-  always gives the same stream). Neither follows a link to a folder (nor do bash's globstar and pathlib), so no
-  layout of links can make the walk hang or read a folder twice. A pipe or a device named directly is refused.
-- A file may vanish or change after the scan: its size, modification time and inode are recorded when its content
-  is hashed (the cache's key) and compared once it has been read, so tokens are never cached under a hash of other
-  bytes; either change is one UserError naming the file.
-- Each file is one document, read like a single corpus file (data/text.py). Documents are joined by a blank line:
-  their trailing line breaks are dropped, "\\n\\n" goes between two, and the stream ends with "\\n", so a corpus file
-  of documents separated by single blank lines, split at them into files, gives back exactly the same text.
-- Every way a `data.path` can name nothing usable (missing, an empty folder, a folder without text files, a glob
-  that matches nothing, a link loop) is one `UserError` saying what was found.
+Design choices (docs/en/your-text.md):
+- Sorted path order, each real file once, and no walk follows a link to a folder: the same folder gives the same
+  stream, and no layout of links makes the walk hang or read a folder twice.
+- Each file's size, mtime and inode are recorded when it is hashed (the cache key) and compared once it is read:
+  tokens are never cached under a hash of other bytes.
+- Documents are joined by one blank line, so a file of documents split at its blank lines gives back its text.
 """
 
 from __future__ import annotations
@@ -77,7 +70,7 @@ class CorpusFiles:
         return content
 
     def chunks(self) -> Iterator[str]:
-        """The normalised text of every file, documents joined by a blank line (see the module's docstring)."""
+        """The normalised text of every file, documents joined by a blank line."""
         return (chunk for _, chunk in self.document_chunks())
 
     def document_chunks(self) -> Iterator[tuple[int, str]]:
@@ -181,9 +174,8 @@ def _glob_home(pattern: str) -> Path:
 
 
 def _glob(pattern: str) -> list[Path]:
-    """What the pattern matches, sorted: pathlib's glob, whose `**` never follows a link to a folder (glob.glob's
-    does, so a link back to a parent reads every file again and two of them hang the expansion). Hidden names
-    are matched only by a pattern that names one, as glob.glob and the shell do."""
+    """What the pattern matches, sorted: pathlib's `**` never follows a link to a folder (glob.glob's does, and two
+    links back to a parent hang it); hidden names only where the pattern names one, as the shell does."""
     home = _glob_home(pattern)
     rest = Path(pattern).parts[len(home.parts):]
     if rest and rest[-1] == "**":  # glob.glob's `dir/**` is everything below dir

@@ -1,18 +1,11 @@
 """Fetch one file over http(s):// or file://, resumably, and give it its final name only once it is sound.
 
 Design choices:
-- Bytes go to `<file>.part`; a later run resumes it with an HTTP Range request (a server that ignores Range sends
-  the whole file again, which is then written from the start). A Content-Length that disagrees with the bytes
-  received is a download cut short: the `.part` is kept to be resumed.
-- Bounds (`Limits`): a body larger than the corpus's bound is refused (from its Content-Length before a byte is
-  kept, or once it passes the bound, so an endless body stops); a mirror slower than `min_speed` over a whole
-  `slow_seconds` window is given up on (the socket's timeout only catches one that sends nothing); a full disk is
-  named, with what to free, instead of "run again", which would fail the same way.
-- Before the final name, the caller's `validate` checks that the body is what it claims to be (not an HTML error
-  page, a binary or an empty body), then a pinned SHA-256, if any, is compared. A body that fails is deleted; if it
-  was resumed, the old partial bytes may be what is wrong, so it is fetched once more from the start.
-- The final name is given by `common.atomic_files.atomic_rename`: the file is complete or absent, so nothing
-  downstream can trust a body that failed.
+- Bytes go to `<file>.part`, resumed with an HTTP Range request; a body short of its Content-Length is kept to resume.
+- `Limits` bound the size (an endless body stops) and the speed over each `slow_seconds` (the socket's timeout only
+  catches a mirror that sends nothing); a full disk is named with what to free, not "run again".
+- `validate`, then a pinned SHA-256, before the atomic final name; a body that fails is deleted, and a resumed one
+  fetched once more from the start (the old partial bytes may be what is wrong).
 """
 
 from __future__ import annotations
@@ -69,9 +62,8 @@ def base_url_of(text: str, option: str = "--base-url") -> str:
 def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS,
              validate: Callable[[Path], object] | None = None, mismatch_hint: str = "",
              limits: Limits = Limits()) -> str:
-    """Fetch `url` to `dest`, resuming `dest.part` if an earlier try left one; return the file's SHA-256. A body
-    that `validate` refuses (by raising `BadContent`) or that does not match `expected_sha256` is deleted and one
-    UserError raised (`mismatch_hint` ends a checksum mismatch's message)."""
+    """Fetch `url` to `dest`, resuming `dest.part`; return its SHA-256. A body that `validate` refuses (raising
+    `BadContent`) or that does not match `expected_sha256` is deleted, and one UserError raised."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     resumed = _fetch(url, part, timeout, limits)

@@ -1,15 +1,11 @@
 """Random (x, y) windows for next-token training, reproducible from a seed and resumable.
 
 Design choices:
-- Windows of `context_length + 1` tokens start at uniformly random positions rather than walking the corpus in
-  order: no epoch bookkeeping, and any prefix of a run sees the whole corpus.
-- One numpy gather per batch from the (memory-mapped) token array; ids become int64 only for that batch.
-- The generator is seeded from (seed, rank), so DDP ranks draw different batches, and its state is a plain dict a
-  checkpoint can carry, so a resumed run draws exactly the batches it would have drawn.
-- Input noise (`train.input_noise`, off by default) swaps each input id, with that probability, for an id drawn
-  from the training tokens themselves (the corpus's own character frequencies), and leaves every target as it is:
-  a regulariser for a corpus seen many times ("data noising as smoothing", Xie et al. 2017). Drawn from the same
-  generator after the window starts, so a run without it draws what it drew before the option existed.
+- Windows start at uniformly random positions: no epoch bookkeeping, and any prefix of a run sees the whole corpus.
+- One numpy gather per batch from the memory-mapped tokens; ids become int64 only for that batch.
+- Seeded from (seed, rank), so DDP ranks differ; its state is a plain dict, so a resumed run draws the same batches.
+- `train.input_noise` swaps inputs, never targets, for ids drawn from the training tokens ("data noising as
+  smoothing", Xie et al. 2017), drawn after the starts so a run without it draws what it always drew.
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ class BatchSampler:
             batch = batch.pin_memory()
         batch = batch.to(self.device, non_blocking=True)
         T = self.context_length
-        # (B, T+1) windows, or (B, 2T) noised inputs then targets: either way x leads and y ends the row
         return batch[:, :T], batch[:, -T:]  # x, y: (B, T) each
 
     __next__ = next_batch

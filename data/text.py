@@ -1,19 +1,11 @@
-"""Read a text corpus as NFC Unicode whatever its encoding or normalisation.
+"""Read a text corpus as NFC Unicode whatever its encoding (docs/en/corpora.md).
 
 Design choices:
-- Accepted: UTF-8, UTF-8 with BOM, UTF-16 with BOM (Windows "Unicode"), CP949 / EUC-KR. A file without a BOM is
-  UTF-8 if all of it decodes as UTF-8, else CP949 if all of it decodes as CP949.
-- The whole file is checked once before any of it is used, so a bad byte ends in one `UserError` that names the
-  file, the byte offset and the likely cause, never in a traceback halfway through tokenising.
-- A file that fails as UTF-8 but holds more valid UTF-8 characters than invalid bytes around the first bad byte is
-  called damaged (or of mixed encodings) rather than tried as CP949: reading it as CP949 would turn the good text
-  into nonsense, while in a real CP949 file almost every Korean character is invalid UTF-8.
-- A NUL byte (a NUL code unit in UTF-16) never occurs in text: it marks a binary file, or UTF-16 without its BOM.
-- Only a regular file is read (named directly or through a link): a named pipe, a process substitution
-  (`data.path=<(...)`), a device or a socket is refused in one line, since the text is read more than once and a
-  pipe without a writer would block for ever.
-- Line endings become "\\n" so a Windows file and its Unix twin give the same vocabulary and ids. Reading goes in
-  chunks that end at line boundaries, so a 1 GB file never sits in memory as one string.
+- Without a BOM, UTF-8 if all of it decodes, else CP949; a NUL byte marks a binary file (or BOM-less UTF-16).
+- The whole file is checked before use: a bad byte is one UserError naming the file, offset and likely cause.
+- A file mostly valid UTF-8 around its first bad byte is called damaged, not tried as CP949, which would turn its
+  good text into nonsense (in real CP949 almost every Korean character is invalid UTF-8).
+- Only a regular file is read: the text is read more than once, and a pipe without a writer would block for ever.
 """
 
 from __future__ import annotations
@@ -171,8 +163,7 @@ def normalize(text: str) -> str:
 
 
 def iter_text_chunks(path: str | Path, chunk_chars: int = 1 << 22) -> Iterator[str]:
-    """The normalised text of `path` in chunks of about `chunk_chars` ending at line breaks, so NFC stays exact (no
-    combining sequence spans two chunks)."""
+    """The normalised text of `path` in chunks of about `chunk_chars` ending at line breaks, so NFC stays exact."""
     path = Path(path)
     enc = detect_encoding(path)
     buf: list[str] = []

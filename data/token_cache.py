@@ -1,20 +1,11 @@
 """The token cache of a corpus: its files, how each is checked when opened, and how it is rebuilt.
 
 Design choices:
-- For a corpus `<name>` whose bytes hash to `<sha16>`: `<name>.<sha16>.<kind>.vocab.json` (the vocabulary built
-  from the corpus, when no tokenizer was given), and with `<stem>` = `<name>.<sha16>.<vocabulary fingerprint>`,
-  `<stem>.uint16` or `<stem>.uint32` (the raw ids, read through `np.memmap`) and `<stem>.json` (metadata): an
-  edited corpus or another vocabulary never meets stale ids.
-- Every file is checked when opened, at the cost of a read, never of a new tokenisation; a damaged one is never
-  used but rebuilt, with one warning that names it. Both JSON files carry a format version, the corpus hash and
-  the vocabulary's fingerprint (a bit flip that still parses is caught); the metadata also a sha256 of itself and
-  the ids' count, largest value, `<unk>` count and sum, which the id file's size and one pass over it in bounded
-  blocks must match: a file cut short, zero-filled or overwritten is never read, and no id indexes past the
-  embedding.
-- Files are written with `common.atomic_files.atomic_write`, ids before metadata, so a crash never leaves metadata
-  that describes ids that are not there. DDP ranks building the same cache at once write identical bytes.
-- A folder that cannot be written is a `UserError` only when something must be written there: a complete, valid
-  cache in a read-only folder is used as it is.
+- Names carry the corpus hash and vocabulary fingerprint: an edited corpus or another vocabulary never meets stale ids.
+- Every file is checked when opened, at the cost of a read, never a tokenisation (format, hashes, and the ids'
+  count, largest value, `<unk>` count and sum): a damaged one is rebuilt with one warning, never used.
+- Ids before metadata, each written atomically: metadata never describes missing ids, and DDP ranks building one
+  cache at once write the same bytes. A read-only folder is an error only where something must be written.
 """
 
 from __future__ import annotations
@@ -52,7 +43,6 @@ class CachedTokens:
 
 
 def id_dtype(tokenizer: Tokenizer) -> np.dtype:
-    """uint16 when every id fits, else uint32."""
     return np.dtype(np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
 
 
@@ -91,8 +81,7 @@ def vocabulary(cache: Path, corpus: CorpusFiles, digest: str, kind: str) -> Toke
     if file.exists():
         try:
             tokenizer = _load_vocabulary(file, digest, kind)
-            # A hangul vocabulary cached before it recorded its training syllables is sound but lacks what
-            # evaluation's seen/unseen split needs: rebuild it quietly (cheap next to tokenising the corpus).
+            # a hangul vocabulary cached before it recorded its syllables lacks evaluation's split: rebuilt quietly
             if getattr(tokenizer, "seen_syllables", ()) is not None:
                 return tokenizer
         except _Damaged as why:

@@ -1,17 +1,12 @@
 """Where an export goes: the folder `out=` names, checked before any work, assembled beside it, renamed in.
 
-Design choices:
-- `overwrite=true` replaces only what an export wrote: an empty folder, or one whose kochar.json says it is an
-  export and that holds nothing but an export's files. Anything else (the run being exported, a folder that holds
-  it, the user's own files, a `.git`) is refused in one line naming what would be lost, as `git clone` refuses a
-  folder that is not empty. A symbolic link as `out=` is refused: a rename would replace the link, not its target.
-- The folder is assembled in a hidden sibling `.kochar-export.<pid>.<random>` (short whatever `out`'s name is) and
-  renamed to `out` in one step; a folder replaced is first renamed aside, so an interruption leaves the old export
-  or the new one, never a mix. A sibling left by a killed export is removed by the next export into that parent.
-- One export per `out` at a time: an `flock` on a hidden lock file beside it refuses a second one in one line,
-  and the final rename never replaces a folder that something else filled meanwhile.
-- The folder and its files get the modes the umask gives any file (mkdtemp and safetensors make them private);
-  every file-system fault is one UserError naming the path and its cause, and nothing is left behind.
+Design choices (docs/en/export.md, "What `out=` may be"):
+- `overwrite=true` replaces only an empty folder or a previous export holding nothing else, as `git clone` refuses a
+  folder that is not empty; a link is refused (a rename would replace the link, not its target).
+- Assembled in a hidden sibling with a short name and renamed in one step (a replaced folder renamed aside first):
+  an interruption leaves the old export or the new one, never a mix.
+- One export per `out` at a time (an `flock`); the final rename never replaces a folder filled meanwhile. Modes are
+  the umask's (mkdtemp and safetensors make them private).
 """
 
 from __future__ import annotations
@@ -35,14 +30,14 @@ except ImportError:  # pragma: no cover - Windows: no lock, the no-replace renam
     fcntl = None
 
 PREFIX = ".kochar-export."
-# What an export writes (a record written since it lists its own files names them too: `files`).
+# What an export writes (a newer record also lists its files: `files`).
 EXPORT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", RECORD, "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json", "configuration_kochar.py", "modeling_kochar.py",
                 "tokenization_kochar.py", "kochar_vocab.json"}
 
 
 def fault(action: str, path: Path, e: BaseException, nothing: str = "nothing was written") -> UserError:
-    """One line for a file-system failure: what could not be done, to which path, why, what is left."""
+    """One line for a file-system failure: what failed, on which path, why, what is left."""
     return UserError(f"cannot {action} {path}: {os_error_cause(e)}; {nothing} (free space, fix the folder, or pass "
                      "another out=)")
 
@@ -180,8 +175,7 @@ def _public_modes(folder: Path) -> None:
 
 
 def commit(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Give the complete folder `tmp` the name `out`: into a new or empty `out`, or in place of a previous export
-    (checked again now: it may have changed while the export was written)."""
+    """Name the complete folder `tmp` `out`, replacing a previous export (checked again: it may have changed)."""
     try:
         _public_modes(tmp)
         if out.is_symlink() or (out.exists() and not out.is_dir()):

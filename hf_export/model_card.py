@@ -1,12 +1,8 @@
 """The exported folder's README.md: what the model is, in Korean and English, from what the run recorded.
 
 Design choices:
-- Every fact comes from the checkpoint and its run folder (corpus, recipe, size, steps, validation bits per
-  character, `train.init_from`, which weights and which checkpoint file, `.hydra/overrides.yaml`), never from
-  guesses. Those records are read defensively: one damaged or unreadable never stops an export, the card says what
-  it could not read; names that are not valid UTF-8 are shown with U+FFFD.
-- The corpus's license is stated where the run can know it: the `License:` line of the SOURCE.txt that
-  `python -m data.prepare` writes beside every corpus it prepares.
+- Every fact comes from the run's records (the corpus license from data.prepare's SOURCE.txt), never from guesses;
+  a damaged record never stops an export (the card says so), and names not valid UTF-8 show U+FFFD.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
 
 
 def corpus_license(data_path: str | None) -> str | None:
-    """The `License:` line of the SOURCE.txt beside the corpus, or None (also when one cannot be read: a damaged
-    record of the run never stops an export)."""
+    """The `License:` line of the SOURCE.txt beside the corpus, or None; an unreadable one is said, never raised."""
     if not data_path or not isinstance(data_path, str):
         return None
     p = Path(data_path).expanduser()
@@ -73,8 +68,8 @@ def weights_words(ckpt: Checkpoint) -> str:
 
 
 def source_words(source: dict) -> str:
-    """Which checkpoint the folder came from and why that one (inference/run_files.py), in English and Korean."""
-    note = source.get("note")  # why best.pt was passed over (inference/run_files.py)
+    """Which checkpoint the folder came from and why that one, in English and Korean."""
+    note = source.get("note")  # why best.pt was passed over
     why = {"best": "the best validation of the run / 실행에서 검증 손실이 가장 낮았던 가중치",
            "last": f"the run's last weights / 마지막 가중치: {note}" if note else
            "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",

@@ -1,14 +1,9 @@
-"""Before a layout is chosen: the run's network rewritten, exactly, in the switches a stock class knows where
-that is possible, and every model setting accounted for.
+"""Before a layout is chosen: the run's network rewritten, exactly, in switches a stock class knows.
 
 Design choices:
-- `model.embedding=jamo` is a function of the id alone (a syllable's row plus its three jamo vectors): where the
-  rest is a GPT-2 or a LLaMA it is folded into one embedding matrix, summed in our forward's order, so the stock
-  class gives the same logits; the head keeps the unfolded rows (a tied head becomes untied). Where the project's
-  own code ships anyway (the staged `model.head=jamo`, squared ReLU, ...) it stays composed.
-- Every field of `ModelConfig` is listed in `HANDLED` with how export treats it: one it does not know is refused in
-  one line when the run changes its default, rather than exported into a folder that computes something else
-  (tests/hf_export/test_every_recipe.py fails when a field is added without being listed here).
+- `model.embedding=jamo` is folded into the token embedding where that earns a stock class (docs/en/export.md).
+- Every `ModelConfig` field is in `HANDLED`: one it does not know is refused when changed from its default, never
+  exported into a folder that computes something else (tests/hf_export/test_every_recipe.py checks the list).
 """
 
 from __future__ import annotations
@@ -41,8 +36,7 @@ HANDLED = {
 
 
 def unknown_settings(c: ModelConfig) -> list[str]:
-    """`model.X=value` for every field export does not know that differs from its default, and for every kind the
-    shipped modeling code does not compute (hf_format/custom.py COMPUTES)."""
+    """`model.X=value` for each field export does not know set off its default, and each kind not computed."""
     default = ModelConfig()
     unknown = [f.name for f in fields(ModelConfig)
                if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]
@@ -66,8 +60,8 @@ def fold_jamo_embedding(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[
 
 def plain_model(state: dict[str, Tensor], c: ModelConfig,
                 stock: Callable[[ModelConfig], bool]) -> tuple[dict[str, Tensor], ModelConfig]:
-    """(state dict, config) computing exactly what the run computes; the jamo embedding folded when the folded
-    config is one `stock` says a stock class expresses."""
+    """(state dict, config) computing exactly what the run computes; the jamo embedding folded where `stock` says a
+    stock class then expresses it."""
     unknown = unknown_settings(c)
     if unknown:
         raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py or the exported modeling "

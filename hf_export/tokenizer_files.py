@@ -1,12 +1,9 @@
-"""The tokenizer in the formats `AutoTokenizer.from_pretrained` reads.
+"""The tokenizer in the formats `AutoTokenizer.from_pretrained` reads (docs/en/export.md, "The tokenizer").
 
 Design choices:
-- `char` (and `hangul`): a `tokenizers` WordLevel model over single characters, with an NFC normaliser (NFD and
-  NFKC change Hangul), a pre-tokenizer that isolates every character (newlines and spaces included) and a decoder
-  that joins tokens without spaces. Id 0 is written as U+FFFD, the character our `<unk>` decodes to, so decoding
-  needs no replacement and a literal U+FFFD is unknown in both (a vocabulary holding U+FFFD keeps `<unk>`).
-- `jamo`: one character becomes three tokens, which a WordLevel model cannot express; the folder ships the project's
-  own tokenizer class (hf_export/hf_code/tokenization_kochar.py), loaded with `trust_remote_code=True`.
+- `char` and `hangul`: a WordLevel model over single characters with an NFC normaliser (NFD and NFKC change Hangul);
+  id 0 is U+FFFD, what our `<unk>` decodes to (a vocabulary holding U+FFFD keeps `<unk>`).
+- `jamo` makes three tokens of a character, which WordLevel cannot: the folder ships hf_code/tokenization_kochar.py.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ def _char_tokenizer(chars: list[str]):
 
 
 def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> None:
-    """Write the files AutoTokenizer reads the tokenizer from into `out`."""
     if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
         transformers = require("transformers")
         tok, unk = _char_tokenizer(tokenizer.chars)

@@ -1,12 +1,9 @@
 """The check `export.py` makes before a folder gets its name: `transformers` reads it and gives our logits.
 
 Design choices:
-- The folder is loaded as a user would load it (`AutoModelForCausalLM.from_pretrained`) and run on one window of
-  ids from a fixed generator, as is the run's own model as trained (before any folding). A mapping mistake changes
-  logits by whole units, float32 kernels by far less than `TOLERANCE`: above it the folder computes something else,
-  and export refuses to name it and asks for a report. Weights whose own logits are not finite are refused naming
-  the weights: the exporter is not at fault.
-- The tests hold the stricter 1e-4 on text for every layout; this check protects a combination no test has built.
+- Loaded as a user would load it and run beside the run's own model on one fixed window: a mapping mistake moves
+  logits by whole units, float32 kernels by far less than `TOLERANCE` (the tests hold 1e-4 for every layout; this
+  guards combinations no test built). Weights whose own logits are not finite are refused: not the exporter's fault.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ WINDOW = 64
 
 @torch.no_grad()
 def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "the run") -> float:
-    """The largest logit difference between `transformers` on `folder` and `model` (float32, on the CPU); UserError
-    above TOLERANCE, or naming the weights (`source`) where `model`'s own logits are not finite."""
+    """The largest logit difference between `transformers` on `folder` and `model`; UserError above TOLERANCE."""
     c = model.config
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=g)

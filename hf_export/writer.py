@@ -1,6 +1,4 @@
-"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place
-(hf_export/destination.py: an interrupted export never leaves a half-written folder under the name asked for).
-"""
+"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place."""
 
 from __future__ import annotations
 
@@ -22,14 +20,12 @@ from model.config import ModelConfig
 
 
 def choose_layout(c: ModelConfig) -> str:
-    """The stock class that expresses the architecture exactly, or "custom"."""
     return "gpt2" if gpt2.fits(c) else "llama" if llama.fits(c) else "custom"
 
 
 def record(ckpt: Checkpoint, layout: str, exported: ModelConfig) -> dict:
-    """kochar.json: what our scripts need to rebuild the exact model as exported (`trained_as`: as trained, where
-    hf_export/plain.py folded something) and its tokenizer, which weights it holds (inference/weights.py) and of
-    which checkpoint (`source`: inference/run_files.py)."""
+    """kochar.json: what our scripts need to rebuild the exact model (`trained_as`: before plain.py's folding),
+    which weights it holds, and of which checkpoint (`source`)."""
     held = held_weights(ckpt)
     return {"format": FORMAT, "version": VERSION, "layout": layout, "model_config": exported.to_dict(),
             "trained_as": ckpt.model_config.to_dict(), "tokenizer": ckpt.tokenizer,
@@ -62,9 +58,7 @@ def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: st
 
 def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool,
                  verify: bool = True) -> str:
-    """Export `ckpt` to `out`; returns the layout used. With `verify`, the folder is named only once
-    `transformers` has read it back and given the run's logits (hf_export/verify.py). `out` is checked first
-    and replaced only where that destroys nothing but a previous export (hf_export/destination.py)."""
+    """Export `ckpt` to `out` (with `verify`, named only once `transformers` gives the run's logits); the layout."""
     require("safetensors.torch")
     out = destination.checked_destination(out.expanduser(), ckpt.path, overwrite)
     state, c = plain_model(ckpt.model, ckpt.model_config, lambda c: choose_layout(c) != "custom")

@@ -1,10 +1,6 @@
-"""Every architecture no stock class expresses: the project's own modeling code ships in the folder.
-
-The weights keep the project's parameter names (hf_export/hf_code/modeling_kochar.py builds the same modules) in
-the lecture's per-head attention layout, except that the Hangul-aware layers keep the names they had before
-version 3 of the checkpoints (`jamo_embedding.*`, `jamo_head.*`), so folders written before and after read the
-same. `config.json` names the shipped classes in `auto_map`, which is how `transformers` finds them.
-"""
+"""Every architecture no stock class expresses: the project's own modeling code ships in the folder. The weights keep
+the project's names in the per-head layout, the Hangul layers those of checkpoint versions 1 and 2 (`jamo_embedding.*`,
+`jamo_head.*`), so folders written before and after read the same."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from model.input_output import RENAMED, upgrade_state_names
 from model.qkv_layout import to_heads
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
-# The kinds the shipped modeling code computes (its own KINDS; tests/model/test_restated_forward.py checks the two
-# agree and runs every kind of every setting through it); a run with another kind is refused before anything is written.
+# The kinds the shipped code computes (its KINDS: tests/model/test_restated_forward.py keeps the two equal).
 COMPUTES = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
             "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 

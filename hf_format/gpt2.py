@@ -1,14 +1,10 @@
 """The lecture's model as `GPT2LMHeadModel`: the same computation, weight for weight.
 
 What has to line up:
-- GPT-2's `Conv1D` stores a layer's weight as (in, out), the transpose of `nn.Linear`'s (out, in).
-- Our attention's query, key and value projections have no bias; GPT-2 has one `c_attn` of (E, 3E) with a bias:
-  the rows are q of every head, then k, then v, head by head as GPT-2 splits them (our fused `qkv` in that order;
-  a state dict of the lecture's per-head layout is fused first), and the bias is zero.
-- GELU: our MLP uses the exact (erf) GELU, which is `activation_function="gelu"` in `transformers`
-  (`gelu_new`, GPT-2's own default, is the tanh approximation and would not match).
-- The head is untied in the lecture's model (`tie_word_embeddings=False`); a tied run ties it.
-- GPT-2 has no separate head size: only runs with `head_size == embedding_size` fit (others go to custom).
+- GPT-2's `Conv1D` stores a weight as (in, out), the transpose of `nn.Linear`'s.
+- Our bias-free q, k, v become one `c_attn` of (E, 3E) with a zero bias: q of every head, then k, then v.
+- Our exact (erf) GELU is `activation_function="gelu"` (GPT-2's default `gelu_new` is the tanh approximation).
+- GPT-2 has no separate head size: only `head_size == embedding_size` fits (others go to custom).
 """
 
 from __future__ import annotations
@@ -58,8 +54,8 @@ BLOCK = (("ln1.weight", "ln_1.weight", False), ("ln1.bias", "ln_1.bias", False),
 
 def renamed(tensors: dict[str, Tensor], c: ModelConfig, top: tuple, block: tuple, theirs: str,
             back: bool = False) -> dict[str, Tensor]:
-    """The tensors both sides hold alike, under the stock class's names (`back`: under ours): `top`'s (our name,
-    theirs), then `block`'s (ours, theirs, transposed) for every block (`theirs`: the block's prefix there)."""
+    """The tensors both sides hold alike, renamed by `top` and, for every block (`theirs`: its prefix there),
+    `block`; `back`: to our names."""
     pairs = [(ours, name, False) for ours, name in top] + [(f"blocks.{i}.{ours}", theirs.format(i) + name, flip)
                                                          for i in range(c.num_blocks) for ours, name, flip in block]
     pairs = [(name, ours, transposed) for ours, name, transposed in pairs] if back else pairs
@@ -78,7 +74,6 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `to_hf`: our state dict from the exported tensors."""
     sd = renamed(hf, c, TOP, BLOCK, "transformer.h.{}.", back=True)
     sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):

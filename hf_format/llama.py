@@ -1,14 +1,11 @@
 """Rotary + RMSNorm + SwiGLU without query/key norm as `LlamaForCausalLM`, exactly.
 
 What has to line up:
-- Rotary layout: both pair dimension i with i + D/2 (half-split), but our rotation turns the other way
-  (x1·cos + x2·sin, x2·cos − x1·sin). Negating the second half of every head's query and key rows turns ours
-  into LLaMA's with the second half negated on both sides, which leaves every query-key dot product, and so
-  the model, unchanged.
-- Our projections have biases (attention output, MLP in and out) where LLaMA's default has none:
-  `attention_bias=True` (query/key/value biases zero) and `mlp_bias=True` carry them.
-- Our SwiGLU `fc` holds the gate rows then the value rows: LLaMA's `gate_proj` and `up_proj`.
-- `torch.nn.RMSNorm(eps=None)` uses float32's machine epsilon: `rms_norm_eps` is set to it.
+- Both rotaries pair dimension i with i + D/2, but ours turns the other way: negating the second half of every
+  head's query and key rows makes it LLaMA's and leaves every query-key dot product unchanged.
+- Our biases (attention output, MLP in and out): `attention_bias=True` (q/k/v biases zero) and `mlp_bias=True`.
+- Our SwiGLU `fc` holds the gate rows then the value rows: `gate_proj`, `up_proj`.
+- `nn.RMSNorm(eps=None)` uses float32's machine epsilon: `rms_norm_eps` is set to it.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ def fits(c: ModelConfig) -> bool:
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
-    """Negate the second half of every head's rows (the rotation's direction; see the module docstring)."""
+    """Negate the second half of every head's rows (the rotation's direction)."""
     per_head = rows.reshape(num_heads, 2, -1, rows.shape[-1]).clone()  # (H, 2, D/2, E)
     per_head[:, 1].neg_()  # in place: the export's shape check runs this on `meta` (inference/weight_checks.py)
     return per_head.reshape(rows.shape)
@@ -69,7 +66,6 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `to_hf`."""
     sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
     sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):

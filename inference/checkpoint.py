@@ -1,17 +1,10 @@
 """Checkpoints: a typed record, written atomically, loaded safely.
 
 Design choices:
-- `Checkpoint` holds what every reader needs (the `ModelConfig`, the weights, the tokenizer, bits-per-character
-  scale) and, for resuming, a `TrainingState`. A training state missing any entry makes `training` None and
-  `missing_training` names the entries: the weights still sample and score, only resuming is refused, in one line.
-- On disk it is a plain dict of tensors and built-in types with a format name and version, so
-  `torch.load(weights_only=True)` reads it: a file crafted to run code when unpickled is refused.
-- Every older version loads: version 1 (a flat dict) is mapped by `from_payload`; the Hangul-aware layers' names of
-  versions 1 and 2 (model/input_output.py) and the per-head query, key and value of files written before the fused
-  attention (model/qkv_layout.py) are put as the file's settings build them, once every key, dtype and shape has
-  been checked against those settings (inference/weight_checks.py).
-- Writing goes through `common.atomic_files.atomic_write`: a crash or Ctrl-C leaves the old file or the new one;
-  a write that fails (a full disk, a read-only folder) is one UserError saying the previous file is kept.
+- A training state missing an entry makes `training` None: the weights still sample and score; resuming is refused.
+- Read with `torch.load(weights_only=True)`: a file crafted to run code when unpickled is refused.
+- Every older version loads, once every key, dtype and shape has been checked (inference/weight_checks.py).
+- Written through `atomic_write`: a crash leaves the old file or the new one; a failed write is one UserError.
 """
 
 from __future__ import annotations
@@ -135,7 +128,7 @@ class Checkpoint:
 
 
 def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
-    """The TrainingState, or None and the entries it lacks. Older files may lack the optional ones."""
+    """The TrainingState, or None and the entries it lacks (older files may lack the optional ones)."""
     if not isinstance(raw, dict) or not raw:
         return None, ()
     optional = {"scaler": {}, "val_loss": float("nan"), "world_size": 1, "average_updates": 0, "early_stop": {}}
@@ -171,14 +164,12 @@ def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
-    """Write atomically; a failed write is one UserError saying the file already there is kept."""
     payload = ckpt.to_payload()
     _write_checkpoint(Path(path), lambda f: torch.save(payload, f))
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
-    """`dst` becomes the checkpoint `src`, written the same way from its bytes: no second serialisation, and never a
-    hard link (which an in-place `cp` over one name would change under the other)."""
+    """`dst` becomes a byte copy of `src`, written atomically (a hard link would change under a `cp` over one)."""
     def copy(f: BinaryIO) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)
@@ -219,8 +210,7 @@ def newest_checkpoint(root: str | Path = "runs") -> Path:
 
 
 def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
-    """A folder holding both a run's checkpoint and an exported model (kochar.json) gives no one model to read: one
-    UserError naming both and `key`, the setting that named the folder. A file named itself is never refused."""
+    """One UserError naming `key` where a folder holds both a run's checkpoint and an exported model."""
     from hf_format import RECORD
 
     folder = Path(path).expanduser()
@@ -233,8 +223,7 @@ def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
 
 
 def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
-    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/ (a folder that
-    also holds an exported model is refused, naming `key`: refuse_two_models)."""
+    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/."""
     if path in (None, ""):
         newest = newest_checkpoint(runs_root)
         refuse_two_models(newest.parent, key)
@@ -251,8 +240,7 @@ def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", 
 
 
 def load_checkpoint(path: str | Path, mmap: bool = False) -> Checkpoint:
-    """Load to the CPU with weights_only=True; every failure is one clear UserError. `mmap=True` maps the
-    tensors instead of reading them (a summary of a checkpoint of any size then costs almost no memory)."""
+    """Load to the CPU with weights_only=True, every failure one UserError; `mmap=True` maps the tensors (cheap)."""
     path = Path(path)
     return Checkpoint.from_payload(_load_payload(path, mmap), path)
 

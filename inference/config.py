@@ -1,8 +1,4 @@
-"""Typed configuration of `generate.py` and `evaluate.py` (Hydra schemas for their YAML files).
-
-As for training: Hydra refuses wrong types and unknown keys while composing; `__post_init__` checks ranges
-when the config becomes an object, before a checkpoint is read.
-"""
+"""Typed configs of `generate.py` and `evaluate.py`: Hydra checks types and keys, `__post_init__` the ranges."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """An exported folder checked before it is trusted: its record's fields, then its weights' header.
 
 Design choices:
-- Every field of `kochar.json` is typed and checked as a checkpoint's are (the model settings by `ModelConfig`'s
-  own checks, the tokenizer's by building its vocabulary): a bad field is one line naming the file and the field.
-- The safetensors header (8 bytes of length, then JSON) is read alone, before any tensor or model: each entry's
-  dtype, shape and byte range must agree with each other and with the file, and the names, shapes and dtypes must
-  be exactly those the record's settings give through the layout's own mapping, run on the `meta` model of
-  inference/weight_checks.py. A record that claims more blocks than the header holds is refused before even that.
-- The exporter writes every floating tensor as float32: a header that relabels bytes as another dtype is
-  refused rather than read as garbage.
+- Every field of `kochar.json` is checked as a checkpoint's are: a bad one is one line naming it.
+- The safetensors header is read alone, before any tensor or model, and must hold exactly what the record's settings
+  give (the `meta` model, mapped by the layout), each entry fitting the file; export writes floats as float32 only.
 """
 
 from __future__ import annotations

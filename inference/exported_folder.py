@@ -1,10 +1,5 @@
-"""Reading an exported folder back into a Checkpoint, so every script that takes `ckpt=` takes the folder.
-
-Only `kochar.json` (plain JSON) and `model.safetensors` are read: no pickle, nothing executed, and both are checked
-before they are trusted (inference/exported_checks.py). The weights are mapped back from the folder's layout
-(hf_format/) into the one its settings build (model/qkv_layout.py); the record says which one set of weights the
-folder holds (inference/weights.py) and which checkpoint it came from (inference/run_files.py).
-"""
+"""Reading an exported folder back into a Checkpoint, so every `ckpt=` takes the folder: only `kochar.json` and
+`model.safetensors` are read (no pickle, nothing executed), both checked first (inference/exported_checks.py)."""
 
 from __future__ import annotations
 

@@ -46,13 +46,8 @@ BATCH_ROWS = 32  # samples generated together; more only add memory (the cache g
 def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int,
                    num_samples: int, temperature: float, top_k: int | None, top_p: float | None, seed: int,
                    device: torch.device, use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
-    """Write each sample to `out`; the same seed gives the same text.
-
-    The samples are generated in batches of up to BATCH_ROWS rows, each drawn from the one generator; a batch's first
-    row is written as it is produced, the others when the batch ends. One sample is the text a single generation
-    always gave for its seed; with several, row n differs from the n-th of several separate generations (the rows
-    share the generator's stream), but is just as reproducible.
-    """
+    """Write each sample to `out` (a batch's first row as it streams); the same seed gives the same text. Batches
+    of BATCH_ROWS rows share one generator: row n is reproducible, not the n-th of separate generations."""
     ids = prompt_ids(tokenizer, prompt)
     generator = torch.Generator(device=device).manual_seed(seed)
     grammar = token_grammar(tokenizer)
@@ -90,7 +85,7 @@ def _write_batch(stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int,
     decoders = [tokenizer.stream_decoder() for _ in range(rows)]
     for nxt, _ in stream:
         for n, token in enumerate(nxt[:, 0].tolist()):
-            if token < 0:  # a row that is done (see _finished_rows)
+            if token < 0:  # a row that is done
                 continue
             piece = decoders[n].feed(token)
             if piece:

@@ -1,8 +1,4 @@
-"""From a run folder or checkpoint file to a model ready to sample, and its tokenizer.
-
-A run folder gives its best validated weights (best.pt where it is the run's and better than ckpt.pt: run_files.py);
-a file is read as named. `LoadedRun.line()` is every reader's first line: which weights, of which file, its step and
-validation loss, and why that file."""
+"""From a run folder, checkpoint file or exported folder to a model ready to sample, and its tokenizer."""
 
 from __future__ import annotations
 
@@ -34,7 +30,7 @@ class LoadedRun:
         return self.checkpoint.path
 
     def line(self) -> str:
-        """The reader's first line: `weights: <which set> from <file> (step, val loss: why this file)`."""
+        """`weights: <which set> from <file> (step, val loss: why this file)`."""
         return self.weights.line(self.source())
 
     def source(self) -> str:
@@ -63,14 +59,13 @@ def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> Attent
 
 def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
              mmap: bool = False) -> tuple[Checkpoint, RunFile | None]:
-    """The checkpoint of a run folder (its file chosen by inference/run_files.py), a checkpoint file or an exported
-    folder, and the file chosen (None for an exported folder); `mmap` as load_checkpoint's."""
+    """The checkpoint of a run folder (its file chosen by run_files.py), a checkpoint file or an exported folder."""
     if isinstance(ckpt, RunFile):
         return load_checkpoint(ckpt.path, mmap=mmap), ckpt
     if ckpt not in (None, ""):
         from inference.exported_folder import is_exported, read_folder
 
-        refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model: neither is chosen
+        refuse_two_models(ckpt)
         if is_exported(ckpt):
             return read_folder(ckpt), None
     chosen = run_file(ckpt, runs_root)
@@ -79,8 +74,7 @@ def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
 
 def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root: str | Path = "runs",
              weights: str | None = None) -> LoadedRun:
-    """Model (on `device`, eval mode), tokenizer and checkpoint of `ckpt` as `load_any` reads it (None: the newest
-    run under `runs_root`), holding the weights `weights=` asks for (inference/weights.py)."""
+    """Model (on `device`, eval mode), tokenizer and checkpoint of `ckpt` (as `load_any`), holding `weights`."""
     checkpoint, chosen = load_any(ckpt, runs_root)
     used = choose_weights(checkpoint, weights)
     refuse_non_finite(checkpoint)

@@ -1,19 +1,10 @@
 """Which checkpoint file of a run a reader reads: the best validated weights unless a file is named.
 
-Design choices:
-- A run folder holds `ckpt.pt`, the last weights, and `best.pt`, a byte copy of it at the evaluation with the
-  lowest validation loss. Given a folder, or nothing (the newest run under runs/), every reader (generate.py,
-  evaluate.py, serve.py, export.py, train.init_from) reads `best.pt` only where it is this run's and its validation
-  loss is finite and lower than `ckpt.pt`'s (`passed_over`), else `ckpt.pt`, saying why: a run that memorises its
-  text never hands a reader weights worse than its best, and a `best.pt` left behind by another run, or never
-  validated, is never called the best. An unreadable `best.pt` does not stop a reader; a folder with `best.pt` and
-  no `ckpt.pt` is refused in one line (nothing to compare it with) that says how to name it.
-- "This run's": the same model settings that make the weights (all but `model.dropout` and `model.attention`, which
-  a resumed run may change), tokenizer (its whole dict), corpus (`data.path`, `data.val_fraction`,
-  `data.val_files`, `data.tokenizer`; a key a file predates takes its default) and tokens per character.
-- A file named is read as named. Every reader says which file it read, its step and validation loss, and why
-  (`RunFile.words()`), so the choice is never silent.
-- The headers are read mapped, not loaded, once per version of each file: the playground may ask on every request.
+Design choices (docs/en/training.md, "Best weights and early stopping"):
+- A run folder gives `best.pt` only where it is this run's and its validation loss is finite and lower than
+  `ckpt.pt`'s, else `ckpt.pt`, saying why: never weights worse than the run's best, nor another run's `best.pt`.
+- "This run's": the same weight-making model settings, tokenizer, corpus keys and tokens per character.
+- Headers are read mapped, once per version of each file: the playground may ask on every request.
 """
 
 from __future__ import annotations
@@ -103,7 +94,7 @@ def _header(path: str, mtime_ns: int, size: int) -> Header:  # keyed by the file
 
 
 def _corpus(ckpt: Checkpoint) -> tuple:
-    """What fixes the run's validation text, a key its config lacks taking DataConfig's default."""
+    """What fixes the run's validation text (a key its config lacks: DataConfig's default)."""
     data = ckpt.config.get("data") if isinstance(ckpt.config, dict) else None
     data = data if isinstance(data, dict) else {}
     defaults = {f.name: f.default for f in fields(DataConfig)}
@@ -115,9 +106,7 @@ def _corpus(ckpt: Checkpoint) -> tuple:
 
 
 def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> RunFile:
-    """The file a reader reads for `ckpt`: a run folder (or None: the newest run under `runs_root`) gives best.pt
-    where it is this run's and validated better than ckpt.pt, else ckpt.pt; a file is read as named. A folder that
-    also holds an exported model is refused naming `key` (checkpoint.py's refuse_two_models)."""
+    """The file read for `ckpt`: a run folder's (None: the newest run's) per `folder_file`, a file as named."""
     p = newest_checkpoint(runs_root).parent if ckpt in (None, "") else Path(ckpt).expanduser()
     if p.is_dir():
         return folder_file(p, key)
@@ -130,8 +119,8 @@ def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str =
 
 
 def folder_file(folder: Path, key: str = "ckpt") -> RunFile:
-    """best.pt where `passed_over` finds nothing against it, else ckpt.pt with the reason in `note`; a folder with
-    best.pt and no ckpt.pt is one UserError naming best.pt as `key` (ckpt=<folder>/best.pt reads it)."""
+    """best.pt where `passed_over` finds nothing against it, else ckpt.pt with the reason in `note`; best.pt
+    without ckpt.pt is refused (nothing to compare it with)."""
     refuse_two_models(folder, key)
     last, best = folder / CKPT_NAME, folder / BEST_NAME
     if best.is_file() and not last.is_file():

@@ -1,17 +1,11 @@
 """Scoring a whole text file with a trained model: loss per token and bits per original character.
 
-Design choices:
-- Every token of the file is predicted exactly once. Windows of `context_length` tokens start every `stride`
-  tokens and each scores only the targets no earlier window scored: with stride = context_length the windows do
-  not overlap, with a smaller one each target gets at least context_length - stride tokens of left context (the
-  usual strided perplexity). The last window ends at the last token, so every window is full and batches stack.
-- Bits per character divide the total loss by the text's characters, not its tokens, so a jamo model and a
-  character model compare fairly. The first character only gives context; a character the vocabulary cannot
-  represent (`<unk>`) is left out of the score, every one of its tokens, and counted apart.
-- A hangul model can score syllables its training text never held, which a `char` model of the same corpus would
-  call `<unk>`: its score is also split (`bpc_seen`, `bpc_unseen`, `chars_unseen`), the seen part being the number
-  to compare with a char model's bpc. The split rides along the one scoring pass (a second per-token mask); it is
-  null for a hangul vocabulary saved before it recorded its training characters ("unknown" is not "none unseen").
+Design choices (docs/en/evaluation.md):
+- Every token is predicted once; the last window ends at the last token, so every window is full and batches stack.
+- Bits per character divide by the text's characters, not its tokens, so jamo and char models compare fairly;
+  `<unk>` characters (all their tokens) are left out and counted apart.
+- A hangul model's score is also split into seen and unseen syllables in the same pass; null for a vocabulary
+  saved before it recorded its training characters ("unknown" is not "none unseen").
 """
 
 from __future__ import annotations
@@ -95,11 +89,8 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
 
 
 def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start of each window, offset of its first new target): targets 1..num_tokens-1 each scored once.
-
-    A window starting at b reads tokens b..b+L-1 and predicts tokens b+1..b+L (L = its length, the
-    same for every window); targets before b+1+offset were scored by an earlier window.
-    """
+    """(start of each window, offset of its first new target): targets 1..num_tokens-1 each scored once; a window
+    at b predicts tokens b+1..b+L, those before b+1+offset scored by an earlier window."""
     if not 1 <= stride <= context_length:
         raise UserError(f"stride={stride} is invalid: it must be between 1 and the context length {context_length}")
     last = num_tokens - 1  # index of the last target
@@ -120,8 +111,7 @@ def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.n
 def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_length: int, stride: int,
                  batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True,
                  unseen: np.ndarray | None = None) -> Score:
-    """Total loss (nats) and count of the scored targets of `ids`, predicting each one once; with `unseen`
-    (a per-token mask), also the part of both on the marked targets."""
+    """Total loss (nats) and count of scored targets of `ids`, each predicted once (and of those `unseen` marks)."""
     if len(ids) < 2:
         return Score(0.0, 0)
     if batch_size < 1:
@@ -187,17 +177,14 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
 
 
 def json_ready(result: dict) -> dict:
-    """`result` as strict JSON can hold it: a number that is not finite becomes null (JSON has no NaN or
-    infinity, and a reader that parses strictly would fail on the line), a name that is not valid UTF-8 shows
-    U+FFFD (common/names.py)."""
+    """`result` as strict JSON holds it: a number not finite becomes null, a name not valid UTF-8 shows U+FFFD."""
     return {shown_name(k): None if isinstance(v, float) and not math.isfinite(v) else shown_names(v)
             for k, v in result.items()}
 
 
 def _seen_split(tokenizer: Tokenizer, text: EncodedText, score: Score) -> dict:
-    """bpc on the characters the training text held and on those it lacked (hangul only; see the module doc)."""
-    if text.unseen is None:
-        # char and jamo cannot represent an unseen character at all: no split; an old hangul vocabulary: null
+    """bpc on the characters the training text held and on those it lacked (hangul only)."""
+    if text.unseen is None:  # char and jamo cannot represent an unseen character; an old hangul vocabulary: null
         keys = ("bpc_seen", "bpc_unseen", "chars_seen", "chars_unseen")
         return dict.fromkeys(keys) if tokenizer.kind == "hangul" else {}
     seen_chars = text.num_chars - text.num_unseen

@@ -1,16 +1,10 @@
 """A weight file checked for what it computes: its structure before any conversion, then its logits.
 
 Design choices:
-- One check for every reader (generate, evaluate, serve, export, train.resume, train.init_from). `check_state`
-  runs on the file's dict before the layout conversion (model/qkv_layout.py): every key known and expected, each
-  attention module's weights in one layout (all its heads, or its stacked `qkv`), float dtypes, the shapes the
-  settings need: a bad file is one line naming the key, never a KeyError inside the conversion. Then
-  `refuse_non_finite_logits` runs the model on a few tokens: finite weights can still overflow.
-- The names and shapes expected come from the model itself built on the `meta` device, so the model's code stays
-  the one statement of its shapes; `shapes_only` keeps that build, and the export's mappings, off torch's Python
-  references, whose first call imports torch._dynamo (a cost every reader's start would pay). The same build with
-  a checkpoint's weights assigned in place is the model the logits check of train.resume and train.init_from runs
-  (`probe_model`): no random initialisation, no copy.
+- One check for every reader: `check_state` runs before the layout conversion, so a bad file is one line naming
+  the key, never a KeyError inside it; then a few tokens' logits, since finite weights can still overflow.
+- Expected names and shapes come from the model built on `meta` (`probe_model` assigns weights to that build):
+  `shapes_only` keeps it off torch's Python references, whose first call imports torch._dynamo.
 """
 
 from __future__ import annotations
@@ -44,10 +38,8 @@ def _in_place(name: str) -> bool:
 
 
 class _ShapesOnly(TorchFunctionMode):
-    """Inside `torch.device("meta")`, where `normal_`, `tril`, `neg`, `cat` and others run through torch's Python
-    references: an in-place operation on a `meta` tensor is skipped (it holds no values; its shape and dtype stay),
-    and a table a module derives (a mask, positions, ids: in a dtype other than the default float, which a
-    parameter never has) is made on the CPU."""
+    """Under `torch.device("meta")`: an in-place operation on a `meta` tensor is skipped (no values; shape and dtype
+    stay), and a table a module derives (a mask, positions: never the default float dtype) is made on the CPU."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -66,7 +58,6 @@ class _ShapesOnly(TorchFunctionMode):
 
 @contextmanager
 def shapes_only() -> Iterator[None]:
-    """New tensors on `meta`, computed as `_ShapesOnly` says."""
     with torch.device("meta"), _ShapesOnly():
         yield
 
@@ -86,8 +77,7 @@ def _expected(settings: tuple) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]
 
 
 def expected_state(config: ModelConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    """{name: (dtype, shape)} of the state dict `config` builds, in its own attention layout (a tied matrix under
-    both its names); settings that cannot be built raise what the model raises (a ValueError or TypeError)."""
+    """{name: (dtype, shape)} of the state dict `config` builds (a tied matrix under both its names)."""
     return _expected(tuple(sorted(config.to_dict().items())))
 
 
@@ -160,8 +150,7 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 
 @torch.no_grad()
 def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
-    """One forward pass of `model` (on its device, in eval mode for the pass) on a few tokens spread over the
-    vocabulary; logits that are not finite are one UserError naming the weights (`which` set of `source`)."""
+    """One UserError naming the weights where `model`'s logits on a few tokens are not finite."""
     from inference.checkpoint import another_checkpoint  # which imports this module
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)

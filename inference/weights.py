@@ -1,12 +1,10 @@
 """Which of a checkpoint's weights a reader uses, and the words that say so.
 
-Design choices:
-- One rule for every reader (generate.py, evaluate.py, serve.py, export.py, train.init_from): `weights=null` takes
-  the average where the run kept one, else the raw weights; `weights=averaged` or `raw` asks for exactly that set,
-  and a checkpoint or exported folder that does not hold it is refused in one line, never swapped for the other.
-- An exported folder holds one set, and its record says which (`weights`, `average_updates`); one written before
-  it did is `raw` where its run kept no average, else `unknown`: read as it is, refused to anyone asking for a set.
-- Every reader says what it used: `WeightsUsed.words()` in its first line, `fields()` in its JSON.
+Design choices (docs/en/training.md, "Which weights a reader uses"):
+- One rule for every reader: `weights=null` takes the average where the run kept one, else the raw weights; a set
+  asked for that is not there is refused in one line, never swapped for the other.
+- An exported folder holds one set, named by its record; one exported before the record is `raw` where its run kept
+  no average, else `unknown`: read as it is, refused to anyone asking for a set.
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ def _no_average(ckpt: Checkpoint) -> str:
 
 
 def choose_weights(ckpt: Checkpoint, asked: str | None, key: str = "weights") -> WeightsUsed:
-    """The weights `asked` for (None: the average where the run kept one, else the raw ones); a set the checkpoint
-    or exported folder does not hold is one UserError naming `key`, the setting that asked."""
+    """The weights `asked` for (None: the average where the run kept one, else raw); a set not held is refused."""
     if ckpt.held is not None:
         return _exported(ckpt, asked, key)
     if asked == "raw":
@@ -98,7 +95,6 @@ def _exported(ckpt: Checkpoint, asked: str | None, key: str) -> WeightsUsed:
 
 
 def exported_weights(ckpt: Checkpoint, used: WeightsUsed, source: dict | None = None) -> Checkpoint:
-    """The checkpoint as an exported folder keeps it: the one set `used`, the record of which it is, and of the
-    checkpoint it came from (`source`: inference/run_files.py's fields; an exported folder's own, re-exported)."""
+    """The checkpoint as an exported folder keeps it: the one set `used`, which set it is, and its `source`."""
     return replace(ckpt, model=ckpt.weights(used.kind), averaged=None, held=used.kind, held_updates=used.updates,
                    source=source if source is not None else ckpt.source)

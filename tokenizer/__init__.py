@@ -1,8 +1,4 @@
-"""Tokenizers: text <-> ids. They know nothing of models or files other than their own JSON.
-
-`Tokenizer` is the protocol every kind implements (see `tokenizer.base`); `build_tokenizer` and
-`tokenizer_from_dict` pick the kind by name, so callers never branch on it.
-"""
+"""Tokenizers: text <-> ids, knowing nothing of models or files but their own JSON; callers pick a kind by name."""
 
 from __future__ import annotations
 
@@ -29,7 +25,6 @@ def build_tokenizer(kind: str, chunks: Iterable[str]) -> Tokenizer:
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
-    """Rebuild a tokenizer saved with `to_dict()` (as stored in checkpoints), whatever its kind (`char` unless it
-    says otherwise)."""
+    """Rebuild a tokenizer saved with `to_dict()`, whatever its kind (`char` unless it says otherwise)."""
     kind = d.get("kind") if isinstance(d, dict) else None
     return next((cls for cls in _CLASSES.values() if cls.kind == kind), KoreanCharTokenizer).from_dict(d)

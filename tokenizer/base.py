@@ -1,11 +1,9 @@
 """What every tokenizer is and shares: the `Tokenizer` protocol, and its vocabulary saved as JSON.
 
 Design choices:
-- `Tokenizer` is a `typing.Protocol`, not a base class: code that only uses tokenizers (training,
-  generation, evaluation, the token cache) depends on what a tokenizer can do, and a new kind needs no
-  import of ours to qualify. It is `runtime_checkable` so tests can assert that each kind conforms.
-- The vocabulary is stored as human-readable JSON (`to_dict()`), written atomically so a crash never leaves
-  half a vocabulary beside a checkpoint, and fingerprinted (a hash of that JSON) to key token caches.
+- A `typing.Protocol`, not a base class: users depend on what a tokenizer does, and a new kind imports nothing of
+  ours to qualify (`runtime_checkable`, so tests can assert it).
+- The vocabulary is readable JSON, written atomically, and its hash (`fingerprint`) keys the token caches.
 """
 
 from __future__ import annotations
@@ -36,12 +34,8 @@ class StreamDecoder(Protocol):
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """Text <-> ids. Id 0 is always `<unk>`; ids run from 0 to `vocab_size - 1`.
-
-    Every kind also has the classmethods `from_dict(d)` (the inverse of `to_dict()`, raising a `UserError`
-    for a dict that is not its vocabulary) and `load(path)` (the inverse of `save(path)`);
-    `tokenizer.tokenizer_from_dict` picks the kind from the dict.
-    """
+    """Text <-> ids; id 0 is always `<unk>`. Every kind also has the classmethods `from_dict(d)` (the inverse of
+    `to_dict()`; a UserError for a dict that is not its vocabulary) and `load(path)`."""
 
     kind: str  # the value of data.tokenizer that builds it
 
@@ -85,8 +79,7 @@ def vocabulary_format(d: object, expected: str, described: str) -> dict:
 
 
 def text_entries(d: dict, key: str, required: bool = True, single: bool = False) -> list[str]:
-    """`d[key]` as a list of strings (of one character each, with `single`); any other shape is one UserError that
-    names the field and the entry, before the vocabulary is built from it."""
+    """`d[key]` as a list of strings (one character each, with `single`); else one UserError naming the entry."""
     if key not in d and not required:
         return []
     value = d.get(key)
@@ -110,9 +103,8 @@ def seen_codes(chunks: Iterable[str], codes_of: Callable[[str], np.ndarray]) -> 
 
 
 class JsonVocabulary:
-    """Subclasses define `to_dict()`, `from_dict()`, `from_chunks()`, `_decode_codes` (the code each id decodes to)
-    and `_text_of` (the text of such codes); building from text, decoding, saving, loading and fingerprints come
-    from here."""
+    """What kinds share; subclasses define `to_dict()`, `from_dict()`, `from_chunks()`, `_decode_codes` (the code
+    each id decodes to) and `_text_of` (the text of such codes)."""
 
     @classmethod
     def from_text(cls: type[T], text: str) -> T:

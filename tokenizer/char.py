@@ -1,11 +1,9 @@
 """KoreanCharTokenizer: one id per Unicode character (after NFC), plus `<unk>`.
 
 Design choices:
-- Id 0 is `<unk>` and ids 1..N are the corpus characters in code point order, so the same text always
-  gives the same vocabulary, whatever order it was read in.
-- Encoding is a single numpy gather over code points: there is no per-character Python loop on the hot
-  path, so the cost of encoding a corpus grows with memory bandwidth, not with the interpreter.
-- `<unk>` decodes to U+FFFD, so decoded text stays printable.
+- Id 0 is `<unk>` (decoded as U+FFFD, so text stays printable), then the characters in code point order: the same
+  text always gives the same vocabulary, whatever order it was read in.
+- Encoding is one numpy gather over code points: no per-character Python loop on the hot path.
 """
 
 from __future__ import annotations
@@ -64,7 +62,6 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     @classmethod
     def from_chunks(cls, chunks: Iterable[str]) -> KoreanCharTokenizer:
-        """The vocabulary of the union of `chunks` (a corpus read piece by piece)."""
         return cls(map(chr, seen_codes(chunks, code_points)))
 
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
@@ -88,8 +85,7 @@ class KoreanCharTokenizer(JsonVocabulary):
     @staticmethod
     def _lookup(text: str, table: np.ndarray) -> np.ndarray:
         ids = np.empty(len(text), dtype=np.int32)
-        # Slices of 32k characters keep each temporary in the CPU cache and in reused heap memory; one
-        # 2 MB temporary per call costs page faults that take longer than the lookup itself.
+        # 32k-character slices: one 2 MB temporary per call page-faults for longer than the lookup itself takes
         for i in range(0, len(text), ENCODE_SLICE):
             cps = code_points(text[i : i + ENCODE_SLICE])
             table.take(cps, out=ids[i : i + len(cps)])

@@ -1,16 +1,10 @@
-"""KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens (initial, medial, final).
+"""KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens, initial, medial and final.
 
-A syllable U+AC00 + (L * 21 + V) * 28 + T is written as the tokens L, V, T, where T = 0 is an explicit "no final" token,
-so decoding never has to guess where a syllable ends. Every other character (Hanja, Latin, digits, punctuation, emoji,
-and the standalone compatibility jamo of ㅋㅋ or ㅠㅠ) is one token, as in the character tokenizer.
-
-Syllable parts live in their own code space above U+10FFFF, so they are never confused with a character of the text, not
-even with a conjoining jamo (U+1100..) that NFC left uncomposed in archaic Hangul. Encoding and decoding are numpy
-gathers over code points: no per-character Python loop.
-
-A model can sample sequences that are not syllables (a medial without an initial, an initial followed by a comma).
-Decoding stays readable: an initial and a medial without a final make an open syllable, and a part with no syllable to
-belong to is shown as its compatibility jamo (ㄱ, ㅏ); a stray "no final" shows as nothing.
+Design choices (docs/en/tokenizers.md):
+- "No final" is a token of its own, so decoding never guesses where a syllable ends; other characters are one each.
+- Syllable parts have codes above U+10FFFF, never confused with a character, not even a jamo NFC left uncomposed.
+- Any sampled sequence decodes readably: an initial and a medial make an open syllable, a stray part shows as its
+  compatibility jamo (ㄱ, ㅏ), a stray "no final" as nothing.
 """
 
 from __future__ import annotations
@@ -80,7 +74,7 @@ def jamo_codes(text: str) -> np.ndarray:
 
 
 def text_from_jamo_codes(codes: np.ndarray) -> str:
-    """Inverse of `jamo_codes`, and readable for any sequence of codes (see the module docstring)."""
+    """Inverse of `jamo_codes`, and readable for any sequence of codes."""
     codes = np.asarray(codes, dtype=np.int64)
     n = len(codes)
     if n == 0:
@@ -92,8 +86,7 @@ def text_from_jamo_codes(codes: np.ndarray) -> str:
     nxt_v[:-1] = is_v[1:]
     nxt2_t = np.zeros(n, dtype=bool)
     nxt2_t[:-2] = is_t[2:]
-    # A syllable starts at each initial followed by a medial; these never overlap (an initial is never a
-    # medial or a final), so they can all be found at once.
+    # A syllable starts at each initial followed by a medial; starts never overlap, so all are found at once.
     open_start = is_l & nxt_v
     closed_start = open_start & nxt2_t
     out = codes.copy()  # characters stay themselves
@@ -148,7 +141,6 @@ class KoreanJamoTokenizer(JsonVocabulary):
 
     @classmethod
     def from_chunks(cls, chunks: Iterable[str]) -> KoreanJamoTokenizer:
-        """The vocabulary of the union of `chunks` (a corpus read piece by piece)."""
         return cls(_code_name(c) for c in seen_codes(chunks, jamo_codes))
 
     def encode(self, text: str, normalized: bool = False) -> np.ndarray:
@@ -200,10 +192,9 @@ class KoreanJamoTokenizer(JsonVocabulary):
         return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
 
     def next_token_rules(self) -> tuple[np.ndarray, np.ndarray]:
-        """The spelling rules sampling follows, so a model never writes half a syllable: (the state after
-        each id (vocab_size,), the ids allowed in each state (3, vocab_size) bool). State 0, between
-        characters: anything but a medial or a final; 1, after an initial: a medial; 2, after a medial: a
-        final or "no final". (Any initial, medial and final make a syllable, so no other rule is needed.)"""
+        """The spelling rules sampling follows, so a model never writes half a syllable: (the state after each id,
+        the ids allowed in each state (3, V)). State 0, between characters: anything but a medial or a final; 1,
+        after an initial: a medial; 2, after a medial: a final or "no final"."""
         codes = self._decode_codes  # id 0 (<unk>) decodes to a character: state 0
         is_l = (codes >= INITIAL_BASE) & (codes < MEDIAL_BASE)
         is_v = (codes >= MEDIAL_BASE) & (codes < FINAL_BASE)

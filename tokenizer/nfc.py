@@ -1,12 +1,8 @@
 """Telling, without normalising, that a text is NFC already.
 
-`unicodedata.normalize("NFC", text)` walks the whole text even when nothing changes, and on Korean text
-that walk costs as much as the encoding lookup itself. By Unicode's quick-check rule, a text whose
-characters all have canonical combining class 0 and NFC_Quick_Check=Yes is NFC. The characters outside
-that set - combining marks, characters NFC replaces, and characters that can compose with the one before
-them (conjoining jungseong/jongseong jamo, some Indic vowel signs) - are computed here once from
-`unicodedata`, so they follow the Unicode version of the running Python. Encoders look code points up in a
-table anyway: marking these code points in that table makes "is this text NFC?" one comparison per character.
+`unicodedata.normalize` walks the whole text even when nothing changes, as costly on Korean as the encoding. By
+Unicode's quick-check rule, text whose characters all have combining class 0 and NFC_Quick_Check=Yes is NFC: the
+others are computed once from `unicodedata` (its Unicode version) and marked in the encoder's lookup table.
 """
 
 from __future__ import annotations
@@ -17,12 +13,10 @@ import unicodedata
 
 import numpy as np
 
-# Conjoining medial vowels and final consonants compose algorithmically with a preceding Hangul syllable or
-# initial consonant; unicodedata.decomposition() does not list Hangul syllables, so they are added by hand.
+# Conjoining medials and finals compose with a syllable or initial before them (decomposition() omits Hangul).
 HANGUL_COMPOSING = [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]
-# Combining marks and canonical decompositions live in planes 0-2 and 14 only: plane 3 holds ideographs,
-# planes 4-13 are unassigned, 15-16 are private use (whose properties Unicode never changes). Scanning just
-# these keeps the first encode fast; tests/tokenizer/test_nfc.py scans all of Unicode to check the claim.
+# Combining marks and canonical decompositions live in planes 0-2 and 14 only (3: ideographs, 4-13 unassigned,
+# 15-16 private use): scanning these keeps the first encode fast; tests/tokenizer/test_nfc.py checks all of Unicode.
 SCANNED = (range(0xD800), range(0xE000, 0x30000), range(0xE0000, 0xF0000))
 
 

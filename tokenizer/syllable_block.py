@@ -1,19 +1,10 @@
 """KoreanHangulTokenizer: one token per character, and every precomposed Hangul syllable always representable.
 
-Ids: 0 is `<unk>`; 1 to 11,172 are the syllables U+AC00 to U+D7A3 in code-point order, whether or not the
-corpus holds them (id = code point - 0xAC00 + 1, so a syllable's initial, medial and final follow from its id
-by arithmetic: `syllable_parts`); then the corpus's other characters (Hanja, Latin, digits, punctuation,
-whitespace, standalone jamo such as ㅋㅋ) in code-point order; then characters added by fine-tuning.
-
 Design choices:
-- It is the character tokenizer with a fixed syllable block in front (encoding, decoding, NFC handling, streaming
-  and `extended()` are `char`'s), so a syllable never seen in training is still a token, not `<unk>`.
-- The fixed block lets a model compose a syllable from its jamo (`model.embedding=jamo`): the model knows only ids,
-  and the ids of syllables are the same for every corpus.
-- It records which syllables its training text held (`seen_syllables`, saved as one string under "syllables_seen"),
-  so evaluation can split its score into what a `char` model of the same corpus could score and what it could not.
-  Fine-tuning adds the syllables of the new text, as `char` would add them to its vocabulary. A vocabulary saved
-  before the record existed loads with `seen_syllables = None`.
+- `char` with all 11,172 syllables first (ids 1.., in code-point order), in the corpus or not: an unseen syllable is
+  a token, not `<unk>`, and its id is the same for every corpus, so a model can compose it from its jamo.
+- `seen_syllables` records the training text's syllables, so evaluation can split its score into what a `char`
+  model could score and what it could not; a vocabulary saved before the record loads with None.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The corpora `python -m data.prepare` knows: where each file lives, what it must hold, how to read it.
 
 Design choices:
-- Every source is pinned to one commit of its repository, so the bytes (and their recorded checksums) never
-  change under us.
-- `extract` turns one downloaded file into the plain text it holds, or raises `BadContent` saying why the file
-  is not what it claims to be; nothing is trusted before that.
-- `documents` says whether each file is a document of its own (KoCoNovel's novels: `--files` writes them one
-  file each) or the whole download is one stream of short texts (NSMC's reviews).
+- Every source is pinned to one commit, so its bytes (and recorded checksums) never change under us.
+- `extract` turns a downloaded file into its plain text, or raises `BadContent`: nothing is trusted before that.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The command line of `python -m data.prepare` (its usage is in data/prepare/__init__.py)."""
+"""The command line of `python -m data.prepare`."""
 
 from __future__ import annotations
 

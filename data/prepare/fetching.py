@@ -1,17 +1,10 @@
-"""Downloading a corpus's files into the cache (`data.download`), validating them, and writing the prepared text.
+"""Downloading a corpus's files into the cache, validating them, and writing the prepared text (docs/en/corpora.md).
 
 Design choices:
-- Nothing is trusted before it is validated as what it claims to be (`catalog.CorpusSource.extract`): UTF-8 text
-  in the source's format, not empty, not an HTML page. A mirror that answers with anything else is refused in one
-  line, and nothing of it is kept or recorded.
-- A registry entry may pin the SHA-256 of each file. Where it does not, the first download that validates is
-  recorded in `SHA256SUMS` beside the files (trust on first use), and every later download or re-use must match
-  that record, so a file changing on the server is noticed.
-- `--force` downloads every file again and always recovers: a new file that validates replaces an unpinned record
-  (with one warning), because the user asked to trust the source again; one that does not validate changes nothing.
-  Pinned checksums are never overridden.
-- The prepared text is UTF-8, NFC, "\\n" line endings, written atomically; with `files=True` each document of the
-  source is its own file in a folder (a corpus `data.path` can name), in the source's order.
+- Nothing is kept or recorded before it validates as what it claims to be (`CorpusSource.extract`).
+- An unpinned file's first download that validates is recorded in `SHA256SUMS` (trust on first use); every later
+  download or re-use must match, so a file changing on the server is noticed.
+- `--force` trusts anew what validates (with a warning), because the user asked; a pinned checksum never changes.
 """
 
 from __future__ import annotations
@@ -111,9 +104,7 @@ def _base_url(source: CorpusSource, base_url: str | None) -> str:
 def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url: str | None = None,
             force: bool = False, progress: bool = True, files: bool = False, min_speed_kb: float | None = None,
             max_file_mb: float | None = None) -> Path:
-    """Download (or re-use) every file of `source`, validate it, and write the prepared text; return its path
-    (with `files`, the folder holding one text file per document). `min_speed_kb` (KB/s, default
-    data.download.MIN_SPEED) and `max_file_mb` (default the source's own bound) limit each download."""
+    """Download (or re-use) and validate every file of `source`, then write the prepared text; returns its path."""
     limits = Limits(max_bytes=int((max_file_mb or source.max_file_mb) * (1 << 20)),
                     min_speed=(min_speed_kb * 1024) if min_speed_kb is not None else MIN_SPEED)
     if files and not source.documents:

@@ -1,5 +1,4 @@
-"""kochar-gpt's model settings as a `transformers` config (shipped in exported folders whose architecture no
-stock class expresses; loaded with `trust_remote_code=True`)."""
+"""kochar-gpt's model settings as a `transformers` config, shipped where no stock class fits (`trust_remote_code`)."""
 
 try:
     from transformers import PreTrainedConfig

@@ -1,10 +1,7 @@
 """kochar-gpt's AttentionLanguageModel for `transformers` (`trust_remote_code=True`), self-contained.
 
-Shipped in exported folders whose architecture no stock class expresses (squared ReLU, query/key norm,
-a head size other than the width, ...). The parameter names are the project's own, so the weights load as
-they were trained. No KV cache: every step recomputes the window (the last `context_length` tokens), which
-gives the project's uncached logits exactly.
-"""
+The parameter names are the project's own, so the weights load as trained. No KV cache: every step recomputes the
+window, which gives the project's uncached logits exactly."""
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +13,7 @@ from .configuration_kochar import KocharConfig
 
 ROPE_BASE = 10000.0
 GATE_CHANNELS = 12  # a head gate reads this many channels of its block's input
-# The kinds of each setting this code computes; any other is refused when the model is built, never computed as
-# something else (kochar-gpt's export refuses such a run before it writes anything).
+# The kinds of each setting this code computes; any other is refused when the model is built, never computed.
 KINDS = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
          "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
 # The hangul tokenizer's ids: 1..11172 are the syllables, id - 1 = (initial * 21 + medial) * 28 + final.

@@ -1,10 +1,8 @@
 """kochar-gpt's jamo tokenizer for `transformers` (`trust_remote_code=True`), self-contained.
 
-A precomposed Hangul syllable is three tokens, initial, medial and final (`<T none>` when it has none); every
-other character is one token; text is NFC first. `kochar_vocab.json` lists the tokens in id order after
-`<unk>` (id 0). Decoding composes an initial followed by a medial (and a final) into its syllable and shows a
-part with no syllable to belong to as its compatibility jamo, as the project's own decoder does.
-"""
+A Hangul syllable is three tokens (initial, medial, final or `<T none>`), any other character one, after NFC;
+`kochar_vocab.json` lists them in id order after `<unk>` (id 0). A part with no syllable shows as its compatibility
+jamo, as the project's own decoder shows it."""
 
 import json
 import os
