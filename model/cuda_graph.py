@@ -1,15 +1,14 @@
-"""A function of static buffers captured once as a CUDA graph and replayed: the one capture of the decode step
-(model/static_decode.py) and of the whole training step (training/runner/graph.py).
+"""A function of static buffers captured once as a CUDA graph and replayed, launching a small model's many short
+kernels at once: the decode step (model/static_decode.py) and the whole training step (training/runner/graph.py).
 
 Design choices:
-- A small model's step is many short kernels, launched one by one from Python; a replay launches them all at once.
 - PyTorch's recipe: warm-ups on a side stream (kept by `CudaGraph`, so training runs its real steps there), then one
   capture. The function touches only tensors that outlive the graph; the caller undoes what warm-ups wrote.
-- Random draws: the graph is bound to one generator (`register_generator_state`), advanced by every replay as the
-  eager calls would advance it. Autocast's weight cache is off while capturing (it would be freed under the graph).
+- The graph is bound to one generator (`register_generator_state`), advanced by every replay as eager calls would.
+  Autocast's weight cache is off while capturing (it would be freed under the graph).
 - `capture_error_mode="thread_local"` (the playground captures while other threads work); one capture at a time.
-- One recovery after a failed capture (`_recover`); the decode step then runs eagerly after one line
-  (`captured`), and training says its own line and goes on without the graph.
+- A failed capture is recovered from (`_recover`) and said in one line (`captured`, or training's own); the step
+  then runs eagerly.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """The one-token step of cached generation, on weights gathered once per generation.
 
-Run through the module tree, a one-token step pays an `nn.Module` call per layer, which on the CPU can cost more
-than its matrix-vector products. `DecodeStep` computes what `Block.forward` with fused attention computes for one
-position, on the modules' own parameters laid out for a row times a matrix (`x @ W_t`); tests check its logits
-against the uncached forward at every step.
+Through the module tree a one-token step pays an `nn.Module` call per layer, on the CPU more than its matrix-vector
+products. `DecodeStep` computes `Block.forward`'s fused path for one position on the modules' own parameters, laid
+out as `x @ W_t`; tests check its logits against the uncached forward at every step.
 
 Design choices:
-- Every architecture switch is computed here too (tests/model/test_restated_forward.py runs every kind of every
-  `ModelConfig` field through it), each in as few ops as it allows: an RMSNorm's sqrt(n) and gain folded into the
-  next matrix; queries and keys normalised and rotated together, the rotation one product with a (D, D) matrix
-  per position (`Rotations`). Logits agree with the modules' to float32 rounding.
-- Position p is written to slot p % context_length and the query attends to every filled slot: one step for
-  learned positions (refilled in time) and the rotary ring. Everything asked of a position goes through one object
-  (`SlotPosition`), so model/static_decode.py runs this very code with the position in a device tensor.
+- Every architecture switch is computed here too (tests/model/test_restated_forward.py), each in as few ops as it
+  allows: an RMSNorm's sqrt(n) and gain folded into the next matrix; queries and keys normalised and rotated
+  together, the rotation one (D, D) product per position (`Rotations`). Logits agree to float32 rounding.
+- Position p goes to slot p % context_length and the query attends to every filled slot: one step for learned
+  positions and the rotary ring. All asked of a position goes through `SlotPosition`, so model/static_decode.py
+  runs this very code with the position in a device tensor.
 """
 
 from __future__ import annotations
@@ -68,11 +66,10 @@ def unit_rms(x: Tensor, floor: Tensor) -> Tensor:
 
 
 class Rotations:
-    """`rotations(p)`: a (D, D) matrix R with x @ R == apply_rope(x, ..., p) * `scale`, for any absolute position p:
-    a host int (matrices built ROTATION_CHUNK positions at a time, so memory stays constant however far the ring
-    slides) or a (1,) device tensor (built at each call, nothing read back: model/static_decode.py). Both are the
-    rows of the identity rotated by `apply_rope` itself, so the matrix is the modules' rotation by construction;
-    `scale` is the sqrt(head_dim) that `unit_rms` leaves out of a query/key norm."""
+    """`rotations(p)`: the (D, D) R with x @ R == apply_rope(x, ..., p) * `scale` (the sqrt(head_dim) `unit_rms`
+    leaves out) at a host int p (built ROTATION_CHUNK positions at a time: constant memory however far the ring
+    slides) or a (1,) device tensor p. The identity's rows rotated by `apply_rope`: the modules' rotation by
+    construction."""
 
     def __init__(self, head_dim: int, dtype: torch.dtype, device: torch.device, scale: float = 1.0):
         self.dtype, self.device, self.scale = dtype, device, scale
@@ -155,12 +152,8 @@ def _full_width(weight: Tensor, width: int) -> Tensor:
 
 
 class DecodeStep:
-    """Logits for one new token per sequence, reading and extending a `KVCache`.
-
-    The matrices take the cache's dtype: the autocast dtype when generating under autocast (so they are cast
-    once here instead of at every step), else the parameters' dtype. Each block's QKV matrix is `qkv_weight()`:
-    the fused parameter itself, or the heads' matrices stacked once here for a model on the `heads` path.
-    """
+    """Logits for one new token per sequence, reading and extending a `KVCache`. The matrices take the cache's dtype
+    (under autocast, cast once here instead of at every step); a `heads` model's matrices are stacked once here."""
 
     def __init__(self, model, cache: KVCache):
         dtype = cache.dtype

@@ -1,16 +1,12 @@
-"""The fused path's QKV product, split into each head's queries, keys and values, with a backward that puts nothing
-back together: `project_qkv`.
+"""The fused path's QKV product, `x @ qkv.flatten(0, 2).T`, split into each head's queries, keys and values, with a
+backward that puts nothing back together: `project_qkv`.
 
-Why: every split PyTorch offers pays in the backward (`unbind`/`split` join the three gradients with a stack or a
-cat, and the heads' permuted views add a strided copy), while attention's backward hands the three gradients back in
-separate buffers. Instead (`QKVProjection.backward`):
-- each gradient, a transposed view of a (B, T, H, D) buffer, is read as (B*T, head_size) rows without a copy;
-- the weight's gradient is three matmuls into the thirds of one buffer, the input's one matmul and two accumulating
-  ones: the same FLOPs, and no pass over joined rows; gradients that are one buffer's thirds already take two;
-- any other layout is copied into rows (the copy the old split always paid).
-
-The forward is the lecture's product unchanged: `x @ qkv.flatten(0, 2).T`. tests/training/test_step_cost.py holds
-the backward's operations: no cat, stack or copy.
+Why: every split PyTorch offers joins the three gradients in the backward (a stack or a cat, plus a strided copy for
+the heads' permuted views), while attention's backward hands them back in separate buffers. `QKVProjection.backward`
+reads each, a transposed view of a (B, T, H, D) buffer, as (B*T, head_size) rows without a copy (any other layout is
+copied), and writes the weight's gradient as three matmuls into one buffer's thirds, the input's as one matmul and
+two accumulating ones: the same FLOPs (two where the gradients are one buffer's thirds already), nothing joined
+(tests/training/test_step_cost.py).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Turning next-token logits into a token: greedy, temperature, top-k and nucleus (top-p) sampling, and the token
-grammar, applied by one `Sampler` on every device.
+grammar, applied by one `Sampler` for every caller (eager loop, static step, its CUDA graph, the playground).
 
 Design choices:
-- One sampler for every caller: the eager loop, the static step, a CUDA graph of it, the playground's
-  probabilities (`sampling_probs`) and `sample_next` are all `Sampler.probs` and `Sampler.__call__`.
-- The settings live in device tensors (`set` fills them in place, nothing is read back): a CUDA graph fixes its
-  kernels and their arguments when it is captured, so the numbers (temperature, p, the grammar's tables) are read
-  from tensors and one capture serves every value a request may send. Which filters run changes the kernels: that
-  is the graph's key (`SamplingMode`).
-- Top-k finds the k-th largest logit with `torch.topk` and k on the host, except on CUDA, where a graph needs k in
-  a device tensor (a sort, read at that index: the same value). On the CPU, topk is several times faster than the
-  sort (docs/en/speed.md).
+- The settings live in device tensors that `set` fills in place: a captured graph reads its numbers from them, so
+  one capture serves every value a request may send. Which filters run changes the kernels: the graph's key
+  (`SamplingMode`).
+- Top-k reads the k-th largest logit from `torch.topk` with k on the host (faster on the CPU: docs/en/speed.md),
+  except on CUDA, where a graph needs k in a device tensor (a sort, read at that index).
 - The draw is inverse transform sampling (`sample_from`): one uniform number per row.
 """
 

@@ -1,30 +1,21 @@
 """The one-token step with static shapes, sampling included: what a CUDA graph can capture once and replay.
 
-`DecodeStep` (model/decode.py) reads the position as a Python int: where to write the cache, how many slots to
-attend to, which rotation. A captured graph cannot take a new int per token, so `StaticDecode` runs the very
-same `DecodeStep.forward_at` with a `DevicePosition`: the position is a device tensor the step itself advances,
-the keys and values are written with `index_copy_` at slot position % context_length, and the query attends to
-the whole cache with the slots not yet filled masked. The sampled id goes back into the step's input buffer, so
-consecutive replays need nothing from the host.
+A graph cannot take a new Python int per token, so `StaticDecode` runs `DecodeStep.forward_at` (model/decode.py)
+with a `DevicePosition`: a device tensor the step advances itself; keys and values go to slot position %
+context_length by `index_copy_`, and the query attends to the whole cache with unfilled slots masked. The sampled
+id goes back into the step's input buffer, so consecutive replays need nothing from the host.
 
 Design choices:
-- Same logits as `DecodeStep`: only the attention's summation differs (a mask instead of a slice); the rotation
-  comes from the step's own `Rotations`, at a device position.
+- Same logits as `DecodeStep`: only the attention's summation differs (a mask instead of a slice).
 - Everything a replay touches is allocated once per (model, batch size, dtypes) and kept between generations
-  (`acquire`): the KV cache (zeroed, so a masked slot never holds a NaN that 0 * NaN would let through), the
-  ids, the position, the logits, the sampler's settings and the weights `DecodeStep` gathers. Each generation
-  gathers the weights again and copies them into the same tensors (`begin`): a model trained since the last
-  generation is sampled with its new weights.
-- Random numbers come from the decoder's own generator (a graph stays bound to one): each generation starts it
-  at the caller's generator's state and hands the state back at the end, so the caller's generator advances as
-  eager sampling would have advanced it.
-- The refill of a window (learned positions) is a full forward pass. The first one reads the prompt, of any length,
-  and runs eagerly (`sample_refilled`); every later one reads the same number of ids (the window less its jump), so
-  it is a static function too (`refill`): the model's forward over the `window` buffer, sampled as the step is,
-  replayed as a graph of its own.
-- `compiled`: the forward of both is compiled by inductor before it is captured, fusing the step's small kernels.
-- A decoder serves one generation at a time: a second generation of the same model running meanwhile (two
-  playground clients) gets a decoder of its own.
+  (`acquire`), the KV cache zeroed (a masked slot must not hold a NaN that 0 * NaN lets through). `begin` copies the
+  model's current weights into the same tensors, so a model trained since is sampled with its new weights.
+- Random numbers come from the decoder's own generator (a graph stays bound to one), started at the caller's
+  generator's state and handed back at the end: the caller's generator advances as eager sampling would advance it.
+- A window's first refill (learned positions) reads the prompt and runs eagerly (`sample_refilled`); every later one
+  reads the same number of ids, so it is a static function too (`refill`), replayed as a graph of its own.
+- `compiled`: inductor compiles the forward of both before capture, fusing the step's small kernels.
+- A decoder serves one generation at a time: a concurrent generation of the same model gets a decoder of its own.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Generation: the token loop around a model, beside it rather than inside it (`stream`, `generate` calls it).
 
 Design choices:
-- Positions stop at context_length, so a longer sequence is read through a window (`window_start`). With learned
-  positions the window jumps `context_length / 4` tokens at a time (`default_window_shift`), so the cache is
-  refilled only every quarter; rotary keys stay valid as the window moves, so their cache slides. Cached and
-  uncached generation use the same windows, hence give the same logits.
-- With the cache, a window is filled in one forward pass, then each token is one `DecodeStep` (model/decode.py), or
-  the static step of model/static_decode.py (`decoder`).
-- A cached step and its sampling are small ops on a few rows: on the CPU they run on one thread (`OneThread`).
+- A sequence longer than context_length is read through a window (`window_start`): with learned positions it jumps
+  a quarter of the context at a time (`default_window_shift`), so the cache is refilled once a quarter; rotary keys
+  stay valid, so their cache slides. Cached and uncached generation read the same windows: the same logits.
+- With the cache, a window is filled in one forward pass, then each token is one `DecodeStep` (model/decode.py) or
+  model/static_decode.py's static step (`decoder`); on the CPU, on one thread (`OneThread`): small ops on few rows.
 - Only the last context_length ids are kept (`TokenWindow`), so max_new_tokens may be as large as one likes.
 """
 
@@ -39,11 +37,10 @@ def default_window_shift(model: nn.Module) -> int:
 
 
 # How a cached token is computed: `eager` is DecodeStep then the `Sampler`; `static` the static step (sampling
-# included) run op by op; `graph` the static step, and every refill of a window after the first, replayed as CUDA
-# graphs, launched as one unit instead of kernel by kernel from Python (where one cannot be captured, one line says
-# why and it runs as `static`); `compiled` the same with inductor's fused kernels under the graphs; `auto` is graph on
-# CUDA and eager elsewhere: on the CPU and MPS a step's cost is arithmetic and Python, which a graph would not remove.
-# Every caller (generate.py, the playground, bench.py, training's samples) comes through `stream`, so each gets it.
+# included) run op by op; `graph` the static step and every later refill replayed as CUDA graphs (`static`, after one
+# line saying why, where capture fails); `compiled` the same with inductor's kernels under the graphs; `auto` is graph
+# on CUDA and eager elsewhere (on the CPU and MPS a step's cost is arithmetic and Python, which a graph keeps).
+# Every caller (generate.py, the playground, bench.py, training's samples) comes through `stream`.
 DECODERS = ("eager", "static", "graph", "compiled", "auto")
 
 
