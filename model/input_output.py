@@ -1,12 +1,10 @@
-"""The model's two ends, chosen by one builder from `ModelConfig`: the token embedding (ids in) and the LM head
-(hidden states out).
+"""The model's two ends, built from `ModelConfig`: the token embedding (ids in) and the LM head (hidden states out).
 
 Design choices:
 - The lecture's ends are the default (`nn.Embedding`, and `SoftmaxHead`: a bias-free `nn.Linear` with its
-  cross-entropy beside it); the Hangul-aware ones (model/hangul/) have the same interface, so the model never asks
-  which kind it holds: an embedding maps ids to vectors; a head maps hidden states to logits, `token_losses` to
-  each target's loss and `logits_and_loss` to what a step needs; `keep_init` and `finish_init()` say how a layer
-  starts its own parameters.
+  cross-entropy beside it); the Hangul-aware ones (model/hangul/) share their interface (a head's `token_losses`,
+  `logits_and_loss`; `keep_init` and `finish_init()` for its own initialisation), so the model never asks which
+  kind it holds.
 - Parameter names are the lecture model's (`token_embedding.weight`, `lm_head.weight`); `upgrade_state_names`
   renames the older `jamo_embedding.*` and `jamo_head.*` when a checkpoint or an exported folder is read.
 """
@@ -21,8 +19,7 @@ from model.config import ModelConfig
 from model.hangul.jamo_embedding import JamoEmbedding
 from model.hangul.jamo_head import JamoHead
 
-# (old prefix, new prefix) of the parameter names of checkpoints written before the Hangul-aware layers took the
-# places of the token embedding and the LM head
+# (old prefix, new prefix) of checkpoints' parameter names from before the Hangul-aware layers took the ends' places
 RENAMED = (("jamo_embedding.", "token_embedding."), ("jamo_head.", "lm_head."))
 
 

@@ -2,14 +2,13 @@
 11,172-row tables held as the rows its training text uses plus one shared zero row.
 
 Design choices:
-- Both per-syllable tables start at zero, and a text holds a few thousand syllables, yet a dense table costs every
-  step the gradient, clipping, update and (bf16) cast of all its rows.
-- Unseen input rows get no gradient, so compacting them changes nothing; a dense head would still push down an
-  unseen syllable's row beside its pair's target, which a held one leaves at zero (docs/en/hangul.md).
+- Both tables start at zero and a text holds a few thousand syllables, yet a dense table costs every step the
+  gradient, clipping, update and (bf16) cast of all its rows. Unseen input rows get no gradient anyway; a dense head
+  would still push down an unseen syllable's row, which a held one leaves at zero (docs/en/hangul.md).
 - Kept: every syllable of the training split and every non-zero row (a fine-tuned run keeps what it learned), the
   same set on resume, so the optimizer's moments fit.
-- The layout is the training loop's alone: `dense_state_dict` writes checkpoints with the full tables, and
-  `params_left_out` keeps the parameter count the same either way (model/counts.py).
+- The training loop's layout alone: checkpoints hold the full tables (`dense_state_dict`), and `params_left_out`
+  keeps the parameter count the same either way (model/counts.py).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
-"""A syllable's input vector composed from its jamo (`model.embedding=jamo`).
-
-The contract with the `hangul` tokenizer: ids 1 to 11,172 are the syllables in code-point order, so id - 1 =
-(initial * 21 + medial) * 28 + final; every other id is a character of its own.
+"""A syllable's input vector composed from its jamo (`model.embedding=jamo`); id - 1 = (initial * 21 + medial) * 28 +
+final for the `hangul` tokenizer's syllables (model/hangul/__init__.py).
 
 Design choices:
 - A syllable's vector is its three jamo vectors plus its own row, starting at zero: an unseen syllable has its parts'
   meaning from the first step, a frequent one can learn its own. Other characters keep ordinary rows.
-- It is an `nn.Embedding` (its rows are `weight`) holding the jamo table `parts`, so it takes the plain embedding's
-  place and the optimizer groups both as embeddings.
-- The parts of every id are one non-persistent (V, 3) table into a 68-row jamo embedding (its last row zero, for
-  non-syllables): one gather and one sum, in training and decoding alike; checkpoints hold only parameters.
+- An `nn.Embedding` (its rows are `weight`) holding the jamo table `parts`: it takes the plain embedding's place and
+  the optimizer groups both alike.
+- Every id's parts are one (V, 3) table, not saved (checkpoints hold parameters), into a 68-row jamo embedding (the
+  last row zero, for non-syllables): one gather and one sum, in training and decoding alike.
 """
 
 from __future__ import annotations

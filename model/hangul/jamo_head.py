@@ -2,17 +2,17 @@
 jamo, p(initial) · p(medial | initial) · p(final | initial, medial), every other character in the first stage.
 
 Design choices:
-- Stage 1 is one softmax over the 19 initials and every id that is not a syllable; stages 2 and 3 choose the
-  medial and the final, each seeing the hidden state and the parts already chosen (GELU(h·A + parts)·B).
-- Each (initial, medial) pair and each syllable also has its own read-out row, starting at zero: the shared stages
-  are what a syllable gets from its parts (all an unseen one has), the row what is its own (docs/en/hangul.md
-  measures both). A syllable's row is a gather of its pair's 28 rows, not a product with all 11,172.
+- Stage 1 is one softmax over the 19 initials and every id that is not a syllable; stages 2 and 3 choose the medial
+  and the final, each seeing the hidden state and the parts already chosen (GELU(h·A + parts)·B). Every stage is
+  normalised, so the distribution over all representable ids sums to 1.
+- Each (initial, medial) pair and each syllable also has its own read-out row, starting at zero: what is its own on
+  top of what the shared stages give it from its parts (docs/en/hangul.md). A syllable's row is a gather of its
+  pair's 28 rows, not a product with all 11,172.
 - `initials="pairs"` (the default) scores an initial by its own row plus the log-sum-exp of its 21 pair rows, so an
   initial is as likely as the pairs it opens; `"linear"` (one row per initial) rebuilds older checkpoints.
-- Every stage is normalised, so the distribution over all representable ids sums to 1: nothing leaks.
 - Training and scoring use teacher forcing (`token_losses`: only each target's stages); generation builds the whole
-  distribution (`joint`, also `forward`), so sampling acts on whole characters. It is the softmax head's interface,
-  so it takes that head's place as `lm_head` (older checkpoints named it `jamo_head`).
+  distribution (`joint`, `forward`), so sampling acts on whole characters. It takes the softmax head's place as
+  `lm_head`, with its interface (older checkpoints named it `jamo_head`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ class JamoHead(nn.Module):
         self.final_initial = nn.Embedding(NUM_INITIALS, E)
         self.final_medial = nn.Embedding(NUM_MEDIALS, E)
         self.final_out = nn.Linear(E, NUM_FINALS, bias=False)
-        # A read-out row per (initial, medial) pair and per syllable, as a softmax head has per character: what
-        # is a syllable's own, on top of what the shared stages give it from its parts.
         self.medial_rows = nn.Parameter(torch.zeros(NUM_INITIALS * NUM_MEDIALS, E))
         self.final_rows = nn.Parameter(torch.zeros(NUM_SYLLABLES, E))
 
@@ -79,10 +77,9 @@ class JamoHead(nn.Module):
         first = torch.where(syl, ini, NUM_INITIALS + self.other_index(targets))
         logits1, pair_scores = self._stage1(h)
         loss = F.cross_entropy(logits1, first, reduction="none")
-        # Stages 2 and 3 run at every position, not only the syllables': a boolean selection would give every
-        # batch its own row count, and each new shape costs the CPU's matmul library a new kernel plan (that,
-        # not the arithmetic, made the selected version slower). The mask then drops the other ids' terms.
-        # Every parameter so takes part in each step's graph, as DDP requires, even with no syllable at all.
+        # Stages 2 and 3 run at every position, the mask dropping the other ids' terms: a boolean selection would give
+        # each batch its own row count, a new kernel plan in the CPU's matmul library, and DDP wants every parameter
+        # in each step's graph, even with no syllable at all.
         z2 = F.gelu(self.medial_in(h) + self.medial_initial(ini))
         z3 = F.gelu(self.final_in(h) + self.final_initial(ini) + self.final_medial(med))
         rows = pair_scores.view(-1, NUM_INITIALS, NUM_MEDIALS)  # the initial's 21 row scores, from stage 1
@@ -104,9 +101,9 @@ class JamoHead(nn.Module):
 
     @staticmethod
     def _own(hs: Tensor, rows: Tensor | nn.Module, group: Tensor, size: int) -> Tensor:
-        """hs (N, E), group (N,) -> (N, size): hs · each row of its group (the finals of an (initial, medial)
-        pair). The table is cast to hs's dtype before the gather, not after: under bf16
-        autocast that halves the bytes the gather and its backward move, which dominate this head's cost."""
+        """hs (N, E), group (N,) -> (N, size): hs · each row of its group (the finals of an (initial, medial) pair).
+        The table is cast before the gather: under bf16 autocast that halves the bytes the gather and its backward
+        move, which dominate this head's cost."""
         kind = hs.device.type
         if torch.is_autocast_enabled(kind):
             hs = hs.to(torch.get_autocast_dtype(kind))
