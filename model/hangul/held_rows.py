@@ -36,20 +36,34 @@ def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
     return (keep | outside).nonzero().squeeze(1)
 
 
-def _held_rows(index: Tensor, pad: int, full: Tensor) -> Tensor:
-    """A dense table (num_rows, E) in the held layout `index` describes: its kept rows, then the zero row."""
-    kept = (index != pad).nonzero().squeeze(1)  # ascending, as `_row_index` numbered them
-    return torch.cat([full[kept], full.new_zeros(1, full.shape[1])])
+def _with_zero_row(full: Tensor, kept: Tensor) -> Tensor:
+    """The held layout of a dense table (num_rows, E): its `kept` rows, then the shared zero row."""
+    return torch.cat([full.detach()[kept], full.new_zeros(1, full.shape[1])])
 
 
-def _row_index(num_rows: int, kept: Tensor) -> Tensor:
-    """(num_rows,) long: each dense row's row in the held table; len(kept), the shared zero row, for the rest."""
-    index = torch.full((num_rows,), len(kept), dtype=torch.long, device=kept.device)
-    index[kept] = torch.arange(len(kept), device=kept.device)
-    return index
+class _HeldRows:
+    """What both held tables share: `index`, each dense row's row in the held table (`pad`, the zero row's, for
+    those not kept), and the parameters not held (`params_left_out`)."""
+
+    def _hold(self, full: Tensor, kept: Tensor) -> Tensor:
+        """Records the layout of `full`'s `kept` rows; returns the held table's values."""
+        self.pad = len(kept)
+        index = torch.full((full.shape[0],), len(kept), dtype=torch.long, device=kept.device)
+        index[kept] = torch.arange(len(kept), device=kept.device)
+        self.register_buffer("index", index, persistent=False)
+        self.params_left_out = (full.shape[0] - len(kept) - 1) * full.shape[1]
+        return _with_zero_row(full, kept)
+
+    def held(self, full: Tensor) -> Tensor:
+        """A dense table of these rows in this layout (for weights saved dense: an average, a checkpoint)."""
+        return _with_zero_row(full, (self.index != self.pad).nonzero().squeeze(1))  # ascending, as `_hold` numbered
+
+    def full(self) -> Tensor:
+        """The rows as they would be dense: (num_rows, E)."""
+        return self.weight[self.index]
 
 
-class HeldJamoEmbedding(JamoEmbedding):
+class HeldJamoEmbedding(_HeldRows, JamoEmbedding):
     """The jamo input (`JamoEmbedding`) with its own rows held as the kept rows plus a shared zero (padding) row;
     its jamo table is the dense one's."""
 
@@ -59,33 +73,20 @@ class HeldJamoEmbedding(JamoEmbedding):
                               dtype=full.dtype)  # not JamoEmbedding's: the jamo table is taken over, not made
         self.parts = dense.parts
         self.register_buffer("table", dense.table, persistent=False)
-        self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
-        self.params_left_out = (full.shape[0] - len(kept) - 1) * full.shape[1]
         with torch.no_grad():
-            self.weight.copy_(torch.cat([full[kept], full.new_zeros(1, full.shape[1])]))
+            self.weight.copy_(self._hold(full, kept))
 
     def own_rows(self, idx: Tensor) -> Tensor:
         return F.embedding(self.index[idx], self.weight, self.padding_idx)
 
-    def held(self, full: Tensor) -> Tensor:
-        """A dense table of these rows in this layout (for weights saved dense: an average, a checkpoint)."""
-        return _held_rows(self.index, self.padding_idx, full)
 
-    def full(self) -> Tensor:
-        """The own rows as they would be dense: (num_ids, E)."""
-        return self.weight[self.index]
-
-
-class HeldReadoutRows(nn.Module):
+class HeldReadoutRows(_HeldRows, nn.Module):
     """The staged head's read-out rows, a (11,172, E) matrix, held as kept rows plus a shared zero row. Not an
     `nn.Embedding`: the optimizer groups it with the matrices, as it grouped the dense table."""
 
     def __init__(self, full: Tensor, kept: Tensor):
         super().__init__()
-        self.pad = len(kept)
-        self.register_buffer("index", _row_index(full.shape[0], kept), persistent=False)
-        self.params_left_out = (full.shape[0] - len(kept) - 1) * full.shape[1]
-        self.weight = nn.Parameter(torch.cat([full.detach()[kept], full.new_zeros(1, full.shape[1])]))
+        self.weight = nn.Parameter(self._hold(full, kept))
 
     def rows(self, index: Tensor, dtype: torch.dtype) -> Tensor:
         """index (...) into the dense table -> those rows (..., E) in `dtype` (the small table is cast first)."""
@@ -111,15 +112,9 @@ class HeldReadoutRows(nn.Module):
         # the shared zero row's score is 0 already; the mask keeps it out of the gradient, as padding does
         return scores.masked_fill(held == self.pad, 0)
 
-    def held(self, full: Tensor) -> Tensor:
-        return _held_rows(self.index, self.pad, full)
-
     def scores(self, h: Tensor) -> Tensor:
         """h (N, E) -> h times every dense row (N, 11172): one product with the kept rows, spread by the index."""
         return (h @ self.weight.to(h.dtype).T)[:, self.index]
-
-    def full(self) -> Tensor:
-        return self.weight[self.index]
 
 
 def compact_syllable_rows(model: nn.Module, reachable: Tensor) -> int:
@@ -145,7 +140,7 @@ def dense_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """model.state_dict() with every held table written out dense, under the key of the dense layout."""
     state = model.state_dict()
     for name, module in model.named_modules():
-        if isinstance(module, (HeldJamoEmbedding, HeldReadoutRows)):
+        if isinstance(module, _HeldRows):
             state.pop(f"{name}.weight")
             key = f"{name}.weight" if isinstance(module, HeldJamoEmbedding) else name
             state[key] = module.full().detach().clone()
