@@ -37,11 +37,6 @@ def qkv_prefix(key: str) -> str | None:
     return key[: -len(QKV)] if key == QKV or key.endswith("." + QKV) else None
 
 
-def _head_prefixes(state: dict[str, Tensor]) -> list[str]:
-    """The attention modules (their key prefixes, "blocks.0.attn.") whose weights `state` holds head by head."""
-    return [m["prefix"] for k in state if (m := _HEAD_KEY.match(k)) and m["head"] == "0" and m["part"] == "query"]
-
-
 def num_heads_at(state: dict[str, Tensor], prefix: str) -> int:
     n = 0
     while head_key(prefix, n, "query") in state:
@@ -68,11 +63,10 @@ def convert_in_place(state: dict[str, Tensor], prefix: str, fused: bool) -> None
 
 def to_fused(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """A copy of `state` with every attention module's weights fused; the other entries keep their order."""
-    prefixes = set(_head_prefixes(state))
     out: dict[str, Tensor] = {}
     for key, value in state.items():
         m = _HEAD_KEY.match(key)
-        if m is None or m["prefix"] not in prefixes:
+        if m is None or head_key(m["prefix"], 0, "query") not in state:  # not an attention module held head by head
             out[key] = value
         elif m["head"] == "0" and m["part"] == "query":  # the fused tensor stands where the first head stood
             out[m["prefix"] + QKV] = fuse(state, m["prefix"])
