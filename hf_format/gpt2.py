@@ -28,11 +28,6 @@ def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:
     return qkv.flatten(1, 2)
 
 
-def qkv_tensor(rows: Tensor, num_heads: int) -> Tensor:
-    """(3, head_size, E) rows -> the fused attention's (3, H, head_dim, E) parameter."""
-    return rows.unflatten(1, (num_heads, -1))
-
-
 def hf_config(c: ModelConfig) -> dict:
     return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
             "n_positions": c.context_length, "n_ctx": c.context_length, "n_embd": c.embedding_size,
@@ -78,5 +73,5 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         rows = hf[f"transformer.h.{i}.attn.c_attn.weight"].t().unflatten(0, (3, c.head_size))
-        sd[f"blocks.{i}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
+        sd[f"blocks.{i}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))  # (3, H, head_dim, E)
     return {k: v.contiguous() for k, v in sd.items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hf_format.gpt2 import qkv_rows, qkv_tensor, renamed
+from hf_format.gpt2 import qkv_rows, renamed
 from model.config import ModelConfig, levers
 from model.qkv_layout import QKV
 from model.rope import ROPE_BASE
@@ -73,7 +73,7 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
         rows = torch.stack([_flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
                             _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
                             hf[f"{m}.self_attn.v_proj.weight"]])  # (3, head_size, E)
-        sd[f"{b}.attn.{QKV}"] = qkv_tensor(rows, c.num_heads)
+        sd[f"{b}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))
         for part in ("weight", "bias"):
             sd[f"{b}.ffwd.fc.{part}"] = torch.cat([hf[f"{m}.mlp.gate_proj.{part}"], hf[f"{m}.mlp.up_proj.{part}"]])
     return {k: v.contiguous() for k, v in sd.items()}
