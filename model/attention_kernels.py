@@ -6,8 +6,8 @@ Design choices:
   all), so bf16/fp16 take the math backend, whose batched matmuls want dense inputs.
 - In training on the CPU with dropout, the weights are computed here and dropped with `model.dropout`'s masks (a
   quarter of the random draws of SDPA's own dropout): the same expectation, fewer random numbers.
-- The lecture's `Head` computes the same thing step by step (model/attention.py); tests/model/test_model.py
-  (`test_heads_and_fused_give_same_outputs_and_gradients`) and tests/model/test_dropout.py check that they agree.
+- The lecture's `Head` computes the same step by step (model/attention.py); tests/model/test_model.py and
+  tests/model/test_dropout.py check that they agree.
 """
 
 from __future__ import annotations

@@ -45,8 +45,7 @@ class ModelConfig:
     vocab_size: int | None = None  # from the tokenizer; None in the YAML files
     context_length: int = 128
     embedding_size: int = 128
-    # all heads together: each head has head_size / num_heads dimensions. The lecture's
-    # MultiHeadAttention(num_heads, head_size) takes one head's size (n_embd // n_head); ours is num_heads times that
+    # all heads together: each has head_size / num_heads dimensions (the lecture's is one head's: docs/en/lecture.md)
     head_size: int = 128
     num_heads: int = 4
     num_blocks: int = 4
@@ -59,12 +58,9 @@ class ModelConfig:
     qk_norm: bool = False  # RMS-normalise each head's queries and keys before their dot product
     zero_init_proj: bool = False  # attention and MLP output projections start at zero
     init: str = "gpt2"  # gpt2 (N(0, 0.02), scaled residual projections) | torch (PyTorch's layer defaults)
-    embedding: str = "token"  # token (a row per token) | jamo (a syllable's row composed from its jamo; needs the
-    #                           hangul tokenizer's ids: model/hangul/jamo_embedding.py)
-    head: str = "softmax"  # softmax (a row per token) | jamo (initial, then medial, then final:
-    #                        model/hangul/jamo_head.py)
-    jamo_initials: str = "pairs"  # model.head=jamo's stage 1: pairs (an initial scored from its 21 (initial, medial)
-    #                               rows) | linear (one row per initial: the first version)
+    embedding: str = "token"  # token (a row per token) | jamo (composed from its jamo: model/hangul/jamo_embedding.py)
+    head: str = "softmax"  # softmax (a row per token) | jamo (initial, medial, final: model/hangul/jamo_head.py)
+    jamo_initials: str = "pairs"  # model.head=jamo's stage 1: pairs (from 21 pair rows each) | linear (a row each)
     # Levers of the data-limited records (docs/en/ladder.md says what each measured here); all off by default.
     attention_gate: bool = False  # each head's output times a sigmoid gate read from the block's input (zero-init)
     value_embedding: bool = False  # every other block from the last adds a projection of the embedding to its values
