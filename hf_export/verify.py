@@ -1,9 +1,8 @@
 """The check `export.py` makes before a folder gets its name: `transformers` reads it and gives our logits.
 
 Design choices:
-- Loaded as a user would load it and run beside the run's own model on one fixed window: a mapping mistake moves
-  logits by whole units, float32 kernels by far less than `TOLERANCE` (the tests hold 1e-4 for every layout; this
-  guards combinations no test built). Weights whose own logits are not finite are refused: not the exporter's fault.
+- Loaded as a user would, beside the run's model on one fixed window: a mapping mistake moves logits by whole units,
+  float32 kernels by far less than `TOLERANCE`. Weights whose own logits are not finite are refused: not export's fault.
 """
 
 from __future__ import annotations
