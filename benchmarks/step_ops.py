@@ -46,10 +46,6 @@ class DispatchCount(TorchDispatchMode):
         self.ops[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
 
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
 
 class HostSyncs(TorchFunctionMode):
     """Records every call that reads a tensor's value into Python (each a wait for the device on a GPU)."""
@@ -86,7 +82,7 @@ def _third_step_ops(step: Callable[[], object]) -> int:
         step()
     with DispatchCount() as count:
         step()
-    return count.total
+    return sum(count.ops.values())
 
 
 def model_step_ops(model: torch.nn.Module) -> int:
