@@ -4,8 +4,7 @@
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
 Design choices (docs/en/speed.md, "Work per step", explains the counts):
-- Counted on the CPU: every dispatched operation is at least one kernel launch on a GPU; the backward's, by ATen
-  name, show a model's layout choices.
+- Counted on the CPU: each dispatched op is one GPU kernel launch or more; the backward's, by ATen name, show layouts.
 - Every model takes the same step (`optimizer_step`, clipped as nanoGPT's train.py clips) at the default size,
   float32, dropout 0 (so the count does not follow auto dropout), after two warm-up steps.
 - tests/training/test_step_cost.py holds the counts nanoGPT's `model.py` gave (imported, never copied).

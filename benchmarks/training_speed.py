@@ -78,9 +78,7 @@ def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dty
         out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
         out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
     out["ema_over_plain_float32"] = round(tps["fused_float32_ema"] / tps["fused_float32"], 3)  # train.average's cost
-    out["model_params"] = num_parameters(model)
-    out["model_flops_per_token"] = flops_per_token(model)
     achieved = tps["fused_float32"] * flops_per_token(model)
-    out["achieved_flops_fused_float32"] = round(achieved)
-    out["achieved_fraction_of_matmul_peak_float32"] = round(achieved / peak_flops, 3)
-    return out
+    return {**out, "model_params": num_parameters(model), "model_flops_per_token": flops_per_token(model),
+            "achieved_flops_fused_float32": round(achieved),
+            "achieved_fraction_of_matmul_peak_float32": round(achieved / peak_flops, 3)}
