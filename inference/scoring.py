@@ -96,8 +96,7 @@ def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.n
     last = num_tokens - 1  # index of the last target
     length = min(context_length, last)
     starts, offsets = [], []
-    done = 0  # targets 1..done are scored
-    b = 0
+    done = b = 0  # targets 1..done are scored; b: the next window's start
     while done < last:
         b = min(b, last - length)  # the last window ends at the last token
         starts.append(b)
