@@ -35,8 +35,7 @@ def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.0
     from data.text import read_text
 
     corpus = Path(corpus).expanduser()
-    key = f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
-    out = Path(out_dir) / key
+    out = Path(out_dir) / f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
     train, heldout = out / "train.txt", out / "heldout.txt"
     if train.is_file() and heldout.is_file():
         return train, heldout

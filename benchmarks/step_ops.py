@@ -103,9 +103,8 @@ def backward_ops(model: torch.nn.Module) -> Counter[str]:
 
 def side_by_side(counts: dict[str, Counter[str]]) -> dict:
     """{model: ops} -> {"total": {model: n}, "ops": {name: {model: n}}}, names sorted, zeros shown."""
-    names = sorted(set().union(*counts.values()))
     return {"total": {m: sum(c.values()) for m, c in counts.items()},
-            "ops": {name: {m: c[name] for m, c in counts.items()} for name in names}}
+            "ops": {name: {m: c[name] for m, c in counts.items()} for name in sorted(set().union(*counts.values()))}}
 
 
 def ours() -> torch.nn.Module:
