@@ -128,8 +128,7 @@ def export_lock(out: Path) -> Iterator[None]:
     if fcntl is None:
         yield
         return
-    digest = hashlib.sha256(os.fsencode(out.name)).hexdigest()[:16]
-    path = out.parent / f"{PREFIX}lock.{digest}"
+    path = out.parent / f"{PREFIX}lock.{hashlib.sha256(os.fsencode(out.name)).hexdigest()[:16]}"
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)

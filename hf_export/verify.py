@@ -24,8 +24,7 @@ WINDOW = 64
 def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "the run") -> float:
     """The largest logit difference between `transformers` on `folder` and `model`; UserError above TOLERANCE."""
     c = model.config
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=g)
+    ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=torch.Generator().manual_seed(0))
     ours = model.eval()(ids)[0]
     if not bool(torch.isfinite(ours).all()):
         raise UserError(f"the weights of {source} compute logits that are not finite numbers (NaN or infinity): "
