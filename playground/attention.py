@@ -25,8 +25,7 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
         raise ApiError(422, "position", f"position must be in [0, {len(ids) - 1}] for this text "
                                         f"({len(ids)} tokens), got {position}")
     start = max(0, position + 1 - run.model.context_length)
-    device = next(run.model.parameters()).device
-    window = torch.tensor(ids[start: position + 1], dtype=torch.long, device=device)
+    window = torch.tensor(ids[start: position + 1], dtype=torch.long, device=next(run.model.parameters()).device)
     with cached.lock, torch.inference_mode():
         maps = attention_maps(run.model, window)  # (L, H, T, T)
     rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
