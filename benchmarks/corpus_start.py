@@ -3,8 +3,7 @@
     python -m benchmarks.corpus_start --corpus ../shared/corpora/koconovel_dev.txt --files 500
 
 Design choices:
-- Both are loaded as `train.py` loads them, cold (tokenised) and warm (cached); the ratio compares warm loads: what
-  users wait for run after run.
+- Both load as `train.py` loads them, cold (tokenised) and warm (cached); the ratio is of warm loads: users' usual wait.
 - Equal-sized files cut at lines, like a folder of notes; the one file joins them as a folder's are: the same text.
 """
 

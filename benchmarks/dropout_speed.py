@@ -4,8 +4,7 @@
     python -m benchmarks.dropout_speed --model lecture --batch 8 --dropout 0.1 --dtype float32
 
 Design choices:
-- Three sides of one model take turns: no dropout, torch's masks, ours; the torch side swaps `F.dropout` in only
-  during its timer, so the sides run the same code otherwise.
+- Three sides of one model take turns: no dropout, torch's masks, ours; `F.dropout` is swapped in only in its timer.
 """
 
 from __future__ import annotations

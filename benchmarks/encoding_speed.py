@@ -3,8 +3,7 @@
 Design choices:
 - The loop is what a first version would write (a dict lookup per character, then `torch.tensor`): the speed-up
   says whether vectorising was worth it; int64 ids match its dtype, `normalized=True` is the corpus path.
-- The first encode's lookup table is timed apart, so it neither inflates the steady-state numbers nor goes unmentioned;
-  each number is a mean of a few calls, so no side pays alone for whatever ran just before it.
+- The table's first build is timed apart; each number is a mean of a few calls, so no side pays for what ran before.
 """
 
 from __future__ import annotations

@@ -48,8 +48,7 @@ def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, r
     tps = median_alternating({"cached": generation_timer(model, prompt, new_tokens, True),
                               "uncached": generation_timer(model, prompt, new_tokens, False),
                               "crop_every_step": generation_timer(model, prompt, new_tokens, False, 1)}, rounds)
-    return {"generate_new_tokens": new_tokens,
-            "generate_tokens_per_sec_cached": round(tps["cached"], 1),
+    return {"generate_new_tokens": new_tokens, "generate_tokens_per_sec_cached": round(tps["cached"], 1),
             "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
             "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2),
             "generate_tokens_per_sec_uncached_crop_every_step": round(tps["crop_every_step"], 1),

@@ -55,12 +55,12 @@ def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], Non
     with contextlib.redirect_stdout(sys.stderr):  # the set-up's and the runner's lines: stdout is the JSON
         s, state = session(overrides, folder)
         runner = StepRunner(s, way=way)
-    return (lambda: _quiet(runner.step, state)), s.raw_model
 
+    def step() -> None:
+        with contextlib.redirect_stdout(sys.stderr):
+            runner.step(state)
 
-def _quiet(fn, *args):
-    with contextlib.redirect_stdout(sys.stderr):
-        return fn(*args)
+    return step, s.raw_model
 
 
 def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int,

@@ -71,8 +71,7 @@ def char_nats(run_dir: Path, text: str, batch: int = 16) -> list[float]:
         if rest < N - 1:  # the last, shorter window
             w = ids[rest:][None]
             losses[rest + 1:] = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()[0]
-    firsts = np.concatenate([[0], np.cumsum(run.tokenizer.token_counts(text))[:-1]])
-    return np.add.reduceat(losses, firsts).tolist()
+    return np.add.reduceat(losses, np.concatenate([[0], np.cumsum(run.tokenizer.token_counts(text))[:-1]])).tolist()
 
 
 def breakdown(nats: list[float], text: str, seen: Counter) -> dict:

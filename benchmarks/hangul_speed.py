@@ -35,13 +35,11 @@ def bench_hangul(preset: dict[str, int], text: str, device: torch.device, rounds
     prompts = {side: torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device) for side in ("char", "hangul")}
     generate = median_alternating({side: generation_timer(models[side].eval(), prompt, new_tokens, True)
                                    for side, prompt in prompts.items()}, rounds)  # hangul_all_rows generates as hangul
-    out: dict[str, object] = {"config": dict(preset), "dtype": "float32"}
-    out.update({f"vocab_size_{side}": vocabs[side] for side in ("char", "hangul")})
-    out.update({f"train_tokens_per_sec_{side}": round(v, 1) for side, v in train.items()})
-    out["train_hangul_over_char"] = round(train["hangul"] / train["char"], 3)
-    out["train_hangul_all_rows_over_char"] = round(train["hangul_all_rows"] / train["char"], 3)
-    out["target_hangul_over_char"] = TARGET_RATIO
-    out.update({f"generate_tokens_per_sec_{side}": round(v, 1) for side, v in generate.items()})
-    out["generate_hangul_over_char"] = round(generate["hangul"] / generate["char"], 3)
-    out["generate_new_tokens"] = new_tokens
-    return out
+    return {"config": dict(preset), "dtype": "float32", **{f"vocab_size_{s}": vocabs[s] for s in ("char", "hangul")},
+            **{f"train_tokens_per_sec_{side}": round(v, 1) for side, v in train.items()},
+            "train_hangul_over_char": round(train["hangul"] / train["char"], 3),
+            "train_hangul_all_rows_over_char": round(train["hangul_all_rows"] / train["char"], 3),
+            "target_hangul_over_char": TARGET_RATIO,
+            **{f"generate_tokens_per_sec_{side}": round(v, 1) for side, v in generate.items()},
+            "generate_hangul_over_char": round(generate["hangul"] / generate["char"], 3),
+            "generate_new_tokens": new_tokens}

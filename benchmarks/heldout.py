@@ -35,8 +35,7 @@ def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.0
     from data.text import read_text
 
     corpus = Path(corpus).expanduser()
-    key = f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
-    out = Path(out_dir) / key
+    out = Path(out_dir) / f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
     train, heldout = out / "train.txt", out / "heldout.txt"
     if train.is_file() and heldout.is_file():
         return train, heldout
@@ -45,7 +44,6 @@ def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.0
         raise UserError(f"the corpus {corpus} has fewer than two lines of text: nothing can be held out of it")
     out.mkdir(parents=True, exist_ok=True)
     cut = tail_boundary(lines, fraction)
-    head = "".join(lines[:cut]).rstrip("\n") + "\n"
-    atomic_write(train, head.encode("utf-8"))
+    atomic_write(train, ("".join(lines[:cut]).rstrip("\n") + "\n").encode("utf-8"))
     atomic_write(heldout, "".join(lines[cut:]).encode("utf-8"))
     return train, heldout

@@ -89,8 +89,7 @@ def composed_job(overrides: list[str]):
 
 
 def check_runs(args: argparse.Namespace, rungs: list[str], corpus: str) -> None:
-    if args.set.split():
-        check_overrides(f"--set {args.set!r}", args.set.split())
+    check_overrides(f"--set {args.set!r}", args.set.split())
     for rung in rungs:
         if rung == "nanogpt":
             continue

@@ -2,8 +2,7 @@
 
 Design choices:
 - The spread is half the range, so "4.21 ± 0.02" covers every seed; tokens/s counts the whole run, as nanoGPT's peer.
-- A variant (`recipe+lever`) is compared with its recipe seed by seed, beside the recipe's own half-range: a lever
-  is only a gain when it moves more than a new seed alone does.
+- A variant (`recipe+lever`) is compared seed by seed with its recipe, beside the recipe's half-range (a seed's noise).
 - `--docs` replaces only the block between the docs' markers (a lever campaign its own block, so a partial one never
   replaces the ladder), in English and Korean alike: the table is numbers and names.
 - matplotlib is needed only for the picture: without it the tables are still written.

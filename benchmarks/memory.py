@@ -2,8 +2,7 @@
 
 Design choices:
 - The large-corpus run is its own `train.py` process, so its peak is real training's, not this benchmark's.
-- Its peak is VmHWM from /proc while it runs: getrusage(RUSAGE_CHILDREN) also counts the pages a forked child starts
-  out sharing with this process (it is the fallback without /proc: macOS).
+- Its peak is VmHWM from /proc while it runs: RUSAGE_CHILDREN also counts pages a forked child shares (fallback: macOS).
 - The corpus is written in chunks, so this process never holds it; the child's stderr goes to a file, never blocking.
 """
 

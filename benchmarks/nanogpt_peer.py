@@ -6,8 +6,7 @@
 Design choices:
 - Its `model.py` is imported from the `--nanogpt` checkout, never copied; the loop costs what its `train.py`'s does
   (a memmap per batch, evaluations, checkpoints) with its defaults (`SETTINGS`) at the lecture model's size.
-- The cosine decays over the time budget, as ours does; our char tokenizer makes the bins, so the same characters
-  are left out of the held-out score.
+- The cosine decays over the time budget, as ours; our char tokenizer makes the bins: both score the same characters.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
     python -m benchmarks.reader_start --run runs/my-run --baseline ../main --repeat 9
 
 Design choices:
-- Whole processes, launched from each checkout's folder under this interpreter: the start a user waits for includes
-  the interpreter, torch's import, Hydra and the checkpoint's load, and only the code differs between checkouts.
+- Whole processes under this interpreter, one per checkout: all a user waits for is timed, and only the code differs.
 - The empty prompt makes stdout's first byte the first sampled character; checkouts take turns, so load hits both.
 """
 

@@ -60,9 +60,8 @@ def corpus_text(opts: argparse.Namespace) -> tuple[str, str]:
     text = read_text(path)
     if not text:
         raise UserError(f"--corpus {path} is empty; pass a text file with some text in it")
-    if path == EMBEDDED_CORPUS:
-        return "embedded", text
-    return ("koconovel_dev" if path == SHARED_CORPUS else path.stem), text
+    name = "embedded" if path == EMBEDDED_CORPUS else "koconovel_dev" if path == SHARED_CORPUS else path.stem
+    return name, text
 
 
 def machine(device: torch.device) -> dict:

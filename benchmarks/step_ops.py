@@ -4,8 +4,7 @@
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
 
 Design choices (docs/en/speed.md, "Work per step", explains the counts):
-- Counted on the CPU: every dispatched operation is at least one kernel launch on a GPU; the backward's, by ATen
-  name, show a model's layout choices.
+- Counted on the CPU: each dispatched op is one GPU kernel launch or more; the backward's, by ATen name, show layouts.
 - Every model takes the same step (`optimizer_step`, clipped as nanoGPT's train.py clips) at the default size,
   float32, dropout 0 (so the count does not follow auto dropout), after two warm-up steps.
 - tests/training/test_step_cost.py holds the counts nanoGPT's `model.py` gave (imported, never copied).
@@ -46,10 +45,6 @@ class DispatchCount(TorchDispatchMode):
         self.ops[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
 
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
 
 class HostSyncs(TorchFunctionMode):
     """Records every call that reads a tensor's value into Python (each a wait for the device on a GPU)."""
@@ -86,7 +81,7 @@ def _third_step_ops(step: Callable[[], object]) -> int:
         step()
     with DispatchCount() as count:
         step()
-    return count.total
+    return sum(count.ops.values())
 
 
 def model_step_ops(model: torch.nn.Module) -> int:
@@ -108,9 +103,8 @@ def backward_ops(model: torch.nn.Module) -> Counter[str]:
 
 def side_by_side(counts: dict[str, Counter[str]]) -> dict:
     """{model: ops} -> {"total": {model: n}, "ops": {name: {model: n}}}, names sorted, zeros shown."""
-    names = sorted(set().union(*counts.values()))
     return {"total": {m: sum(c.values()) for m, c in counts.items()},
-            "ops": {name: {m: c[name] for m, c in counts.items()} for name in names}}
+            "ops": {name: {m: c[name] for m, c in counts.items()} for name in sorted(set().union(*counts.values()))}}
 
 
 def ours() -> torch.nn.Module:

@@ -41,9 +41,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
-    env = None
-    if args.threads:
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    env = {**os.environ, **threads} if args.threads else None
     done = trained([f"data.path={Path(args.corpus).expanduser()}", f"train.max_seconds={args.seconds}",
                     "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], Path(args.out) / name, env)
     if "error" in done:

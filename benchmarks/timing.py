@@ -1,8 +1,7 @@
 """Timing helpers shared by the speed benchmarks.
 
 Design choices:
-- The sides take turns within each round and each reports its median: a slow spell of the machine hits every side
-  alike, and one outlier round does not move the result.
+- The sides take turns each round and each reports its median: a slow spell hits all alike, an outlier round none.
 - Every timer synchronises the device before reading the clock (CUDA launches are asynchronous) and warms up first.
 """
 

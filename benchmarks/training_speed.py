@@ -23,12 +23,8 @@ from training.settings.config import TrainConfig
 
 def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, small: bool = False) -> float:
     """Median FLOP/s of repeated n x n matmuls (2 n^3 FLOPs each)."""
-    n = 4096 if device.type == "cuda" else 1024
-    reps = 50 if device.type == "cuda" else 10
-    if small:
-        n, reps = 256, 2
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    n, reps = (256, 2) if small else (4096, 50) if device.type == "cuda" else (1024, 10)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     return median_alternating({"mm": per_second(repeated(lambda: a @ b, reps), 2 * n**3 * reps, device)}, rounds)["mm"]
 
 
@@ -37,8 +33,7 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
     """Tokens/s of `steps` optimizer steps on one batch of random ids or windows of `tokens`, after a warm-up."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
-        x = torch.randint(0, vocab, (batch, context), device=device)
-        y = torch.randint(0, vocab, (batch, context), device=device)
+        x, y = (torch.randint(0, vocab, (batch, context), device=device) for _ in range(2))
     else:
         window = tokens[torch.randint(0, len(tokens) - context - 1, (batch, 1)) + torch.arange(context + 1)]
         x, y = window[:, :-1].to(device), window[:, 1:].to(device)
@@ -78,15 +73,12 @@ def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dty
     model = seeded_model(vocab, preset, device, dropout=0.0)
     timers["fused_float32_ema"] = training_timer(model, preset["batch"], device, torch.float32, steps, average="ema")
     tps = median_alternating(timers, rounds)
-    out: dict[str, object] = {"config": dict(preset)}
-    out.update({f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()})
+    out: dict = {"config": dict(preset), **{f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()}}
     for dt in dtypes:
         out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
         out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
     out["ema_over_plain_float32"] = round(tps["fused_float32_ema"] / tps["fused_float32"], 3)  # train.average's cost
-    out["model_params"] = num_parameters(model)
-    out["model_flops_per_token"] = flops_per_token(model)
     achieved = tps["fused_float32"] * flops_per_token(model)
-    out["achieved_flops_fused_float32"] = round(achieved)
-    out["achieved_fraction_of_matmul_peak_float32"] = round(achieved / peak_flops, 3)
-    return out
+    return {**out, "model_params": num_parameters(model), "model_flops_per_token": flops_per_token(model),
+            "achieved_flops_fused_float32": round(achieved),
+            "achieved_fraction_of_matmul_peak_float32": round(achieved / peak_flops, 3)}

@@ -1,8 +1,7 @@
 """A real peer for our sampler: `transformers`' cached `generate` on the very same weights.
 
 Design choices:
-- The lecture model, randomly initialised, is exported with `export.py`'s own code and loaded back by `transformers`:
-  both sides run the same network, weight for weight.
+- The lecture model, randomly initialised, exported by `export.py`'s code, loaded by `transformers`: the same weights.
 - Both sample the full distribution at temperature 1 (its default `top_k` of 50 off) with their KV caches, at most
   `context_length - 1` new tokens (GPT-2's positions stop there), at the default thread count and at one.
 """

@@ -94,8 +94,7 @@ def render_help(root: DictConfig, comments: dict[str, str], summary: str, exampl
     keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra" and k not in HIDDEN]
     width = min(44, max(len(f"{k}={v}") for k, v in keys) + 2)
     script = summary.split(":", 1)[0]
-    lines = [summary, "", f"Usage: python {script} [key=value ...]", "", "Most common:"]
-    lines += [f"  {e}" for e in examples]
+    lines = [summary, "", f"Usage: python {script} [key=value ...]", "", "Most common:", *(f"  {e}" for e in examples)]
     if groups:
         lines += ["", "Config groups (group=option):", "$APP_CONFIG_GROUPS"]
     lines += ["", "Keys (key=default, then its meaning):"]

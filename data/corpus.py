@@ -75,9 +75,7 @@ def resolve_corpus_path(path: str | os.PathLike | None) -> Path:
 def default_cache_dir(home: Path) -> Path:
     """`.cache/` in the corpus's folder (beside a file, inside a folder) where writable, else the user's cache."""
     beside = home / ".cache"
-    if os.access(home, os.W_OK) or os.access(beside, os.W_OK):
-        return beside
-    return user_cache_dir()
+    return beside if os.access(home, os.W_OK) or os.access(beside, os.W_OK) else user_cache_dir()
 
 
 def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = None,

@@ -3,8 +3,7 @@
 Design choices (docs/en/your-text.md):
 - Sorted path order, each real file once, and no walk follows a link to a folder: the same folder gives the same
   stream, and no layout of links makes the walk hang or read a folder twice.
-- Each file's size, mtime and inode are recorded when it is hashed (the cache key) and compared once it is read:
-  tokens are never cached under a hash of other bytes.
+- Each file's size, mtime and inode, recorded when hashed (the cache key), are compared once read: no stale tokens.
 - Documents are joined by one blank line, so a file of documents split at its blank lines gives back its text.
 """
 

@@ -3,8 +3,7 @@
 Design choices:
 - Without a BOM, UTF-8 if all of it decodes, else CP949; a NUL byte marks a binary file (or BOM-less UTF-16).
 - The whole file is checked before use: a bad byte is one UserError naming the file, offset and likely cause.
-- A file mostly valid UTF-8 around its first bad byte is called damaged, not tried as CP949, which would turn its
-  good text into nonsense (in real CP949 almost every Korean character is invalid UTF-8).
+- A file mostly valid UTF-8 around its first bad byte is damaged UTF-8, not CP949 (whose Korean is invalid UTF-8).
 - Only a regular file is read: the text is read more than once, and a pipe without a writer would block for ever.
 """
 

@@ -3,8 +3,7 @@
 Design choices (docs/en/export.md, "What `out=` may be"):
 - `overwrite=true` replaces only an empty folder or a previous export holding nothing else, as `git clone` refuses a
   folder that is not empty; a link is refused (a rename would replace the link, not its target).
-- Assembled in a hidden sibling with a short name and renamed in one step (a replaced folder renamed aside first):
-  an interruption leaves the old export or the new one, never a mix.
+- Assembled in a short-named hidden sibling, renamed in one step (a replaced one aside first): old or new, never a mix.
 - One export per `out` at a time (an `flock`); the final rename never replaces a folder filled meanwhile. Modes are
   the umask's (mkdtemp and safetensors make them private).
 """
@@ -129,8 +128,7 @@ def export_lock(out: Path) -> Iterator[None]:
     if fcntl is None:
         yield
         return
-    digest = hashlib.sha256(os.fsencode(out.name)).hexdigest()[:16]
-    path = out.parent / f"{PREFIX}lock.{digest}"
+    path = out.parent / f"{PREFIX}lock.{hashlib.sha256(os.fsencode(out.name)).hexdigest()[:16]}"
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)

@@ -2,8 +2,7 @@
 
 Design choices:
 - `model.embedding=jamo` is folded into the token embedding where that earns a stock class (docs/en/export.md).
-- Every `ModelConfig` field is in `HANDLED`: one it does not know is refused when changed from its default, never
-  exported into a folder that computes something else (tests/hf_export/test_every_recipe.py checks the list).
+- Every `ModelConfig` field is in `HANDLED` (a test checks): an unknown one off its default is refused, never exported.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The check `export.py` makes before a folder gets its name: `transformers` reads it and gives our logits.
 
 Design choices:
-- Loaded as a user would load it and run beside the run's own model on one fixed window: a mapping mistake moves
-  logits by whole units, float32 kernels by far less than `TOLERANCE` (the tests hold 1e-4 for every layout; this
-  guards combinations no test built). Weights whose own logits are not finite are refused: not the exporter's fault.
+- Loaded as a user would, beside the run's model on one fixed window: a mapping mistake moves logits by whole units,
+  float32 kernels by far less than `TOLERANCE`. Weights whose own logits are not finite are refused: not export's fault.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ WINDOW = 64
 def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "the run") -> float:
     """The largest logit difference between `transformers` on `folder` and `model`; UserError above TOLERANCE."""
     c = model.config
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=g)
+    ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=torch.Generator().manual_seed(0))
     ours = model.eval()(ids)[0]
     if not bool(torch.isfinite(ours).all()):
         raise UserError(f"the weights of {source} compute logits that are not finite numbers (NaN or infinity): "

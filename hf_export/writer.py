@@ -52,8 +52,7 @@ def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: st
             shutil.copyfile(CODE / name, tmp / name)
     write_tokenizer(tokenizer, tmp, c.context_length)
     (tmp / "README.md").write_text(model_card(ckpt, params, layout, export_command), encoding="utf-8")
-    files = sorted(p.name for p in tmp.iterdir()) + [RECORD]
-    _write_json(tmp / RECORD, {**record(ckpt, layout, c), "files": files})
+    _write_json(tmp / RECORD, {**record(ckpt, layout, c), "files": sorted(p.name for p in tmp.iterdir()) + [RECORD]})
 
 
 def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool,

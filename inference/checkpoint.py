@@ -164,8 +164,7 @@ def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
-    payload = ckpt.to_payload()
-    _write_checkpoint(Path(path), lambda f: torch.save(payload, f))
+    _write_checkpoint(Path(path), lambda f: torch.save(ckpt.to_payload(), f))
 
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
@@ -241,8 +240,7 @@ def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", 
 
 def load_checkpoint(path: str | Path, mmap: bool = False) -> Checkpoint:
     """Load to the CPU with weights_only=True, every failure one UserError; `mmap=True` maps the tensors (cheap)."""
-    path = Path(path)
-    return Checkpoint.from_payload(_load_payload(path, mmap), path)
+    return Checkpoint.from_payload(_load_payload(Path(path), mmap), Path(path))
 
 
 def _load_payload(path: Path, mmap: bool = False) -> Any:

@@ -72,8 +72,7 @@ def meta_model(config: ModelConfig) -> nn.Module:
 
 @lru_cache(maxsize=16)
 def _expected(settings: tuple) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    state = meta_model(ModelConfig(**dict(settings))).state_dict()
-    return {k: (v.dtype, tuple(v.shape)) for k, v in state.items()}
+    return {k: (v.dtype, tuple(v.shape)) for k, v in meta_model(ModelConfig(**dict(settings))).state_dict().items()}
 
 
 def expected_state(config: ModelConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:

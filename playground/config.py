@@ -44,11 +44,10 @@ class ServeConfig:
         if self.port > 65535:
             raise ConfigError(f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any "
                               "free port)")
-        for key in ("max_new_tokens_limit", "max_prompt_chars", "cache_size"):
-            checks.positive_int(key, getattr(self, key))
         checks.device_name("device", self.device)
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
-        for key in ("max_body_bytes", "max_connections", "max_generations", "max_generations_per_run"):
+        for key in ("max_new_tokens_limit", "max_prompt_chars", "cache_size", "max_body_bytes", "max_connections",
+                    "max_generations", "max_generations_per_run"):
             checks.positive_int(key, getattr(self, key))
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
             checks.number_in(key, getattr(self, key), 0, 3600, low_open=True)

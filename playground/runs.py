@@ -117,9 +117,8 @@ def summarize(name: str, path: Path | RunFile, weights: str | None = None) -> Ru
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     # The modern recipe will record itself; runs older than that are the lecture's recipe.
     recipe = config.get("recipe") or train.get("recipe") or getattr(ckpt.model_config, "recipe", None) or "lecture"
-    val_bpc = None
-    if ckpt.training is not None and math.isfinite(ckpt.training.val_loss):
-        val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4)
+    evaluated = ckpt.training is not None and math.isfinite(ckpt.training.val_loss)
+    val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4) if evaluated else None
     kind = ckpt.tokenizer.get("kind", "char") if isinstance(ckpt.tokenizer, dict) else None
     return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length,
                    weights=used.kind, average_updates=used.updates, checkpoint=where.name,

@@ -7,6 +7,7 @@ Design choices:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -87,10 +88,8 @@ class Continuation:
         return TokenRecord(token_id, float(probs[token_id]), top[:TOP_ALTERNATIVES], stages)
 
     def _event(self, text: str, tokens: list[TokenRecord], pos: int) -> dict:
-        prob = 1.0
-        for t in tokens:
-            prob *= t.prob
-        event = {"text": text, "prob": round(prob, 6), "top": tokens[0].top, "pos": pos, "n_tokens": len(tokens)}
+        event = {"text": text, "prob": round(math.prod(t.prob for t in tokens), 6), "top": tokens[0].top, "pos": pos,
+                 "n_tokens": len(tokens)}
         if len(tokens) == 1 and tokens[0].stages is not None:
             event["stages"] = tokens[0].stages
         self.pieces.append(text)

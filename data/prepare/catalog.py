@@ -80,7 +80,6 @@ KOCONOVEL = CorpusSource(
     files=tuple(RemoteFile(f"data/jsonl/{novel}/text.jsonl") for novel in _KOCONOVEL_NOVELS),
     extract=_koconovel_text,
     output="koconovel.txt",
-    max_file_mb=32,  # the longest novel's text.jsonl is well under 2 MB
 )
 
 NSMC_HEADER = "id\tdocument\tlabel"

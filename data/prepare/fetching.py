@@ -110,8 +110,7 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
     if files and not source.documents:
         raise UserError(f"{source.name} is one stream of short texts, not documents: --files is for corpora of "
                         "documents (koconovel); drop --files")
-    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    folder = root / source.name
+    folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / source.name
     raw = folder / "raw"
     try:
         raw.mkdir(parents=True, exist_ok=True)
