@@ -159,11 +159,20 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
         raise UserError(f"{path} has nothing to score: it needs at least two characters the model knows")
     score = score_tokens(model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx,
                          progress, text.unseen)
-    return {"loss": score.loss, "bpc": score.nats / math.log(2) / text.num_chars, "chars": text.num_chars,
-            "tokens": score.tokens, "tokens_per_char": score.tokens / text.num_chars, "unknown_chars": text.num_unknown,
-            "unknown_examples": "".join(c for c, _ in text.unknown.most_common(20)), "tokenizer": tokenizer.kind,
-            "context_length": context_length, "stride": stride, "data": str(path),
-            **_seen_split(tokenizer, text, score)}
+    return {
+        "loss": score.loss,
+        "bpc": score.nats / math.log(2) / text.num_chars,
+        "chars": text.num_chars,
+        "tokens": score.tokens,
+        "tokens_per_char": score.tokens / text.num_chars,
+        "unknown_chars": text.num_unknown,
+        "unknown_examples": "".join(c for c, _ in text.unknown.most_common(20)),
+        "tokenizer": tokenizer.kind,
+        "context_length": context_length,
+        "stride": stride,
+        "data": str(path),
+        **_seen_split(tokenizer, text, score),
+    }
 
 
 def json_ready(result: dict) -> dict:
@@ -179,6 +188,9 @@ def _seen_split(tokenizer: Tokenizer, text: EncodedText, score: Score) -> dict:
         return dict.fromkeys(keys) if tokenizer.kind == "hangul" else {}
     seen_chars = text.num_chars - text.num_unseen
     seen_nats = score.nats - score.unseen_nats
-    return {"bpc_seen": seen_nats / math.log(2) / seen_chars if seen_chars else None,
-            "bpc_unseen": score.unseen_nats / math.log(2) / text.num_unseen if text.num_unseen else None,
-            "chars_seen": seen_chars, "chars_unseen": text.num_unseen}
+    return {
+        "bpc_seen": seen_nats / math.log(2) / seen_chars if seen_chars else None,
+        "bpc_unseen": score.unseen_nats / math.log(2) / text.num_unseen if text.num_unseen else None,
+        "chars_seen": seen_chars,
+        "chars_unseen": text.num_unseen,
+    }

@@ -29,8 +29,13 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
     with cached.lock, torch.inference_mode():
         maps = attention_maps(run.model, window)  # (L, H, T, T)
     rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
-    return {"run": cached.name, "model_weights": run.weights.kind,  # the run's set (`weights` is the attention's)
-            "position": position, "start": start,
-            "tokens": [run.tokenizer.decode([i]) for i in ids[start: position + 1]],
-            "num_blocks": rows.shape[0], "num_heads": rows.shape[1],
-            "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()]}
+    return {
+        "run": cached.name,
+        "model_weights": run.weights.kind,  # which set of the run's weights (`weights` is the attention's)
+        "position": position,
+        "start": start,
+        "tokens": [run.tokenizer.decode([i]) for i in ids[start: position + 1]],
+        "num_blocks": rows.shape[0],
+        "num_heads": rows.shape[1],
+        "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()],
+    }
