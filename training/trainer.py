@@ -155,12 +155,6 @@ def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> Non
     bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
-
-
-
-
-
-
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved); then the snapshot. A
     signal cuts the evaluation and the snapshot short (training/guards/signals.py: `Interrupted`), never the save."""
@@ -193,8 +187,6 @@ def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool
     if interval == 0:
         return False
     return last or last_snapshot is None or step - last_snapshot >= interval
-
-
 
 
 def closing_evaluation(s: Session, state: LoopState) -> None:

@@ -88,7 +88,6 @@ class WeightAverage:
         self.averaged.n_averaged.fill_(updates)
 
 
-
 def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | None, max_steps: int | None,
                    decay_steps: int | None) -> WeightAverage | None:
     """train.average: the average kept beside the weights, continued where a resumed run left it; one that would
