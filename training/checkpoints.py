@@ -2,11 +2,9 @@
 lowest validation loss, and what a resumed run takes back from one.
 
 Design choices:
-- `best.pt` is a byte copy of the evaluation's `ckpt.pt`, not a second serialisation; the readers choose between
-  the two (inference/run_files.py).
+- `best.pt` is a byte copy of the evaluation's `ckpt.pt`, not a second serialisation.
 - Nothing non-finite is saved (training/guards/divergence.py); every write is atomic, so a failed one (a full disk)
-  is one line and the old file stays.
-- Everything a resume needs is plain data (`TrainingState`), so checkpoints load with `weights_only=True`.
+  is one line and the old file stays. Everything a resume needs is plain data (`weights_only=True` loads it).
 - Resuming from another file than the run's `ckpt.pt` keeps that newer `ckpt.pt` as `ckpt.step<N>.pt`, and says so.
 """
 
@@ -20,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from cli.overrides import shell_path
 from common.atomic_files import atomic_rename
@@ -41,6 +38,7 @@ from model.hangul.held_rows import dense_state_dict
 from training.early_stop import EarlyStop
 from training.guards.divergence import all_finite
 from training.optim.layout import match_optimizer_layout
+from training.reporting.progress import close_bars
 
 if TYPE_CHECKING:
     from training.session import LoopState, Session
@@ -68,8 +66,7 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
             copy_checkpoint(s.run_dir / name, s.run_dir / also)
         state.watch.saved_step = state.step
     except UserError:
-        for bar in list(getattr(tqdm, "_instances", ())):  # so the error starts its own line
-            bar.close()
+        close_bars()
         raise
 
 

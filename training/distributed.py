@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from cli.overrides import shell_path
+from training.reporting.progress import close_bars
 
 
 @dataclass
@@ -110,8 +110,7 @@ def peer_loss_is_one_line(run_dir: str) -> Iterator[None]:
             raise
         rank = int(os.environ["RANK"])
         first = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(e).split()))[:120]  # without gloo's source location
-        for bar in list(getattr(tqdm, "_instances", ())):  # so the line starts on its own
-            bar.close()
+        close_bars()
         hint = f"; the last checkpoint in {run_dir} is intact: resume with train.resume={shell_path(run_dir)}"
         where = hint if rank == 0 else ""
         print(f"error: rank {rank} lost contact with another rank, which stopped or crashed ({first}){where}",

@@ -1,19 +1,16 @@
 """Early stopping (`train.early_stop`) and where a run stood best: the noise margin of validation, the count of
 evaluations without a better one, and the lines that end a run whose end is worse than its best.
 
-Design choices:
-- Patience counts evaluations: `null` is off; N stops the run at the N-th evaluation in a row without a new best,
-  provided that one is worse than the best by more than `NOISE_MARGIN_BPC` (2.5 times the measured jitter of
-  validation around its trend: docs/en/training.md), in bits per character so that it means the same for every
-  tokenizer. The last evaluation never stops a run early: its limit does. A patience that cannot act in the run
-  is refused where typed, silent under `auto`.
-- `auto` (the default) is `AUTO_PATIENCE` for a run whose length the clock or its passes over the data set, and off
-  for a `train.max_steps` run: a step count typed is a run asked for whole.
-- The loop calls `start`, `observe` (in every evaluation, before its checkpoint is written, so `ckpt.pt` records a
-  stop) and `stops_here`; under torchrun every rank decides together (`any_rank`).
-- A run that stopped early counts as finished: its resume trains nothing, unless a limit is raised or the patience
-  no longer holds. The count is saved in the checkpoint, so a resumed run stops where the unbroken one would.
-- The closing lines find the file the readers use as they find it (inference/run_files.py).
+Design choices (docs/en/training.md, "Best weights and early stopping"):
+- Patience counts evaluations, and stops only once validation is worse than the best by more than
+  `NOISE_MARGIN_BPC` (bits per character: the same for every tokenizer); the last evaluation never stops a run.
+  A patience that cannot act is refused where typed, silent under `auto`.
+- `auto` is `AUTO_PATIENCE` where the clock or the passes set the run's length, off under `train.max_steps`: a
+  step count typed is a run asked for whole.
+- `observe` runs in every evaluation before its checkpoint is written, so `ckpt.pt` records a stop; under torchrun
+  every rank decides together. The count is saved, so a resumed run stops where the unbroken one would, and one
+  that stopped early counts as finished until a limit is raised or the patience no longer holds.
+- The closing lines find the file the readers use as they do (inference/run_files.py).
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@
 Design choices:
 - Every evaluation scores the same `train.eval_steps` batches of each split (a fixed seed per split), so validation
   moves between two evaluations only because the weights moved.
-- Evaluation runs the raw model eagerly (`Session.eval_model`): never the compiled training graph, which would
-  compile again for evaluation's mode, and never DDP's wrapper. Where `train.average` keeps an average, it is what
-  validation scores (the readers use it); the raw weights' loss is logged beside it.
-- A split of N tokens holds N - context_length distinct windows: batches beyond the number that draws that many only
-  repeat them, making each evaluation longer and the estimate no better. The batches are capped there, for the
-  smaller split, and the run says so once, naming the key (`eval_note`).
+- Evaluation runs the raw model eagerly (`Session.eval_model`), never the compiled graph (which would compile again
+  for evaluation's mode) nor DDP's wrapper; where `train.average` keeps an average, validation scores it.
+- A split of N tokens holds N - context_length distinct windows: more batches than draw that many only repeat them,
+  so the batches are capped there, and the run says so once, naming the key (`eval_note`).
 """
 
 from __future__ import annotations

@@ -127,8 +127,6 @@ def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple
     return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
-
-
 def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | None) -> tuple[Corpus, InitSource | None]:
     """The corpus (and, with train.init_from, how the source's vocabulary grew to read it)."""
     init = None
@@ -170,10 +168,6 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
     a resume keeps its checkpoint's setting (resume_settings.py: `all` for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
-
-
-
-
 
 
 def commit_run_dir(job: TrainJob, run_dir: Path, resumed: Checkpoint | None, changed: list[str],
@@ -255,7 +249,6 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
                       init.record() if init else (resumed.config.get("init_from") if resumed else None), average,
                       measured or (resumed.config.get("measured", {}) if resumed else {}))
     return session, state
-
 
 
 def start_notes(s: Session, state: LoopState) -> None:

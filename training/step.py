@@ -1,12 +1,10 @@
 """One optimisation step: micro-batches with gradient accumulation, clipping, the optimizer update.
 
-`compute_loss` is a module-level function on purpose: the crash-safety tests replace it to make a step's
-loss NaN, so no fault-injection switch lives in the production loop.
+`compute_loss` is module-level on purpose: the crash-safety tests replace it to make a loss NaN, so no
+fault-injection switch lives in the production loop.
 
-Around the lecture's step, three levers of the data-limited records, all off by default and each following the
-run's progress (`run_progress`: steps or the clock, whichever is further along): `train.mtp_weights` (later
-targets scored through the same head, fading out), `train.muon_weight_decay_schedule` and `train.average` (the
-weights' average, updated after the optimizer step: training/optim/averaging.py).
+Three levers of the data-limited records, off by default, follow the run's progress (`run_progress`):
+`train.mtp_weights`, `train.muon_weight_decay_schedule` and `train.average` (training/optim/averaging.py).
 """
 
 from __future__ import annotations

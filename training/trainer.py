@@ -1,17 +1,14 @@
 """The training loop: setup, then steps, evaluations and checkpoints until a limit or a signal stops it.
 
-Read `train` (set-up, the loop, the finish), `loop` (step, log, validate, stop) and `validate`, then training/step.py
-(one optimizer step) and training/checkpoints.py (`save`). Every other part is one call away, by a name that says
-what it does: `setup` (training/session.py), `StepRunner` (training/runner/), `early_stop`, `guards`, `reporting`.
+Read `train`, `loop` and `validate`, then training/step.py (one optimizer step) and training/checkpoints.py
+(`save`); every other part is one call away: `setup` (training/session.py), `StepRunner` (training/runner/),
+`early_stop`, `guards`, `reporting`.
 
 Design choices:
-- litgpt's shape: a `Session` and a `LoopState` from `setup`, one optimizer step, `validate` and `save` on their
-  own; the loop reads in one screen.
-- The same on one CPU, one GPU or many GPUs under torchrun: rank 0 logs, draws the bar and writes checkpoints; every
-  rank agrees on when to stop. Nothing waits for the device between steps but the checks at log steps, evaluations
-  and checkpoints.
-- TensorBoard's samples and attention maps, which cost more than an evaluation, come every
-  `train.snapshot_interval` steps (`snapshot_due`).
+- litgpt's shape: a `Session` and a `LoopState` from `setup`; the loop reads in one screen.
+- The same on one CPU, one GPU or torchrun: rank 0 logs and writes checkpoints; every rank agrees on when to stop.
+  Nothing waits for the device between steps but the checks at log steps, evaluations and checkpoints.
+- TensorBoard's samples and attention maps, dearer than an evaluation, come every `train.snapshot_interval` steps.
 """
 
 from __future__ import annotations
@@ -155,12 +152,6 @@ def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> Non
     bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
-
-
-
-
-
-
 def validate(s: Session, state: LoopState, last: bool = False) -> None:
     """Evaluate, log, and save `ckpt.pt` (and `best.pt` when the validation loss improved); then the snapshot. A
     signal cuts the evaluation and the snapshot short (training/guards/signals.py: `Interrupted`), never the save."""
@@ -193,8 +184,6 @@ def snapshot_due(interval: int, last_snapshot: int | None, step: int, last: bool
     if interval == 0:
         return False
     return last or last_snapshot is None or step - last_snapshot >= interval
-
-
 
 
 def closing_evaluation(s: Session, state: LoopState) -> None:

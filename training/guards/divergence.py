@@ -1,12 +1,11 @@
 """Non-finite losses, found without making the CPU wait for the device at every step.
 
 Design choices:
-- A step's loss stays on the device; `LossWatch` sums the losses since its last check, so one read (at every
-  `train.log_interval`, every evaluation and every checkpoint) finds a NaN or an infinity anywhere since the one
-  before, and the run stops in one line naming those steps, its last good checkpoint kept.
-- A loss can stay finite while the weights are not, or are so large that the validation overflows (bf16 autocast
-  keeps float32's range): a checkpoint is written only once its weights and its validation are finite
-  (`refuse_unfinite`), so nothing non-finite is ever saved, in any precision.
+- A step's loss stays on the device; `LossWatch` sums the losses since its last check, so one read (every
+  `train.log_interval`, evaluation and checkpoint) finds a NaN or an infinity anywhere since the one before, and
+  the run stops in one line naming those steps, its last good checkpoint kept.
+- A loss can stay finite while the weights are not, or so large that validation overflows (bf16 autocast keeps
+  float32's range): a checkpoint is written only once its weights and validation are finite (`refuse_unfinite`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """A model or a batch that cannot fit is refused before it is allocated, in one line that says what would fit.
 
 Design choices:
-- A CPU that runs out does not raise: the kernel's out-of-memory killer ends the process (and, on a shared
-  machine, others). Hence checks before the allocation: the model's from its settings alone, before it is built
-  (`matrix_parameters`: its weights, an average, their gradients and optimizer state, one sequence's step); one
-  step's, before the first step and before auto dropout's timed steps (the gradients, the optimizer's state unless
-  a resume loaded it, autocast's weight copies, the activations a backward keeps).
+- A CPU that runs out does not raise: the out-of-memory killer ends the process (and, on a shared machine,
+  others). Hence checks before the allocation: the model's from its settings, before it is built; one step's,
+  before the first step and before auto dropout's timed steps.
 - What the device has: MemAvailable (or a cgroup's limit, where lower) on the CPU, `torch.cuda.mem_get_info` on a GPU.
-- The estimate errs low (only what PyTorch must hold, never its caches), so what fits is never refused; an
-  allocator that does raise is turned into the same one line (`fit_memory`, `building_fits`).
-- The line names a batch that fits with room to spare (`MARGIN` times the estimate) and the
+- The estimate errs low (only what PyTorch must hold), so what fits is never refused; an allocator that does raise
+  is turned into the same line, which names a batch that fits with `MARGIN` to spare and the
   `train.grad_accum_steps` that keeps the effective batch, or the settings that make the model smaller.
 """
 
@@ -28,6 +25,7 @@ from torch import nn
 from common.errors import UserError
 from model.config import ModelConfig
 from model.counts import matrix_parameters
+from training.reporting.progress import close_bars
 
 if TYPE_CHECKING:
     from training.settings.config import TrainConfig
@@ -209,18 +207,10 @@ def fit_memory(model: nn.Module, t: TrainConfig, device: torch.device, dtype: to
         refuse_unfit_batch(model, t, device, dtype, optimizer_loaded)
         yield
     except UserError:
-        _close_bars()
+        close_bars()
         raise
     except RuntimeError as e:  # torch.OutOfMemoryError is one
         if not is_out_of_memory(e):
             raise
-        _close_bars()
+        close_bars()
         raise refusal(t, device, None, None, t.batch_size // 2) from None
-
-
-def _close_bars() -> None:
-    """The progress bars closed, so the error starts its own line."""
-    from tqdm import tqdm
-
-    for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()

@@ -2,14 +2,12 @@
 may be cut short (the setup, an evaluation, a snapshot, the closing sample, a compile's warm-up) is cut at once.
 
 Design choices:
-- Between steps the handler only records the signal: a step cut in half would leave the optimizer's state torn.
-  Waits that change nothing a checkpoint holds run inside `stop_at_once()`, where the handler raises `Interrupted`
-  at the next Python line; the trainer then saves as it does between steps.
-- A checkpoint write is never inside `stop_at_once()`: it always runs to its end (atomically).
-- Under torchrun a wait is not cut short (the ranks would leave a collective at different points): they stop at
-  the end of the step, together.
-- A second Ctrl-C aborts at once, except under torchrun, whose agent forwards each Ctrl-C to the workers a second
-  time.
+- Between steps the handler only records the signal (a step cut in half would tear the optimizer's state). Waits
+  that change nothing a checkpoint holds run inside `stop_at_once()`, where it raises `Interrupted`; a checkpoint
+  write never does, and always runs to its end.
+- Under torchrun no wait is cut short (the ranks would leave a collective at different points): they stop at the
+  end of the step, together.
+- A second Ctrl-C aborts at once, except under torchrun, whose agent forwards each Ctrl-C a second time.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Weight averaging (`train.average`): an average of the weights kept beside them while training, which every
-reader of the checkpoint then uses by default.
+reader of the checkpoint then uses by default (docs/en/training.md, "Weight averaging").
 
 Design choices:
-- `torch.optim.swa_utils.AveragedModel` keeps it: `ema` decays by `train.ema_half_life` (steps after which a step's
-  weights count half), `swa` is the uniform average from `train.swa_start` (a fraction of the run) to the end; both
-  update every `train.average_every` steps, with one fused lerp.
+- `torch.optim.swa_utils.AveragedModel` keeps it (`ema` by `train.ema_half_life`, `swa` uniform from
+  `train.swa_start`), updated every `train.average_every` steps with one fused lerp.
 - The average is of the raw model, never of compile's or DDP's wrapper, so every rank keeps the same one.
-- Validation, best.pt and the samples use the average (the raw weights' loss is logged as `val/loss_raw`);
-  checkpoints hold both sets, and readers take the average unless `weights=raw`.
-- A resume restores the average and its count; a held table (model/hangul/held_rows.py) is saved dense.
-- An average asked for is kept: settings that would never update it are refused at start naming the key, and a
-  run that stops before its first update takes one at its end, and says so.
+- Checkpoints hold both sets and the count, so a resume averages as an unbroken run; a held table
+  (model/hangul/held_rows.py) is saved dense.
+- An average asked for is kept: settings that would never update it are refused at start, and a run that stops
+  before its first update takes one at its end, and says so.
 """
 
 from __future__ import annotations
@@ -86,7 +84,6 @@ class WeightAverage:
             return
         self.model.load_state_dict(held_state_dict(self.model, dense))
         self.averaged.n_averaged.fill_(updates)
-
 
 
 def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | None, max_steps: int | None,

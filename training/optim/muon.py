@@ -1,12 +1,11 @@
 """Muon for the hidden weight matrices and AdamW for everything else, as one `torch.optim.Optimizer`.
 
 Design choices:
-- One optimizer object: the loop, `GradScaler`, clipping, checkpoints and resume see one `param_groups`. A group
+- One optimizer object: the loop, `GradScaler`, clipping, checkpoints and resume see one `param_groups`; a group
   with `use_muon=True` takes Muon's update, every other AdamW's (PyTorch's functional Adam, fused where it can).
-- Muon is `torch.optim.Muon`'s algorithm (Nesterov momentum, the quintic Newton-Schulz iteration, decoupled weight
-  decay, the rate scaled by sqrt(max(1, rows / cols))), but the iteration runs in a dtype the caller chooses (float32
-  on a CPU, where bfloat16 can cost more than the model's step), and matrices of one shape are orthogonalised as
-  one batch.
+- Muon is `torch.optim.Muon`'s algorithm, but the Newton-Schulz iteration runs in a dtype the caller chooses
+  (float32 on a CPU, where bfloat16 can cost more than the model's step), and matrices of one shape are
+  orthogonalised as one batch.
 - A parameter of more than two dimensions is a stack of matrices, each updated as its own: the fused `qkv` takes
   the updates the lecture layout's per-head matrices would.
 """

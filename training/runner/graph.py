@@ -1,25 +1,19 @@
-"""The whole training step as one CUDA graph: captured once, then replayed at every step.
+"""The whole training step as one CUDA graph (`torch.cuda.graph`): captured once, then replayed at every step.
 
 Design choices:
-- A small model on a GPU spends most of a step launching its kernels one by one; a replay launches the whole
-  recorded step at once (PyTorch's whole-network capture, `torch.cuda.graph`).
-- The graph holds every micro-batch's forward and backward (under autocast without its weight cache, which a
-  replay could not refill) and, where the optimizer can be replayed, the clipping and the update: AdamW with no
-  loss scaler, fused and `capturable`, its learning rate a device tensor that the loop fills before each replay
-  (training/optim/factory.py `set_lr`). Muon, and float16's loss scaler (whose step reads back whether a gradient
-  overflowed), run eagerly after each replay on the gradients the graph wrote.
-- Inputs are static buffers: each step copies its batches into them, then replays. Outputs (the loss, the gradient
-  norm) are written into static tensors and the step returns copies of them, so nothing reads a graph's output
-  after the next replay has overwritten it (the loss watch keeps losses across steps).
-- The gradients live in the graph's memory: after the capture they are never set to None (that would detach them
-  from the memory the graph writes); the first micro-batch's backward writes them, the others add to them.
-- The warm-up steps before the capture are real steps of the run: the recorded function itself, run eagerly on the
-  capture's side stream on the same static inputs, so that the optimizer's state, cuBLAS's workspace and inductor's
-  kernels (compiled for exactly these inputs and this autocast) exist before it and nothing compiles during it. The
-  capture runs nothing: the step it records is replayed at once.
-- Dropout stays random: PyTorch's CUDA generator moves its offset on at every replay.
-- The capture is model/cuda_graph.py's `CudaGraph` (its side stream runs the warm-up steps), injectable: tests on a
-  CPU pass a stand-in whose replay calls the recorded function, which writes the same static tensors a replay does.
+- A small model on a GPU spends most of a step launching kernels one by one; a replay launches the whole step at once.
+- The graph holds every micro-batch's forward and backward (autocast without its weight cache, which a replay could
+  not refill) and, where the optimizer can be replayed, clipping and the update: fused `capturable` AdamW without a
+  loss scaler, its learning rate a device tensor (training/optim/factory.py `set_lr`). Muon and float16's loss
+  scaler (whose step reads back an overflow) run eagerly after each replay on the gradients the graph wrote.
+- Inputs are static buffers each step copies its batches into; the step returns copies of the static outputs, so
+  nothing reads them after the next replay overwrote them. The gradients live in the graph's memory: never set to
+  None after the capture; the first micro-batch's backward writes them, the others add.
+- The warm-up steps are real steps of the run: the recorded function run eagerly on the capture's side stream, so
+  the optimizer's state, cuBLAS's workspace and inductor's kernels exist before the capture and nothing compiles in
+  it. The step the capture records is replayed at once. Dropout stays random (the CUDA generator's offset moves).
+- The capture is model/cuda_graph.py's `CudaGraph`, injectable: a CPU test's stand-in replays by calling the
+  recorded function, which writes the same static tensors.
 """
 
 from __future__ import annotations
@@ -168,9 +162,5 @@ def plain_rates(optimizer: torch.optim.Optimizer, state: dict) -> dict:
 
 def release(s: Session) -> None:
     """Undo `hold_rates_on_device` and drop the gradients of a failed capture: the eager step takes over."""
-    for group in s.optimizer.param_groups:
-        if isinstance(group["lr"], Tensor):
-            group["lr"] = float(group["lr"])
-        if "capturable" in group:
-            group["capturable"] = False
+    plain_rates(s.optimizer, {"param_groups": s.optimizer.param_groups})
     s.optimizer.zero_grad(set_to_none=True)

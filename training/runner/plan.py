@@ -1,22 +1,16 @@
 """`train.compile`: false, true or auto, and what auto decides for this device, precision and run.
 
-Design choices:
-- A step can run four ways: eager; `inductor` (torch.compile's default mode: fewer, fused kernels); `graph` (CUDA:
-  the whole step captured once and replayed, launched at once instead of kernel by kernel); and both. `true` asks
-  for the fastest the device has.
-- `auto` compiles only where the run is long enough to pay back the warm-up, by what it measures: `left x (1 -
-  1/speedup)` must be `PAYBACK` times the warm-up, `left` being the eager seconds left (half of them where early
-  stopping may end the run sooner). The speedup and warm-up are this machine's where a run measured them before,
-  else the priors below (docs/en/training.md); the warm-up is scaled by the load per core; inductor needs
-  `MIN_INDUCTOR_STEPS` left; a speedup measured under `KEEP` never compiles again.
-- What a run measured is kept in the user's cache folder (`records_path`), keyed by what decides a compile's cost and
-  gain (the device, torch, the precision, the way, the model's settings, the batch): the warm-up, whether inductor's
-  cache held it (a warm cache costs `WARM_SHARE` of a cold one), the eager and compiled milliseconds of a step. A
-  hint, never a requirement: an unreadable file reads as empty, and writing it is best-effort.
-- A CPU compiles only in bfloat16 on a CPU with bf16 instructions; MPS stays eager.
-- The choice is one line (`compile: ...`) where a choice was made: every GPU run, a CPU run that autocasts, every
-  run that compiles. Under torchrun every rank takes the same choice, and no CUDA graph is used (DDP's all-reduce
-  runs between the step's kernels).
+Design choices (docs/en/training.md, "Compile", has the rules and the priors' measurements):
+- Four ways: eager, `inductor` (torch.compile's default mode), `graph` (CUDA: the whole step captured and replayed),
+  and both. `true` asks for the fastest the device has.
+- `auto` compiles only where `left x (1 - 1/speedup)` is `PAYBACK` times the warm-up (scaled by the load per core),
+  `left` being the eager seconds left, halved where early stopping may act; inductor needs `MIN_INDUCTOR_STEPS` left,
+  and a speedup measured under `KEEP` never compiles again.
+- The speedup and warm-up are this machine's where a run measured them (`records_path`, keyed by what decides a
+  compile's cost and gain), else the priors below. A hint, never a requirement: an unreadable file reads as empty,
+  and writing it is best-effort.
+- A CPU compiles only in bfloat16 with bf16 instructions; MPS stays eager. Under torchrun every rank takes the same
+  choice, and no CUDA graph is used (DDP's all-reduce runs between the step's kernels).
 """
 
 from __future__ import annotations

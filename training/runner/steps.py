@@ -1,15 +1,12 @@
 """The loop's steps, run the way `train.compile` chose (training/runner/plan.py): eager, compiled, as a CUDA graph.
 
 Design choices:
-- `auto` times the first, eager steps (real steps of the run), then chooses. `true` and `false` choose at once.
-- Inductor compiles on a pass of its own before the first compiled step: a forward and backward on the step's
-  batch, put back afterwards, with no update and the random streams as they were, so a signal ends it at once and
-  the loop saves the step reached.
-- The warm-up counts against `train.max_seconds` like any step; the run says what it chose, then the warm-up.
-- Under auto the first compiled steps are timed against the eager ones: not `KEEP` times faster, the run goes back
-  to eager, saying both speeds; either way the numbers are recorded for the next run on this machine.
-- What cannot be built is said in one line and the steps go on without it. Evaluation and samples use the raw
-  model eagerly (`Session.eval_model`), never the training graph.
+- `auto` times the first, eager steps (real steps of the run), then chooses; `true` and `false` choose at once.
+- Inductor compiles on a pass of its own before the first compiled step (the step's batch put back, no update, the
+  random streams as they were), so a signal ends it at once and the loop saves the step reached.
+- The warm-up counts against `train.max_seconds`. Under auto the first compiled steps are timed against the eager
+  ones: under `KEEP` times faster, the run goes back to eager; the numbers are recorded for the next run.
+- What cannot be built is said in one line and the steps go on without it. Evaluation uses the raw model eagerly.
 """
 
 from __future__ import annotations

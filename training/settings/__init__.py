@@ -1,10 +1,5 @@
-"""Every setting of a run, typed and resolved before the first step; `settle` is the entry the set-up calls.
-
-- `config`: the typed schema Hydra composes `configs/train.yaml` into (a wrong type or unknown key refused there).
-- `resume`: what a resumed run takes from its checkpoint and what from this command line.
-- `precision`: `train.dtype` resolved for this device, recorded resolved so a resume keeps it.
-- `idle`: a setting the rest of the configuration leaves with nothing to do, refused naming its key.
-- `auto`: what `null` (auto) resolves to once the run's length is known: dropout and its weight decays.
+"""Every setting of a run, typed and resolved before the first step; `settle` is the entry the set-up calls (the
+modules: docs/en/layout.md).
 
 PyTorch's own cache folders are settings too: inductor's is made as soon as PyTorch's compiler is imported (building
 an optimizer imports it), whatever `train.compile` says, so a folder that cannot be made or written is refused here,

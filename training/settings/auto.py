@@ -1,19 +1,13 @@
 """Settings resolved at start from what the run will see: `model.dropout: null` means "auto".
 
-Design choices:
-- Dropout helps a model that sees its training text many times and only slows one that sees it once or less, so
-  auto resolves it from the passes over the training split the run will make: none up to
-  `train.auto_dropout_after` passes (a recipe's own: where it starts to memorise), then rising with the logarithm
-  of the passes to `MAX_DROPOUT`, continuously, so that a pass count measured a little differently is no cliff
-  (docs/en/training.md has the measurements and the commands).
-- The passes come from the step limit when there is one; under a time budget from the run's own speed, timed on a
-  throwaway copy of the model and optimizer before training (the real model and its random streams untouched).
-  Under torchrun every rank measures and all take the largest estimate.
-- Weight decay comes with the dropout: a recipe names the decays of a run given `FULL_DECAY_DROPOUT`
-  (`train.auto_weight_decay`, `train.auto_muon_weight_decay`), and a run given less moves towards them in
-  proportion; a weight decay the user typed is kept.
-- What was resolved is printed once and recorded (the checkpoint's settings, TensorBoard's HParams with the passes
-  it came from). A value the user types always wins.
+Design choices (docs/en/training.md, "Dropout: auto", has the rule and its measurements):
+- Dropout helps a model that sees its text many times and only slows one that sees it once or less, so auto
+  resolves it from the passes the run will make: none up to `train.auto_dropout_after` (a recipe's own), then
+  rising continuously with the logarithm of the passes to `MAX_DROPOUT`, so that no pass count is a cliff.
+- The passes come from the step limit; under a time budget from the run's own speed, timed on a throwaway copy of
+  the model and optimizer (the real ones and the random streams untouched). Under torchrun all take the largest.
+- The weight decays move with the dropout towards the recipe's `train.auto_*weight_decay`, wholly at
+  `FULL_DECAY_DROPOUT`. What was resolved is printed once and recorded; a value the user types always wins.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The training job's typed configuration: Hydra's schema for `configs/train.yaml`.
 
 Design choices:
-- Dataclasses registered in Hydra's ConfigStore are the schema the YAML files are merged into, so a wrong
-  type (`train.lr=abc`, `model.num_heads=2.5`, `train.compile=maybe`) or an unknown key is refused while
-  Hydra composes the config: before any folder is made or any data read.
-- Ranges are checked in each dataclass's `__post_init__`, which runs when the composed config becomes an
-  object (`OmegaConf.to_object`), again before any work. Every key is checked whether or not another key
-  makes it unused, and a key given a value of its own that another key makes unused is refused
-  (training/settings/idle.py).
+- Dataclasses in Hydra's ConfigStore are the schema the YAML files merge into, so a wrong type
+  (`train.lr=abc`) or an unknown key is refused while Hydra composes the config, before any work.
+- Ranges are checked in each `__post_init__` (run by `OmegaConf.to_object`), every key whether or not another key
+  makes it unused; a value of its own for a key made unused is refused by training/settings/idle.py.
 - The YAML files stay the place users read the defaults; the dataclass defaults match them.
 """
 

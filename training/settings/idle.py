@@ -2,10 +2,9 @@
 
 Design choices:
 - A lever that silently does nothing is worse than an error for someone comparing runs: a setting given a value of
-  its own while another setting makes it idle is refused before any work, naming both keys and the two ways on.
-- "Of its own" means neither the schema's default nor the recipe's value: `recipe=modern train.optimizer=adamw`
-  runs, its recipe's Muon rates unused; a Muon rate typed under AdamW is refused. The `auto_*` decays and the
-  model's shape switches are not levers of this kind.
+  its own (neither the schema's default nor the recipe's) while another makes it idle is refused before any work,
+  naming both keys and the ways on. `recipe=modern train.optimizer=adamw` runs; a Muon rate typed under AdamW does
+  not. The `auto_*` decays and the model's shape switches are not levers of this kind.
 - A new run is checked when its config is composed (so the ladder's check of every variant finds these too), the
   context length again once train.init_from fixed the architecture; a resumed run checks only the keys it typed.
 """

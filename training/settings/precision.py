@@ -1,11 +1,10 @@
 """The precision a run computes in, decided once a resume has restored its checkpoint's settings.
 
-Design choices:
-- On a CPU with bf16 instructions, bf16 autocast is faster on some and slower on others, so `train.dtype=auto`
-  there times a few steps of this run's own model in both and takes the faster, saying and recording both timings.
-  A CPU without them stays in float32 (it would emulate bf16); a GPU is decided by its compute capability.
-- The job records the precision resolved, not `auto`, so a resume keeps it without measuring again; a typed
-  `train.dtype` is never second-guessed, and one this device cannot run is refused before any work.
+Design choices (docs/en/training.md, "Precision and compile"):
+- bf16 autocast is faster on some CPUs with bf16 instructions and slower on others, so `train.dtype=auto` there
+  times a few steps of this run's own model in both and takes the faster, saying and recording both timings.
+- The job records the precision resolved, so a resume keeps it without measuring again; a typed `train.dtype` is
+  never second-guessed, and one this device cannot run is refused before any work.
 """
 
 from __future__ import annotations

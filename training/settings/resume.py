@@ -3,10 +3,9 @@
 Design choices:
 - Only what the user typed is an override (train.py records Hydra's `overrides.task`; `model=tiny` or
   `experiment=<name>` type every key their file sets); every other setting is the checkpoint's.
-- Settings that fix the parameters' shapes, the tokenizer, the validation split or the random streams cannot
-  change: another value typed is refused in one line naming the key, the checkpoint's value and the ways on.
-- Everything else is applied, and `summary` lists what differs from the checkpoint in one line.
-- A Python caller without a command line gets its job as given, but for the settings that cannot change.
+- Settings that fix the shapes, the tokenizer, the validation split or the random streams cannot change: another
+  value typed is refused in one line naming the key, the checkpoint's value and the ways on. The rest is applied,
+  and `summary` lists what differs in one line; a Python caller without a command line gets its job as given.
 """
 
 from __future__ import annotations
