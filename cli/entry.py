@@ -6,7 +6,9 @@ import functools
 import io
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -40,9 +42,21 @@ def _interrupt_hook(exc_type, exc, tb) -> None:
     _previous_hook(exc_type, exc, tb)
 
 
+def _unraisable_hook(unraisable) -> None:
+    """A Ctrl-C that lands in a weakref callback or a __del__ (as while importing) is printed by Python with its
+    traceback and lost: the command would go on. While the default handler holds SIGINT it is sent again to the main
+    thread, a moment later from another one, so that it arrives after the callback (and wakes a sleeping call)."""
+    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if type(unraisable.exc_value) is KeyboardInterrupt and default:
+        main = threading.main_thread().ident
+        threading.Timer(0.01, signal.pthread_kill, (main, signal.SIGINT)).start()
+        return
+    _previous_unraisable_hook(unraisable)
+
+
 # Entry scripts import this first: a Ctrl-C from here on is one line. KOCHAR_READY_FILE: a test interrupts here.
-_previous_hook = sys.excepthook
-sys.excepthook = _interrupt_hook
+_previous_hook, _previous_unraisable_hook = sys.excepthook, sys.unraisablehook
+sys.excepthook, sys.unraisablehook = _interrupt_hook, _unraisable_hook
 if os.environ.get("KOCHAR_READY_FILE"):
     open(os.environ["KOCHAR_READY_FILE"], "a").close()
 

@@ -206,6 +206,16 @@ def test_the_ready_file_marks_the_installed_hook(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "_interrupt_hook" and ready.exists(), r.stderr
 
 
+def test_a_ctrl_c_that_python_swallows_in_a_callback_still_ends_the_command_in_one_line():
+    """A Ctrl-C landing in a weakref callback or a __del__ (CI once saw one in an import lock's callback) is only
+    printed by Python, with a traceback, and the command goes on; it must end the command like any other."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
+            "class Dying:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+            "Dying()\nimport time\ntime.sleep(30)\nprint('went on')\n")
+    r = cli("-c", code, str(Path(__file__).resolve().parents[2]))
+    assert (r.returncode, r.stdout, r.stderr.strip()) == (130, "", "interrupted"), r.stderr
+
+
 def test_a_ctrl_c_wrapped_by_python_still_ends_in_one_line(tmp_path):
     """Python 3.11 turns a Ctrl-C that lands in a class body's __set_name__ (as while importing ipaddress) into a
     RuntimeError caused by the KeyboardInterrupt; CI once saw that traceback instead of `interrupted`."""
