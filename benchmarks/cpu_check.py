@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks import options as opt
 from benchmarks.gpu_steps import DEFAULT, ours_overrides, ours_step, tokens_per_second
 from benchmarks.ladder_checks import WHOLE_BUDGET
-from benchmarks.runs import last_line, train_py, trained
+from benchmarks.runs import trained
 
 WAYS = {"float32_eager": ("float32", False), "float32_compiled": ("float32", True),
         "bfloat16_eager": ("bfloat16", False), "bfloat16_compiled": ("bfloat16", True)}
@@ -65,10 +65,8 @@ def runs(corpus: Path, seconds: float, best: str) -> dict:
     common = [f"data.path={corpus}", f"train.max_seconds={seconds:g}", WHOLE_BUDGET]
     out: dict = {"command": f"python train.py data.path={corpus} train.max_seconds={seconds:g} train.early_stop=null"}
     with tempfile.TemporaryDirectory() as tmp:
-        proc, m = train_py([*common, "train.dtype=auto", "train.compile=auto"], Path(tmp) / "auto")
-        said = [line for line in proc.stdout.splitlines() if line.startswith(("precision:", "compile:"))]
-        out["auto"] = {"steps": int(m["step"]), "seconds": float(m["secs"]), "lines": said} if m else \
-            {"error": last_line(proc.stderr, "no result line"), "lines": said}
+        out["auto"] = trained([*common, "train.dtype=auto", "train.compile=auto"], Path(tmp) / "auto",
+                              said=("precision:", "compile:"))
         out[best] = trained([*common, f"train.dtype={dtype}", f"train.compile={str(compiled).lower()}"],
                             Path(tmp) / "best")
     if "steps" in out["auto"] and "steps" in out[best]:

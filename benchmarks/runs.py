@@ -38,17 +38,19 @@ def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tu
     return proc, RESULT.search(proc.stdout)
 
 
-def trained(overrides: list[str], run_dir: Path, env: dict | None = None) -> dict:
-    """One train.py run's numbers, its `run:` line's and what it logged to TensorBoard, or {error: its last line}."""
+def trained(overrides: list[str], run_dir: Path, env: dict | None = None, said: tuple[str, ...] = ()) -> dict:
+    """One train.py run's numbers, its `run:` line's and what it logged to TensorBoard, or {error: its last line};
+    `said`: the starts of the lines it printed to keep (`lines`), as `precision:` and `compile:`."""
     proc, m = train_py(overrides, run_dir, env)
+    lines = {"lines": [line for line in proc.stdout.splitlines() if line.startswith(said)]} if said else {}
     if proc.returncode or m is None:
-        return {"error": last_line(proc.stderr, "no result line")}
+        return {"error": last_line(proc.stderr, "no result line"), **lines}
     scalars = read_scalars(run_dir)
     tps = sorted(v for _, v in scalars.get("train/tokens_per_sec", []))
     bpcs = [v for _, v in scalars.get("val/bpc", [])]
     return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
             "val_bpc": float(m["bpc"]), "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None,
-            "best_val_bpc": min(bpcs) if bpcs else None}
+            "best_val_bpc": min(bpcs) if bpcs else None, **lines}
 
 
 def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callable[[dict], dict],
