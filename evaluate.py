@@ -24,14 +24,31 @@ def _run(c: EvaluateConfig) -> None:
     device = pick_device(c.device)
     dtype = resolve_dtype(c.dtype, device, key="dtype")
     run = load_run(c.ckpt, device, weights=c.weights)
-    result = evaluate_file(run.model, run.tokenizer, resolve_corpus_path(c.data.path), c.stride, c.batch_size,
-                           device, lambda: autocast(device, dtype), c.progress)
-    record = {"checkpoint": str(run.path), **(run.file.fields() if run.file else {}), **run.weights.fields(),
-              **result}  # which file (chosen: best, last or named; its step and val loss) and which set was scored
+    result = evaluate_file(
+        run.model,
+        run.tokenizer,
+        resolve_corpus_path(c.data.path),
+        c.stride,
+        c.batch_size,
+        device,
+        lambda: autocast(device, dtype),
+        c.progress,
+    )
+    record = {
+        "checkpoint": str(run.path),
+        **(run.file.fields() if run.file else {}),
+        **run.weights.fields(),
+        **result,
+    }  # which file (chosen: best, last or named; its step and val loss) and which set was scored
     print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script("evaluate", EvaluateConfig, _run, "evaluate.py: score a text file with a trained model (one JSON "
-                 "line: loss, bits per character).", EXAMPLES)
+    hydra_script(
+        "evaluate",
+        EvaluateConfig,
+        _run,
+        "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character).",
+        EXAMPLES,
+    )

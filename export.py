@@ -45,5 +45,10 @@ def _run(c: ExportConfig) -> None:
 
 if __name__ == "__main__":
     register_export_config()
-    hydra_script("export", ExportConfig, _run, "export.py: write a trained run as a Hugging Face folder (safetensors, "
-                 "tokenizer, model card).", EXAMPLES)
+    hydra_script(
+        "export",
+        ExportConfig,
+        _run,
+        "export.py: write a trained run as a Hugging Face folder (safetensors, tokenizer, model card).",
+        EXAMPLES,
+    )

@@ -22,8 +22,9 @@ def _bind(host: str, port: int) -> socket.socket:
     from common.errors import UserError
 
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except socket.gaierror as e:
         raise UserError(f"host={host} cannot be resolved ({e.strerror}); use 127.0.0.1 or 0.0.0.0") from None
     sock = socket.socket(family, kind, proto)
@@ -33,8 +34,10 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)  # connections made as soon as the URL is printed wait in the backlog for uvicorn
     except OSError as e:
         sock.close()
-        raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pick another port, e.g. "
-                        f"python serve.py port={port + 1 if port else 8001}") from None
+        raise UserError(
+            f"cannot listen on {host}:{port} ({e.strerror}); pick another port, e.g. "
+            f"python serve.py port={port + 1 if port else 8001}"
+        ) from None
     return sock
 
 
@@ -54,8 +57,11 @@ def _raise_file_limit(needed: int) -> None:
         target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         if target < needed:
-            print(f"warning: this process may open {target} files (ulimit -n); lower max_connections "
-                  f"to about {target - 64}", file=sys.stderr)
+            print(
+                f"warning: this process may open {target} files (ulimit -n); lower max_connections "
+                f"to about {target - 64}",
+                file=sys.stderr,
+            )
 
 
 def _run(config: ServeConfig) -> None:
@@ -70,8 +76,10 @@ def _run(config: ServeConfig) -> None:
     pg = app.state.playground
     default = pg.registry.default_path()
     if default is None:
-        print(f"warning: no runs under {config.runs_dir}/ yet: train one (python train.py), then reload the page",
-              file=sys.stderr)
+        print(
+            f"warning: no runs under {config.runs_dir}/ yet: train one (python train.py), then reload the page",
+            file=sys.stderr,
+        )
     else:
         loaded = pg.cache.get(pg.registry.name_of(default), pg.registry.file(default))
         print(f"run: {loaded.name} (step {loaded.run.checkpoint.step}) on {pg.cache.device}; {loaded.run.line()}")
@@ -81,13 +89,22 @@ def _run(config: ServeConfig) -> None:
     print(f"kochar-gpt playground: open {_url(config.host, port)}  (Ctrl-C stops it)", flush=True)
     if not is_loopback(config.host):
         shown = "any name" if names is None else ", ".join(sorted(names))
-        print(f"warning: host={config.host}: other machines can reach this server; it answers requests for "
-              f"{shown} (allowed_hosts)", file=sys.stderr)
-    uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s,
-                                 config.max_connections)).run(sockets=[sock])
+        print(
+            f"warning: host={config.host}: other machines can reach this server; it answers requests for "
+            f"{shown} (allowed_hosts)",
+            file=sys.stderr,
+        )
+    uvicorn.Server(server_config(app, config.header_timeout_s, config.keep_alive_s, config.max_connections)).run(
+        sockets=[sock]
+    )
 
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script("serve", ServeConfig, _run, "serve.py: the playground in the browser (stream samples, probabilities, "
-                 "attention).", EXAMPLES)
+    hydra_script(
+        "serve",
+        ServeConfig,
+        _run,
+        "serve.py: the playground in the browser (stream samples, probabilities, attention).",
+        EXAMPLES,
+    )

@@ -50,8 +50,10 @@ def _run(cfg: DictConfig) -> None:
         sys.exit(130 if result.stopped == "SIGINT" else 143 if result.stopped == "SIGTERM" else 0)
     if result.sample:
         print("\n--- sample ---\n" + result.sample + "\n--------------")
-    print(f"run: {shell_path(result.run_dir)}  step {result.step}  val loss {_value(result.val_loss)}  "
-          f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})")
+    print(
+        f"run: {shell_path(result.run_dir)}  step {result.step}  val loss {_value(result.val_loss)}  "
+        f"val bpc {_value(result.val_bpc)}  {result.seconds:.1f}s ({result.stopped})"
+    )
     if result.average:
         print(result.average)
     if result.closing:  # an early stop; where validation stood best, when the end is worse (training/early_stop.py)

@@ -58,11 +58,18 @@ def measure(corpus: Path, count: int, out: Path, repeat: int) -> dict:
     file_cold, file_warm, one = timed_load(joined, out / "cache-file", repeat)
     folder_cold, folder_warm, many = timed_load(folder, out / "cache-folder", repeat)
     same = one.tokenizer.fingerprint() == many.tokenizer.fingerprint() and np.array_equal(
-        np.asarray(one.tokens), np.asarray(many.tokens))
-    return {"files": len(list(folder.iterdir())), "chars": one.num_chars,
-            "file_cold_s": round(file_cold, 4), "file_warm_s": round(file_warm, 4),
-            "folder_cold_s": round(folder_cold, 4), "folder_warm_s": round(folder_warm, 4),
-            "warm_ratio_folder_to_file": round(folder_warm / file_warm, 3), "same_ids": bool(same)}
+        np.asarray(one.tokens), np.asarray(many.tokens)
+    )
+    return {
+        "files": len(list(folder.iterdir())),
+        "chars": one.num_chars,
+        "file_cold_s": round(file_cold, 4),
+        "file_warm_s": round(file_warm, 4),
+        "folder_cold_s": round(folder_cold, 4),
+        "folder_warm_s": round(folder_warm, 4),
+        "warm_ratio_folder_to_file": round(folder_warm / file_warm, 3),
+        "same_ids": bool(same),
+    }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -70,8 +77,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="a text file")
     ap.add_argument("--files", default=500, check=opt.count(2), help="how many files the folder holds (default 500)")
     ap.add_argument("--repeat", default=3, check=opt.count(), help="warm loads timed; the fastest counts (default 3)")
-    ap.add_argument("--out", default="runs/corpus_start", check=opt.out_folder,
-                    help="where the folder, file and caches go")
+    ap.add_argument(
+        "--out", default="runs/corpus_start", check=opt.out_folder, help="where the folder, file and caches go"
+    )
     return ap.parse_args(argv)
 
 

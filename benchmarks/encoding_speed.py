@@ -26,17 +26,23 @@ def bench_encoding(text: str, rounds: int) -> dict:
     tok.encode("가")
     first_call = time.perf_counter() - start
 
-    secs = median_alternating({
-        "loop": mean_seconds(lambda: torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long), REPS),
-        "numpy": mean_seconds(lambda: torch.from_numpy(tok.encode(text)), REPS),
-        "numpy64": mean_seconds(lambda: torch.from_numpy(tok.encode(text)).long(), REPS),
-        "numpy_nfc": mean_seconds(lambda: torch.from_numpy(tok.encode(text, normalized=True)), REPS),
-    }, rounds)
-    return {"encode_chars": len(text), "encode_seconds": round(secs["numpy"], 5),
-            "encode_chars_per_sec": round(len(text) / secs["numpy"]),
-            "encode_python_loop_chars_per_sec": round(len(text) / secs["loop"]),
-            "encode_speedup_over_python_loop": round(secs["loop"] / secs["numpy"], 1),
-            "encode_speedup_over_python_loop_int64": round(secs["loop"] / secs["numpy64"], 1),
-            "encode_table_build_seconds_once_per_process": round(first_call, 3),
-            "encode_seconds_prenormalized": round(secs["numpy_nfc"], 5),
-            "encode_speedup_over_python_loop_prenormalized": round(secs["loop"] / secs["numpy_nfc"], 1)}
+    secs = median_alternating(
+        {
+            "loop": mean_seconds(lambda: torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long), REPS),
+            "numpy": mean_seconds(lambda: torch.from_numpy(tok.encode(text)), REPS),
+            "numpy64": mean_seconds(lambda: torch.from_numpy(tok.encode(text)).long(), REPS),
+            "numpy_nfc": mean_seconds(lambda: torch.from_numpy(tok.encode(text, normalized=True)), REPS),
+        },
+        rounds,
+    )
+    return {
+        "encode_chars": len(text),
+        "encode_seconds": round(secs["numpy"], 5),
+        "encode_chars_per_sec": round(len(text) / secs["numpy"]),
+        "encode_python_loop_chars_per_sec": round(len(text) / secs["loop"]),
+        "encode_speedup_over_python_loop": round(secs["loop"] / secs["numpy"], 1),
+        "encode_speedup_over_python_loop_int64": round(secs["loop"] / secs["numpy64"], 1),
+        "encode_table_build_seconds_once_per_process": round(first_call, 3),
+        "encode_seconds_prenormalized": round(secs["numpy_nfc"], 5),
+        "encode_speedup_over_python_loop_prenormalized": round(secs["loop"] / secs["numpy_nfc"], 1),
+    }

@@ -31,8 +31,12 @@ TRAINED = ("steps", "seconds", "stopped")  # train.py's numbers a row keeps
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("finetune.py", __doc__)
     ap.add_argument("--source", check=opt.text_file, help="the text the source run trains on")
-    ap.add_argument("--source-run", default=None, check=opt.run_or_checkpoint,
-                    help="an existing run to fine-tune instead of training one")
+    ap.add_argument(
+        "--source-run",
+        default=None,
+        check=opt.run_or_checkpoint,
+        help="an existing run to fine-tune instead of training one",
+    )
     ap.add_argument("--source-seconds", default=300.0, check=opt.SECONDS, help="the source run's budget (default 300)")
     ap.add_argument("--target", required=True, check=opt.text_file, help="the new text (its tail is held out)")
     ap.add_argument("--seconds", default=60.0, check=opt.SECONDS, help="budget of each side on the target (default 60)")
@@ -70,9 +74,16 @@ def one_side(side: str, seed: int, source: Path, paths: tuple[Path, Path], args:
     if side == "finetune":
         overrides.append(f"train.init_from={source}")
     record = {"side": side, "seed": seed, "seconds_budget": args.seconds, "set": args.set}
-    return campaign_run(record, overrides + args.set.split(), run_dir,
-                        lambda _: {**heldout_scores(run_dir, heldout, unknown_chars="unknown_chars"),
-                                   "sample": sample(run_dir, args.prompt, 120, "seed=1337")}, TRAINED)
+    return campaign_run(
+        record,
+        overrides + args.set.split(),
+        run_dir,
+        lambda _: {
+            **heldout_scores(run_dir, heldout, unknown_chars="unknown_chars"),
+            "sample": sample(run_dir, args.prompt, 120, "seed=1337"),
+        },
+        TRAINED,
+    )
 
 
 def table(rows: list[dict]) -> str:
@@ -92,15 +103,19 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    say_whole_budget(f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the "
-                                                                              "source"))
+    say_whole_budget(
+        f"{args.seconds:g} s a side" + ("" if args.source_run else f", {args.source_seconds:g} s for the source")
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     source, source_record = source_run(args, out)
     opt.print_json({"source": source_record})
     paths = split_heldout(args.target, out / "splits", args.heldout)
-    rows = [keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
-            for seed in range(1337, 1337 + args.seeds) for side in SIDES]
+    rows = [
+        keep(one_side(side, seed, source, paths, args), out / "results.jsonl")
+        for seed in range(1337, 1337 + args.seeds)
+        for side in SIDES
+    ]
     report = table(rows)
     (out / "finetune.md").write_text(report, encoding="utf-8")
     print(report)

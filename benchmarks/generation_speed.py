@@ -28,14 +28,20 @@ BATCHES = (1, 8)
 KINDS = {"learned": {}, "rope": {**MODERN, "zero_init_proj": False}}  # rope: modern's, its projections drawn
 
 
-def generation_timer(model: AttentionLanguageModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
-                      window_shift: int | None = None) -> Callable[[], float]:
+def generation_timer(
+    model: AttentionLanguageModel,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    use_cache: bool,
+    window_shift: int | None = None,
+) -> Callable[[], float]:
     """A timer returning the tokens/s (all rows) of generating `new_tokens` after `prompt` (warmed up once)."""
 
     def generate() -> None:
         g = torch.Generator(device=prompt.device).manual_seed(0)
-        for _ in stream(model, prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g,
-                        window_shift=window_shift):
+        for _ in stream(
+            model, prompt, new_tokens, temperature=1.0, use_cache=use_cache, generator=g, window_shift=window_shift
+        ):
             pass
 
     return per_second(generate, prompt.shape[0] * new_tokens, prompt.device)
@@ -45,19 +51,28 @@ def bench_generation(preset: dict[str, int], vocab: int, device: torch.device, r
     """Tokens/s of cached and uncached generation, their ratios, and the cached path's breakdown."""
     model = seeded_model(vocab, preset, device).eval()
     prompt = torch.randint(0, vocab, (1, PROMPT_TOKENS), device=device)
-    tps = median_alternating({"cached": generation_timer(model, prompt, new_tokens, True),
-                              "uncached": generation_timer(model, prompt, new_tokens, False),
-                              "crop_every_step": generation_timer(model, prompt, new_tokens, False, 1)}, rounds)
-    return {"generate_new_tokens": new_tokens, "generate_tokens_per_sec_cached": round(tps["cached"], 1),
-            "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
-            "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2),
-            "generate_tokens_per_sec_uncached_crop_every_step": round(tps["crop_every_step"], 1),
-            "generate_cached_over_uncached_crop_every_step": round(tps["cached"] / tps["crop_every_step"], 2),
-            **decode_breakdown(model, vocab, device)}
+    tps = median_alternating(
+        {
+            "cached": generation_timer(model, prompt, new_tokens, True),
+            "uncached": generation_timer(model, prompt, new_tokens, False),
+            "crop_every_step": generation_timer(model, prompt, new_tokens, False, 1),
+        },
+        rounds,
+    )
+    return {
+        "generate_new_tokens": new_tokens,
+        "generate_tokens_per_sec_cached": round(tps["cached"], 1),
+        "generate_tokens_per_sec_uncached": round(tps["uncached"], 1),
+        "generate_cached_over_uncached": round(tps["cached"] / tps["uncached"], 2),
+        "generate_tokens_per_sec_uncached_crop_every_step": round(tps["crop_every_step"], 1),
+        "generate_cached_over_uncached_crop_every_step": round(tps["cached"] / tps["crop_every_step"], 2),
+        **decode_breakdown(model, vocab, device),
+    }
 
 
-def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.device, rounds: int,
-                             new_tokens: int) -> dict:
+def bench_cache_against_crop(
+    preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int
+) -> dict:
     """The `generation` report: {kind: {batch_N: {cached, crop, ratio}, per_token_us: {...}}}."""
     report: dict = {"new_tokens": new_tokens, "prompt_tokens": 1}
     for kind, options in KINDS.items():
@@ -68,10 +83,14 @@ def bench_cache_against_crop(preset: dict[str, int], vocab: int, device: torch.d
             timers[f"cached_{b}"] = generation_timer(model, prompt, new_tokens, True)
             timers[f"crop_{b}"] = generation_timer(model, prompt, new_tokens, False, 1)
         tps = median_alternating(timers, rounds)
-        report[kind] = {f"batch_{b}": {"cached_tokens_per_sec": round(tps[f"cached_{b}"], 1),
-                                       "crop_tokens_per_sec": round(tps[f"crop_{b}"], 1),
-                                       "cached_over_crop": round(tps[f"cached_{b}"] / tps[f"crop_{b}"], 2)}
-                        for b in BATCHES}
+        report[kind] = {
+            f"batch_{b}": {
+                "cached_tokens_per_sec": round(tps[f"cached_{b}"], 1),
+                "crop_tokens_per_sec": round(tps[f"crop_{b}"], 1),
+                "cached_over_crop": round(tps[f"cached_{b}"] / tps[f"crop_{b}"], 2),
+            }
+            for b in BATCHES
+        }
         report[kind]["per_token_us"] = per_token_costs(model, vocab, device, 1e6 / tps["cached_1"])
     return report
 
@@ -80,22 +99,28 @@ def per_token_costs(model: AttentionLanguageModel, vocab: int, device: torch.dev
     """Median µs per cached token (batch 1): the full-cache step, sampling, and the rest of `total_us`."""
     median = decode_times(model, vocab, device, max(1, model.context_length // 4), sampling=True)
     step_us, sampling_us = median["step"] * 1e6, median["sampling"] * 1e6
-    return {"step": round(step_us, 1), "sampling": round(sampling_us, 1),
-            "loop": round(total_us - step_us - sampling_us, 1)}
+    return {
+        "step": round(step_us, 1),
+        "sampling": round(sampling_us, 1),
+        "loop": round(total_us - step_us - sampling_us, 1),
+    }
 
 
 def decode_breakdown(model: AttentionLanguageModel, vocab: int, device: torch.device) -> dict:
     """Microseconds of a cached decode step, a cache refill per token, and an uncached full-window forward."""
     shift = default_window_shift(model)
     median = decode_times(model, vocab, device, shift)
-    return {"generate_decode_step_us": round(median["step"] * 1e6, 1),
-            "generate_refill_us_per_token": round(median["refill"] / shift * 1e6, 1),
-            "generate_uncached_full_window_us": round(median["full"] * 1e6, 1)}
+    return {
+        "generate_decode_step_us": round(median["step"] * 1e6, 1),
+        "generate_refill_us_per_token": round(median["refill"] / shift * 1e6, 1),
+        "generate_uncached_full_window_us": round(median["full"] * 1e6, 1),
+    }
 
 
 @torch.inference_mode()
-def decode_times(model: AttentionLanguageModel, vocab: int, device: torch.device, tail: int,
-                 sampling: bool = False) -> dict[str, float]:
+def decode_times(
+    model: AttentionLanguageModel, vocab: int, device: torch.device, tail: int, sampling: bool = False
+) -> dict[str, float]:
     """Median seconds of `refill` (all but the last `tail` positions), `step` over those (and `sampling`), `full`."""
     C = model.context_length
     ids = torch.randint(0, vocab, (1, C), device=device)
@@ -108,8 +133,9 @@ def decode_times(model: AttentionLanguageModel, vocab: int, device: torch.device
     times: dict[str, list[float]] = {"refill": [], "step": [], "sampling": [], "full": []}
     for _ in range(BREAKDOWN_ROUNDS):
         cache.reset(0)
-        times["refill"].append(seconds(lambda: model(ids[:, : C - tail], kv_cache=cache, start=0, last_only=True),
-                                       device))
+        times["refill"].append(
+            seconds(lambda: model(ids[:, : C - tail], kv_cache=cache, start=0, last_only=True), device)
+        )
         cache.advance(C - tail)
         with OneThread(device.type == "cpu"):  # as the loop runs them
             for p in range(C - tail, C):

@@ -49,9 +49,12 @@ def train_run(folder: Path, name: str, *overrides: str) -> dict:
     r, _ = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
     if r.returncode != 0:
         return {"failed": last_line(r.stderr, str(r.returncode))[:300]}
-    return {"steps": load_checkpoint(run / "ckpt.pt").step, "wall_s": round(time.perf_counter() - started, 1),
-            "val_loss": {step: round(v, 4) for step, v in read_scalars(run).get("val/loss", [])},
-            "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")]}
+    return {
+        "steps": load_checkpoint(run / "ckpt.pt").step,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "val_loss": {step: round(v, 4) for step, v in read_scalars(run).get("val/loss", [])},
+        "compile_lines": [line for line in r.stdout.splitlines() if line.startswith("compile:")],
+    }
 
 
 def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
@@ -62,10 +65,12 @@ def real_loop(seconds: float, equal_steps: int = 1000) -> dict:
             out[setting] = train_run(Path(tmp), setting, f"train.max_seconds={seconds:g}", f"train.compile={setting}")
             out[setting]["val_loss"] = dict(list(out[setting].get("val_loss", {}).items())[-2:])
         for setting in ("false", "auto"):
-            side = train_run(Path(tmp), f"steps-{setting}", f"train.max_steps={equal_steps}",
-                             f"train.compile={setting}")
+            side = train_run(
+                Path(tmp), f"steps-{setting}", f"train.max_steps={equal_steps}", f"train.compile={setting}"
+            )
             out.setdefault("equal_steps", {"steps": equal_steps})[setting] = side.get("val_loss", side).get(
-                equal_steps, side)
+                equal_steps, side
+            )
     if "steps" in out["false"] and "steps" in out["auto"]:
         out["steps_ratio"] = round(out["auto"]["steps"] / out["false"]["steps"], 2)
     return out
@@ -89,17 +94,25 @@ def main(argv: list[str]) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UserError("benchmarks.gpu_check measures a CUDA GPU and this machine has none; run it where "
-                        "`python -c 'import torch; print(torch.cuda.is_available())'` prints True")
+        raise UserError(
+            "benchmarks.gpu_check measures a CUDA GPU and this machine has none; run it where "
+            "`python -c 'import torch; print(torch.cuda.is_available())'` prints True"
+        )
     from benchmarks.gpu_steps import DEFAULT, SHAKESPEARE, compare_ways
     from common.device import enable_fast_matmul
 
     enable_fast_matmul(torch.device("cuda"))
-    result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                    "nanogpt": str(args.nanogpt) if args.nanogpt else None}
-    parts = {"shakespeare": lambda: compare_ways(SHAKESPEARE, "bfloat16", args.nanogpt, CORPUS, args.rounds),
-             "default_size": lambda: compare_ways(DEFAULT, "bfloat16", args.nanogpt, CORPUS, args.rounds),
-             "real_loop": lambda: real_loop(args.seconds), "sampling": sampling}
+    result: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "nanogpt": str(args.nanogpt) if args.nanogpt else None,
+    }
+    parts = {
+        "shakespeare": lambda: compare_ways(SHAKESPEARE, "bfloat16", args.nanogpt, CORPUS, args.rounds),
+        "default_size": lambda: compare_ways(DEFAULT, "bfloat16", args.nanogpt, CORPUS, args.rounds),
+        "real_loop": lambda: real_loop(args.seconds),
+        "sampling": sampling,
+    }
     for name, part in parts.items():
         if name in args.skip:
             continue

@@ -27,8 +27,9 @@ WARMUP_STEPS = 5  # compiles and captures
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense, per card
 
 
-def nanogpt_step(checkout: Path, size: dict, vocab: int, dtype: torch.dtype, compiled: bool,
-                 device: torch.device | str) -> Callable[[], None]:
+def nanogpt_step(
+    checkout: Path, size: dict, vocab: int, dtype: torch.dtype, compiled: bool, device: torch.device | str
+) -> Callable[[], None]:
     """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
     from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
     from benchmarks.training_speed import optimizer_step
@@ -40,11 +41,21 @@ def nanogpt_step(checkout: Path, size: dict, vocab: int, dtype: torch.dtype, com
 
 def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path, device: torch.device | str) -> list[str]:
     """train.py's overrides for a run of `size` in `dtype` on `device` (no dropout, no compile, no step limit)."""
-    return [f"device={device}", f"train.dtype={dtype}", "model.dropout=0", f"data.path={corpus}",
-            f"data.cache_dir={folder / 'cache'}", f"model.num_blocks={size['num_blocks']}",
-            f"model.embedding_size={size['embedding_size']}", f"model.head_size={size['embedding_size']}",
-            f"model.num_heads={size['num_heads']}", f"model.context_length={size['context_length']}",
-            f"train.batch_size={size['batch']}", "train.max_steps=1000000", "train.compile=false"]
+    return [
+        f"device={device}",
+        f"train.dtype={dtype}",
+        "model.dropout=0",
+        f"data.path={corpus}",
+        f"data.cache_dir={folder / 'cache'}",
+        f"model.num_blocks={size['num_blocks']}",
+        f"model.embedding_size={size['embedding_size']}",
+        f"model.head_size={size['embedding_size']}",
+        f"model.num_heads={size['num_heads']}",
+        f"model.context_length={size['context_length']}",
+        f"train.batch_size={size['batch']}",
+        "train.max_steps=1000000",
+        "train.compile=false",
+    ]
 
 
 def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], None], torch.nn.Module]:
@@ -63,11 +74,17 @@ def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], Non
     return step, s.raw_model
 
 
-def tokens_per_second(steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int,
-                      device: torch.device) -> dict[str, float]:
+def tokens_per_second(
+    steps: dict[str, Callable[[], None]], tokens_per_step: int, rounds: int, device: torch.device
+) -> dict[str, float]:
     """Median tokens/s of each step function, taking turns; each warms up (compiles, captures) first."""
-    return median_alternating({name: step_timer(step, tokens_per_step, STEPS_PER_ROUND, device, WARMUP_STEPS)
-                               for name, step in steps.items()}, rounds)
+    return median_alternating(
+        {
+            name: step_timer(step, tokens_per_step, STEPS_PER_ROUND, device, WARMUP_STEPS)
+            for name, step in steps.items()
+        },
+        rounds,
+    )
 
 
 def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
@@ -84,8 +101,11 @@ def kernels_per_step(step: Callable[[], None], n: int = 5) -> dict[str, float]:
         wall = time.perf_counter() - started
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0)) for e in events)
-    return {"kernels": round(len(events) / n, 1), "gpu_ms": round(busy_us / n / 1e3, 3),
-            "wall_ms_profiled": round(wall / n * 1e3, 3)}
+    return {
+        "kernels": round(len(events) / n, 1),
+        "gpu_ms": round(busy_us / n / 1e3, 3),
+        "wall_ms_profiled": round(wall / n * 1e3, 3),
+    }
 
 
 def mfu(model: torch.nn.Module, tokens_per_sec: float) -> float | None:
@@ -103,8 +123,11 @@ def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, ro
         folder = Path(tmp)
         overrides = ours_overrides(size, dtype, corpus, folder, cuda)
         steps, models = {}, {}
-        for name, way in (("ours_eager", EAGER), ("ours_graph", Way(graph=True)),
-                          ("ours_compiled_graph", Way(inductor=True, graph=True))):
+        for name, way in (
+            ("ours_eager", EAGER),
+            ("ours_graph", Way(graph=True)),
+            ("ours_compiled_graph", Way(inductor=True, graph=True)),
+        ):
             steps[name], models[name] = ours_step(overrides, way, folder / name)
         vocab = models["ours_eager"].config.vocab_size
         if checkout is not None:
@@ -112,12 +135,17 @@ def compare_ways(size: dict, dtype: str, checkout: Path | None, corpus: Path, ro
             steps["nanogpt_compiled"] = nanogpt_step(checkout, size, vocab, getattr(torch, dtype), True, cuda)
         kernels = {k: kernels_per_step(steps[k]) for k in ("ours_eager", "nanogpt_eager") if k in steps}
         speed = tokens_per_second(steps, size["batch"] * size["context_length"], rounds, cuda)
-        out = {"size": {**size, "vocab_size": vocab, "dtype": dtype},
-               "tokens_per_sec": {k: round(v) for k, v in speed.items()},
-               "steps_per_sec": {k: round(v / (size["batch"] * size["context_length"]), 1) for k, v in speed.items()},
-               "mfu": {k: mfu(models["ours_eager"], v) for k, v in speed.items()}, "kernels_per_step": kernels}
+        out = {
+            "size": {**size, "vocab_size": vocab, "dtype": dtype},
+            "tokens_per_sec": {k: round(v) for k, v in speed.items()},
+            "steps_per_sec": {k: round(v / (size["batch"] * size["context_length"]), 1) for k, v in speed.items()},
+            "mfu": {k: mfu(models["ours_eager"], v) for k, v in speed.items()},
+            "kernels_per_step": kernels,
+        }
         if checkout is not None:
             best = max(speed["ours_graph"], speed["ours_compiled_graph"])
-            out["ratios"] = {"eager_vs_nanogpt_eager": round(speed["ours_eager"] / speed["nanogpt_eager"], 3),
-                             "best_vs_nanogpt_compiled": round(best / speed["nanogpt_compiled"], 3)}
+            out["ratios"] = {
+                "eager_vs_nanogpt_eager": round(speed["ours_eager"] / speed["nanogpt_eager"], 3),
+                "best_vs_nanogpt_compiled": round(best / speed["nanogpt_compiled"], 3),
+            }
         return out

@@ -39,12 +39,15 @@ def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 50
     tps = median_alternating({k: per_second(run, new_tokens, prompt.device) for k, run in sides.items()}, rounds)
     static = sampled_ids(model, prompt, new_tokens, "static")
     same = all(sampled_ids(model, prompt, new_tokens, d) == static for d in ("graph", "compiled"))
-    return {**{k: round(v, 1) for k, v in tps.items()}, "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
-            "same_text": same, "new_tokens": new_tokens}
+    return {
+        **{k: round(v, 1) for k, v in tps.items()},
+        "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
+        "same_text": same,
+        "new_tokens": new_tokens,
+    }
 
 
-def bench_gpu_sampling(preset: dict[str, int], vocab: int, device: torch.device, rounds: int,
-                       new_tokens: int) -> dict:
+def bench_gpu_sampling(preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
     """bench.py's `gpu_sampling` section: `sampling_speeds` of the lecture model at `preset`'s size."""
     model = seeded_model(vocab, preset, device)
     return {"config": model_kwargs(preset), **sampling_speeds(model, device, new_tokens, rounds)}

@@ -39,10 +39,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("hangul_compare.py", __doc__)
     ap.add_argument("--corpus", action="append", required=True, metavar="NAME=PATH", check=opt.named_text_file)
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS),
-                    help="comma-separated (default: all)")
-    ap.add_argument("--seeds", default="1337", check=opt.counts(0), help="comma-separated; each variant runs once per "
-                    "seed and the table gives the mean and the spread (default 1337)")
+    ap.add_argument(
+        "--variants", default=",".join(VARIANTS), check=opt.chosen(VARIANTS), help="comma-separated (default: all)"
+    )
+    ap.add_argument(
+        "--seeds",
+        default="1337",
+        check=opt.counts(0),
+        help="comma-separated; each variant runs once per "
+        "seed and the table gives the mean and the spread (default 1337)",
+    )
     opt.campaign_flags(ap, "runs/hangul")
     ap.set_defaults(steps=None)  # a time budget only (benchmarks/ladder_checks.py's run_overrides)
     return ap.parse_args(argv)
@@ -62,15 +68,15 @@ def char_nats(run_dir: Path, text: str, batch: int = 16) -> list[float]:
     full = [s for s in range(0, N - 1, L) if s + L < N]  # windows of L + 1 tokens: L targets each
     with torch.inference_mode():
         for k in range(0, len(full), batch):
-            starts = full[k:k + batch]
-            w = torch.stack([ids[s:s + L + 1] for s in starts])
+            starts = full[k : k + batch]
+            w = torch.stack([ids[s : s + L + 1] for s in starts])
             out = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()
             for r, s in enumerate(starts):
-                losses[s + 1:s + L + 1] = out[r]
+                losses[s + 1 : s + L + 1] = out[r]
         rest = (full[-1] + L) if full else 0
         if rest < N - 1:  # the last, shorter window
             w = ids[rest:][None]
-            losses[rest + 1:] = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()[0]
+            losses[rest + 1 :] = run.model.token_losses(w[:, :-1], w[:, 1:]).double().numpy()[0]
     return np.add.reduceat(losses, np.concatenate([[0], np.cumsum(run.tokenizer.token_counts(text))[:-1]])).tolist()
 
 
@@ -87,12 +93,14 @@ def breakdown(nats: list[float], text: str, seen: Counter) -> dict:
             groups["rare"].append(n)
         if not k and "\uac00" <= c <= "\ud7a3":
             groups["unseen_syllables"].append(n)
-    return {f"bpc_{g}": (sum(v) / len(v) / math.log(2) if v else None) for g, v in groups.items()} | \
-        {f"chars_{g}": len(v) for g, v in groups.items()}
+    return {f"bpc_{g}": (sum(v) / len(v) / math.log(2) if v else None) for g, v in groups.items()} | {
+        f"chars_{g}": len(v) for g, v in groups.items()
+    }
 
 
-def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter,
-            args: argparse.Namespace) -> dict:
+def one_run(
+    corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen: Counter, args: argparse.Namespace
+) -> dict:
     from data.text import iter_text_chunks
 
     train, heldout = paths
@@ -105,12 +113,13 @@ def one_run(corpus: str, variant: str, seed: int, paths: tuple[Path, Path], seen
         facts.pop("tokens_per_step", None)
         return {**facts, **breakdown(char_nats(run_dir, text), text, seen), "sample": sample(run_dir, "그날 밤", 80)}
 
-    return campaign_run(record, run_overrides("lecture", VARIANTS[variant].split(), args, str(train), seed), run_dir,
-                        scores)
+    return campaign_run(
+        record, run_overrides("lecture", VARIANTS[variant].split(), args, str(train), seed), run_dir, scores
+    )
 
 
 def _mean_spread(values: list[float | None]) -> str:
-    """"4.812" for one run, "4.812 ± 0.010" (half the range) for several; "—" where nothing was scored."""
+    """ "4.812" for one run, "4.812 ± 0.010" (half the range) for several; "—" where nothing was scored."""
     v = [x for x in values if x is not None]
     if not v:
         return "—"
@@ -120,9 +129,11 @@ def _mean_spread(values: list[float | None]) -> str:
 
 def table(rows: list[dict]) -> str:
     """One row per corpus and variant: the mean (± half the range over seeds) of each number."""
-    lines = ["| corpus | variant | seeds | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s "
-             "| steps | params |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| corpus | variant | seeds | bpc (all) | bpc (seen) | bpc (rare, 1-3x) | bpc (unseen) | tokens/s "
+        "| steps | params |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["corpus"], r["variant"]), []).append(r)
@@ -135,8 +146,10 @@ def table(rows: list[dict]) -> str:
         unseen = "(<unk>)" if variant == "char" else col["bpc_unseen"]
         speed = round(sum(r.get("tokens_per_sec") or 0 for r in ok) / len(ok))
         steps = round(sum(r["steps"] for r in ok) / len(ok))
-        lines.append(f"| {corpus} | {variant} | {len(ok)} | {col['bpc_all']} | {col['bpc_seen']} | {col['bpc_rare']} | "
-                     f"{unseen} | {speed:,} | {steps:,} | {ok[0].get('params', 0):,} |")
+        lines.append(
+            f"| {corpus} | {variant} | {len(ok)} | {col['bpc_all']} | {col['bpc_seen']} | {col['bpc_rare']} | "
+            f"{unseen} | {speed:,} | {steps:,} | {ok[0].get('params', 0):,} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -25,13 +25,16 @@ from common.errors import UserError  # noqa: E402
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("hangul_stages.py", __doc__)
-    ap.add_argument("runs", nargs="+", metavar="RUN", check=opt.run_or_checkpoint,
-                    help="run directories or checkpoint files")
+    ap.add_argument(
+        "runs", nargs="+", metavar="RUN", check=opt.run_or_checkpoint, help="run directories or checkpoint files"
+    )
     ap.add_argument("--text", required=True, check=opt.text_file, help="held-out text to score")
-    ap.add_argument("--train", required=True, check=opt.text_file,
-                    help="the text the runs trained on (which characters were seen)")
-    ap.add_argument("--chars", default=60000, check=opt.count(),
-                    help="score the first N characters of --text (default 60000)")
+    ap.add_argument(
+        "--train", required=True, check=opt.text_file, help="the text the runs trained on (which characters were seen)"
+    )
+    ap.add_argument(
+        "--chars", default=60000, check=opt.count(), help="score the first N characters of --text (default 60000)"
+    )
     return ap.parse_args(argv)
 
 
@@ -72,7 +75,7 @@ def stage_bits(model, tokenizer, text: str, seen: set[str], batch: int = 8) -> d
     model.eval()
     with torch.inference_mode():
         for k in range(0, len(starts), batch):
-            w = torch.stack([ids[s:s + L + 1] for s in starts[k:k + batch]])
+            w = torch.stack([ids[s : s + L + 1] for s in starts[k : k + batch]])
             out, _ = model(w[:, :-1])
             logp = torch.log_softmax(out.double(), dim=-1)  # a no-op on the staged head's log-probabilities
             p = logp.exp()
@@ -102,7 +105,7 @@ def main(argv: list[str]) -> None:
     from inference.loading import load_run
 
     args = parse_args(argv)
-    text = "".join(iter_text_chunks(Path(args.text)))[:args.chars]
+    text = "".join(iter_text_chunks(Path(args.text)))[: args.chars]
     seen = set("".join(iter_text_chunks(Path(args.train))))
     for run_dir in args.runs:
         run = load_run(Path(run_dir), torch.device("cpu"))

@@ -40,16 +40,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", default=None, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds (not with it)")
     ap.add_argument("--seeds", default=2, check=opt.count(), help="seeds per rung (default 2: 1337, 1338)")
-    ap.add_argument("--rungs", default=",".join(RUNGS), check=opt.chosen(is_recipe, "the recipes in configs/recipe/"),
-                    help="comma-separated recipes (default: the ladder)")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=RECIPE:OVERRIDES",
-                    help="an extra rung: a recipe with space-separated overrides, e.g. "
-                         "'modern+gate=modern:model.attention_gate=true' (repeatable)")
+    ap.add_argument(
+        "--rungs",
+        default=",".join(RUNGS),
+        check=opt.chosen(is_recipe, "the recipes in configs/recipe/"),
+        help="comma-separated recipes (default: the ladder)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=RECIPE:OVERRIDES",
+        help="an extra rung: a recipe with space-separated overrides, e.g. "
+        "'modern+gate=modern:model.attention_gate=true' (repeatable)",
+    )
     ap.add_argument("--nanogpt", default=None, check=opt.NANOGPT, help="a nanoGPT checkout: train it beside the rungs")
     opt.campaign_flags(ap, "runs/ladder")
-    ap.add_argument("--docs", action="store_true",
-                    help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' "
-                    "table only)")
+    ap.add_argument(
+        "--docs",
+        action="store_true",
+        help="rewrite the docs' ladder tables and docs/images/ladder.png (with --variant: the levers' table only)",
+    )
     args = ap.parse_args(argv)
     names = [spec.partition("=")[0] for spec in args.corpus]
     for name in names:
@@ -73,12 +84,30 @@ def budget(args: argparse.Namespace) -> str:
 
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
     budget = ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
-    r = runs.printed_json("benchmarks/nanogpt_peer.py", "--nanogpt", args.nanogpt, "--corpus", str(train),
-                          "--heldout", str(heldout), "--seed", str(seed), "--out", str(out), *budget)
+    r = runs.printed_json(
+        "benchmarks/nanogpt_peer.py",
+        "--nanogpt",
+        args.nanogpt,
+        "--corpus",
+        str(train),
+        "--heldout",
+        str(heldout),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        *budget,
+    )
     if "error" in r:
         return r
-    return {"steps": r["steps"], "seconds": r["seconds_run"], "tokens_per_sec": r["tokens_per_sec"],
-            "tokens": r["tokens"], "heldout_bpc": r["heldout_bpc"], "heldout_chars": r["heldout_chars"]}
+    return {
+        "steps": r["steps"],
+        "seconds": r["seconds_run"],
+        "tokens_per_sec": r["tokens_per_sec"],
+        "tokens": r["tokens"],
+        "heldout_bpc": r["heldout_bpc"],
+        "heldout_chars": r["heldout_chars"],
+    }
 
 
 def run_name(rung: str, seed: int, overrides: str) -> str:
@@ -91,19 +120,31 @@ def run_name(rung: str, seed: int, overrides: str) -> str:
 def one_run(corpus: str, rung: str, seed: int, split: tuple[Path, Path, str], args: argparse.Namespace) -> dict:
     train, heldout, fingerprint = split
     run_dir = Path(args.out) / corpus / run_name(rung, seed, args.set)
-    record = {"corpus": corpus, "rung": rung, "seed": seed, "budget": budget(args), "set": args.set,
-              "heldout": args.heldout, "corpus_sha256": fingerprint}
+    record = {
+        "corpus": corpus,
+        "rung": rung,
+        "seed": seed,
+        "budget": budget(args),
+        "set": args.set,
+        "heldout": args.heldout,
+        "corpus_sha256": fingerprint,
+    }
     if rung == "nanogpt":
         return {**record, **runs.machine_before_run(), **run_peer(seed, train, heldout, run_dir, args)}
     recipe, extra = args.variants.get(rung, (rung, []))
-    return runs.campaign_run(record, ladder_checks.run_overrides(recipe, extra, args, str(train), seed), run_dir,
-                             lambda done: scores(run_dir, heldout, done))
+    return runs.campaign_run(
+        record,
+        ladder_checks.run_overrides(recipe, extra, args, str(train), seed),
+        run_dir,
+        lambda done: scores(run_dir, heldout, done),
+    )
 
 
 def scores(run_dir: Path, heldout: Path, done: dict) -> dict:
     """The held-out score `evaluate.py ckpt=RUN` gives (best.pt's with the last weights' beside), size, tokens."""
-    scored = runs.heldout_scores(run_dir, heldout, weights="weights", average_updates="average_updates",
-                                 scored="chosen", scored_step="step")
+    scored = runs.heldout_scores(
+        run_dir, heldout, weights="weights", average_updates="average_updates", scored="chosen", scored_step="step"
+    )
     last = runs.evaluate(run_dir / "ckpt.pt", heldout) if scored["scored"] == "best" else {}
     facts = runs.run_facts(run_dir)
     if facts.get("tokens_per_step"):

@@ -26,8 +26,10 @@ DEFAULT_SECONDS = 300.0
 def check_numbers(args: argparse.Namespace) -> None:
     """One budget, `--seconds` or `--steps` (each range-checked as it is parsed); 300 s where neither is given."""
     if args.seconds is not None and args.steps is not None:
-        raise UserError(f"--seconds {args.seconds:g} and --steps {args.steps} are two budgets; give one (every run of "
-                        "a campaign gets the same)")
+        raise UserError(
+            f"--seconds {args.seconds:g} and --steps {args.steps} are two budgets; give one (every run of "
+            "a campaign gets the same)"
+        )
     if args.steps is None and args.seconds is None:
         args.seconds = DEFAULT_SECONDS
 
@@ -37,11 +39,15 @@ def check_overrides(where: str, overrides: list[str]) -> None:
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key in BUDGET_KEYS:
-            raise UserError(f"{where} sets {key}, a second budget beside the campaign's (--seconds or --steps); give "
-                            "the budget once, with --seconds or --steps")
+            raise UserError(
+                f"{where} sets {key}, a second budget beside the campaign's (--seconds or --steps); give "
+                "the budget once, with --seconds or --steps"
+            )
         if key in LADDER_KEYS or key.startswith("hydra."):
-            raise UserError(f"{where} sets {key}, which the ladder sets for each run (its recipe, seed, corpus and "
-                            "folder); drop it (a recipe of its own: a --variant NAME=RECIPE:OVERRIDES)")
+            raise UserError(
+                f"{where} sets {key}, which the ladder sets for each run (its recipe, seed, corpus and "
+                "folder); drop it (a recipe of its own: a --variant NAME=RECIPE:OVERRIDES)"
+            )
 
 
 # Rungs are compared over the whole budget: early stopping, on by default for a time-limited run, is turned off
@@ -51,8 +57,12 @@ WHOLE_BUDGET = "train.early_stop=null"
 
 def say_whole_budget(budget: str) -> None:
     """The one line a campaign that compares at equal time prints once its checks have passed."""
-    print(f"note: every run trains for the whole budget ({budget}): early stopping is off ({WHOLE_BUDGET}, unless "
-          "the overrides type train.early_stop)", file=sys.stderr, flush=True)
+    print(
+        f"note: every run trains for the whole budget ({budget}): early stopping is off ({WHOLE_BUDGET}, unless "
+        "the overrides type train.early_stop)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def run_overrides(recipe: str, extra: list[str], args: argparse.Namespace, corpus: str, seed: int) -> list[str]:
@@ -108,13 +118,17 @@ def check_results(done: list[dict], corpus: str, heldout: float, fingerprint: st
     splits = [(row.get("heldout"), row.get("corpus_sha256")) for row in done if row.get("corpus") == corpus]
     for theirs in (split for split in splits if split != (heldout, fingerprint)):
         if None in theirs:
-            raise UserError(f"--out {out} holds results of the corpus {corpus!r} that do not record their held-out "
-                            "fraction and corpus fingerprint (written by an earlier ladder), so they cannot be "
-                            "compared with this campaign's; use another --out")
-        raise UserError(f"--out {out} holds results of the corpus {corpus!r} measured with --heldout "
-                        f"{theirs[0]:g} on a text of fingerprint {theirs[1]}; this campaign asks --heldout {heldout:g} "
-                        f"of a text of fingerprint {fingerprint}: their rows would be averaged together. Use another "
-                        "--out, or the same corpus file and --heldout")
+            raise UserError(
+                f"--out {out} holds results of the corpus {corpus!r} that do not record their held-out "
+                "fraction and corpus fingerprint (written by an earlier ladder), so they cannot be "
+                "compared with this campaign's; use another --out"
+            )
+        raise UserError(
+            f"--out {out} holds results of the corpus {corpus!r} measured with --heldout "
+            f"{theirs[0]:g} on a text of fingerprint {theirs[1]}; this campaign asks --heldout {heldout:g} "
+            f"of a text of fingerprint {fingerprint}: their rows would be averaged together. Use another "
+            "--out, or the same corpus file and --heldout"
+        )
 
 
 class CampaignFailed(UserError):
@@ -125,6 +139,8 @@ class CampaignFailed(UserError):
     def __init__(self, failed: list[dict]):
         first = failed[0]
         why = str(first.get("error")).removeprefix("error: ")
-        super().__init__(f"{len(failed)} run(s) failed, so the table lacks them: the first, {first.get('rung')} "
-                         f"seed {first.get('seed')} on {first.get('corpus')}: {why}; a campaign continued into the "
-                         "same --out runs them again")
+        super().__init__(
+            f"{len(failed)} run(s) failed, so the table lacks them: the first, {first.get('rung')} "
+            f"seed {first.get('seed')} on {first.get('corpus')}: {why}; a campaign continued into the "
+            "same --out runs them again"
+        )

@@ -50,15 +50,22 @@ def summarise(results: list[dict], rungs: tuple[str, ...] = ()) -> dict[str, lis
     for (corpus, rung), runs in sorted(groups.items(), key=lambda kv: rank(kv[0])):
         bpcs = [r["heldout_bpc"] for r in runs]
         tps = [v for v in map(throughput, runs) if v]
-        table.setdefault(corpus, []).append({
-            "rung": rung, "seeds": len(runs), "bpc": statistics.fmean(bpcs), "spread": (max(bpcs) - min(bpcs)) / 2,
-            "tokens_per_sec": statistics.median(tps) if tps else None,
-            "steps": statistics.fmean(r["steps"] for r in runs),
-            "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
-            "max_load": max(r.get("load_before", 0.0) for r in runs),
-            "max_busy": max((r["cpu_busy_before"] for r in runs if r.get("cpu_busy_before") is not None),
-                            default=None),
-            "reference": [r["reference_gflops"] for r in runs if r.get("reference_gflops")]})
+        table.setdefault(corpus, []).append(
+            {
+                "rung": rung,
+                "seeds": len(runs),
+                "bpc": statistics.fmean(bpcs),
+                "spread": (max(bpcs) - min(bpcs)) / 2,
+                "tokens_per_sec": statistics.median(tps) if tps else None,
+                "steps": statistics.fmean(r["steps"] for r in runs),
+                "tokens": statistics.fmean(r.get("tokens") or 0 for r in runs),
+                "max_load": max(r.get("load_before", 0.0) for r in runs),
+                "max_busy": max(
+                    (r["cpu_busy_before"] for r in runs if r.get("cpu_busy_before") is not None), default=None
+                ),
+                "reference": [r["reference_gflops"] for r in runs if r.get("reference_gflops")],
+            }
+        )
     for rows in table.values():
         peer = next((row["bpc"] for row in rows if row["rung"] == "nanogpt"), None)
         for row in rows:
@@ -69,15 +76,20 @@ def summarise(results: list[dict], rungs: tuple[str, ...] = ()) -> dict[str, lis
 def markdown(table: dict[str, list[dict]], limit: str) -> str:
     lines = []
     for corpus, rows in table.items():
-        lines += [f"**{corpus}** ({limit} per run; held-out bits per character, mean ± half-range over seeds)", "",
-                  "| run | held-out bpc | vs nanoGPT | tokens seen | tokens/s | steps | seeds |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"**{corpus}** ({limit} per run; held-out bits per character, mean ± half-range over seeds)",
+            "",
+            "| run | held-out bpc | vs nanoGPT | tokens seen | tokens/s | steps | seeds |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for row in rows:
             gap = "" if row["gap"] is None else f"{row['gap']:+.3f}"
             tps = "" if row["tokens_per_sec"] is None else f"{row['tokens_per_sec']:,.0f}"
             seen = f"{row['tokens'] / 1e6:.2f}M" if row["tokens"] else ""
-            lines.append(f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {seen} | {tps} | "
-                         f"{row['steps']:,.0f} | {row['seeds']} |")
+            lines.append(
+                f"| {row['rung']} | {row['bpc']:.3f} ± {row['spread']:.3f} | {gap} | {seen} | {tps} | "
+                f"{row['steps']:,.0f} | {row['seeds']} |"
+            )
         lines += ["", machine_line(rows), ""]
     return "\n".join(lines)
 
@@ -94,23 +106,36 @@ def paired(results: list[dict]) -> dict[str, list[dict]]:
         diffs = [scores[corpus, rung, s]["heldout_bpc"] - scores[corpus, base, s]["heldout_bpc"] for s in seeds]
         base_bpcs = [scores[corpus, base, s]["heldout_bpc"] for s in seeds]
         steps = [scores[corpus, rung, s]["steps"] / scores[corpus, base, s]["steps"] for s in seeds]
-        table.setdefault(corpus, []).append({
-            "rung": rung, "base": base, "seeds": seeds, "diff": statistics.fmean(diffs), "diffs": diffs,
-            "base_spread": (max(base_bpcs) - min(base_bpcs)) / 2, "step_ratio": statistics.fmean(steps)})
+        table.setdefault(corpus, []).append(
+            {
+                "rung": rung,
+                "base": base,
+                "seeds": seeds,
+                "diff": statistics.fmean(diffs),
+                "diffs": diffs,
+                "base_spread": (max(base_bpcs) - min(base_bpcs)) / 2,
+                "step_ratio": statistics.fmean(steps),
+            }
+        )
     return table
 
 
 def levers_markdown(table: dict[str, list[dict]], limit: str) -> str:
     lines = []
     for corpus, rows in table.items():
-        lines += [f"**{corpus}** ({limit} per run; held-out bits per character against the recipe on the same "
-                  "seeds, negative is better)", "",
-                  "| run | vs its recipe (mean) | each seed | recipe's half-range | steps vs recipe | seeds |",
-                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"**{corpus}** ({limit} per run; held-out bits per character against the recipe on the same "
+            "seeds, negative is better)",
+            "",
+            "| run | vs its recipe (mean) | each seed | recipe's half-range | steps vs recipe | seeds |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for row in rows:
             each = ", ".join(f"{d:+.3f}" for d in row["diffs"])
-            lines.append(f"| {row['rung']} | {row['diff']:+.3f} | {each} | {row['base_spread']:.3f} | "
-                         f"{row['step_ratio']:.2f}x | {len(row['seeds'])} |")
+            lines.append(
+                f"| {row['rung']} | {row['diff']:+.3f} | {each} | {row['base_spread']:.3f} | "
+                f"{row['step_ratio']:.2f}x | {len(row['seeds'])} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -119,17 +144,28 @@ def machine_line(rows: list[dict]) -> str:
     """How idle the machine was before the runs: the CPU share others used, where measured, and the load."""
     load = max(row["max_load"] for row in rows)
     busy = [row["max_busy"] for row in rows if row.get("max_busy") is not None]
-    said = f"Other programs used at most {max(busy):.1%} of the CPUs just before a run (where measured); the " \
-        if busy else "The "
-    text = (f"{said}1-minute load average before a run was at most {load:.2f} (it still counts the run "
-            "that had just ended: runs go one after another).")
+    said = (
+        f"Other programs used at most {max(busy):.1%} of the CPUs just before a run (where measured); the "
+        if busy
+        else "The "
+    )
+    text = (
+        f"{said}1-minute load average before a run was at most {load:.2f} (it still counts the run "
+        "that had just ended: runs go one after another)."
+    )
     speeds = [v for row in rows for v in row.get("reference", [])]
     if speeds:
         low, high = min(speeds), max(speeds)
-        text += (f" A fixed float32 matrix product ran at {low:,.0f} to {high:,.0f} GFLOP/s before the runs "
-                 f"that measured it ({len(speeds)} of them)")
-        text += (f": the machine's speed changed by {high / low - 1:.0%} between runs, so compare tokens/s "
-                 "and time-limited results with care." if high > SPEED_DRIFT * low else ".")
+        text += (
+            f" A fixed float32 matrix product ran at {low:,.0f} to {high:,.0f} GFLOP/s before the runs "
+            f"that measured it ({len(speeds)} of them)"
+        )
+        text += (
+            f": the machine's speed changed by {high / low - 1:.0%} between runs, so compare tokens/s "
+            "and time-limited results with care."
+            if high > SPEED_DRIFT * low
+            else "."
+        )
     return text
 
 
@@ -155,8 +191,9 @@ def draw(table: dict[str, list[dict]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path,
-           docs: bool = False) -> None:
+def report(
+    results: list[dict], budget: str, overrides: str, rungs: tuple[str, ...], out: Path, docs: bool = False
+) -> None:
     """The table of the runs with `budget` and `overrides` into out/ladder.md (and with `docs` into the docs)."""
     chosen = [r for r in results if r.get("set", "") == overrides and r.get("budget") == budget]
     table = summarise(chosen, rungs)

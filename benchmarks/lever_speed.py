@@ -32,13 +32,21 @@ LEVERS["modern+stack"] = " ".join(LEVERS[lever] for lever in STACK)
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("python -m benchmarks.lever_speed", __doc__)
-    ap.add_argument("--corpus", default=str(opt.SHARED_CORPUS) if opt.SHARED_CORPUS.is_file() else None,
-                    check=opt.text_file, help="training text (default: the shared novels, else the built-in corpus)")
+    ap.add_argument(
+        "--corpus",
+        default=str(opt.SHARED_CORPUS) if opt.SHARED_CORPUS.is_file() else None,
+        check=opt.text_file,
+        help="training text (default: the shared novels, else the built-in corpus)",
+    )
     ap.add_argument("--rounds", default=5, check=opt.count(), help="alternating timing rounds (default 5)")
     ap.add_argument("--steps", default=5, check=opt.count(), help="training steps per side and round (default 5)")
     ap.add_argument("--set", default="", help="space-separated train.py overrides added to every side")
-    ap.add_argument("--only", default="", check=opt.chosen([x for x in LEVERS if x != "modern"]),
-                    help="comma-separated levers (default: all of them)")
+    ap.add_argument(
+        "--only",
+        default="",
+        check=opt.chosen([x for x in LEVERS if x != "modern"]),
+        help="comma-separated levers (default: all of them)",
+    )
     return ap.parse_args(argv)
 
 
@@ -59,8 +67,15 @@ def pair_speed(lever: str, args: argparse.Namespace) -> dict[str, float]:
     corpus = [f"data.path={args.corpus}"] if args.corpus else []
     with tempfile.TemporaryDirectory() as tmp:
         for side in (lever, "modern"):
-            overrides = ["recipe=modern", *corpus, "model.dropout=0.08", "train.max_steps=100000",
-                         "train.eval_interval=100000", *LEVERS[side].split(), *args.set.split()]
+            overrides = [
+                "recipe=modern",
+                *corpus,
+                "model.dropout=0.08",
+                "train.max_steps=100000",
+                "train.eval_interval=100000",
+                *LEVERS[side].split(),
+                *args.set.split(),
+            ]
             s, state = session(overrides, Path(tmp) / side)
             timers[side] = step_timer(partial(train_step, s, state), s.tokens_per_step, args.steps, s.device)
         return median_alternating(timers, args.rounds)

@@ -23,8 +23,13 @@ from benchmarks.options import ROOT
 HANGUL_FIRST = 0xAC00
 ALPHABET = 2350  # as many syllables as the KS X 1001 common set has (the first ones in code-point order)
 CHUNK_CHARS = 1 << 20
-TRAIN_OVERRIDES = ("train.max_steps=20", "train.eval_interval=20", "train.eval_steps=2", "train.sample_chars=0",
-                   "device=cpu")
+TRAIN_OVERRIDES = (
+    "train.max_steps=20",
+    "train.eval_interval=20",
+    "train.eval_steps=2",
+    "train.sample_chars=0",
+    "device=cpu",
+)
 
 
 def own_peak_rss_mb() -> float:
@@ -77,12 +82,20 @@ def bench_big_corpus_memory(megabytes: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.txt"
         write_synthetic_corpus(path, megabytes)
-        cmd = [sys.executable, str(ROOT / "train.py"), f"data.path={path}", f"data.cache_dir={tmp}/cache",
-               f"hydra.run.dir={tmp}/run", *TRAIN_OVERRIDES]
+        cmd = [
+            sys.executable,
+            str(ROOT / "train.py"),
+            f"data.path={path}",
+            f"data.cache_dir={tmp}/cache",
+            f"hydra.run.dir={tmp}/run",
+            *TRAIN_OVERRIDES,
+        ]
         start = time.perf_counter()
         peak_kb, err = child_peak_rss_kb(cmd)
         if err:
             raise RuntimeError("train.py failed during the memory benchmark:\n" + err[-2000:])
-        return {"big_corpus_mb": round(path.stat().st_size / 2**20, 1),
-                "big_corpus_train_seconds": round(time.perf_counter() - start, 1),
-                "big_corpus_peak_rss_mb": round(peak_kb / 1024, 1)}
+        return {
+            "big_corpus_mb": round(path.stat().st_size / 2**20, 1),
+            "big_corpus_train_seconds": round(time.perf_counter() - start, 1),
+            "big_corpus_peak_rss_mb": round(peak_kb / 1024, 1),
+        }

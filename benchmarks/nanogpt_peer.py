@@ -30,22 +30,48 @@ from common.errors import UserError  # noqa: E402
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("nanogpt_peer.py", __doc__)
     ap.add_argument("--nanogpt", required=True, check=opt.NANOGPT, help="a checkout of github.com/karpathy/nanoGPT")
-    ap.add_argument("--corpus", required=True, check=opt.text_file,
-                    help="the training text (its first 90%% trains, the rest validates)")
-    ap.add_argument("--heldout", required=True, check=opt.text_file,
-                    help="text none of the runs trained on, scored at the end")
+    ap.add_argument(
+        "--corpus",
+        required=True,
+        check=opt.text_file,
+        help="the training text (its first 90%% trains, the rest validates)",
+    )
+    ap.add_argument(
+        "--heldout", required=True, check=opt.text_file, help="text none of the runs trained on, scored at the end"
+    )
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget (default 300)")
     ap.add_argument("--steps", default=None, check=opt.count(), help="a step budget instead of --seconds")
     ap.add_argument("--seed", default=1337, check=opt.count(0))
     ap.add_argument("--out", default="runs/peer/nanogpt", check=opt.out_folder, help="where its bins and checkpoint go")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one of nanoGPT's settings (e.g. dropout=0.1); repeatable",
+    )
     return ap.parse_args(argv)
 
 
-SETTINGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, bias=False, dropout=0.0, batch_size=8,
-                learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, weight_decay=0.1, beta1=0.9, beta2=0.95,
-                grad_clip=1.0, eval_interval=2000, eval_iters=200, log_interval=1)
+SETTINGS = dict(
+    n_layer=4,
+    n_head=4,
+    n_embd=128,
+    block_size=128,
+    bias=False,
+    dropout=0.0,
+    batch_size=8,
+    learning_rate=2e-3,
+    min_lr=2e-4,
+    warmup_iters=100,
+    weight_decay=0.1,
+    beta1=0.9,
+    beta2=0.95,
+    grad_clip=1.0,
+    eval_interval=2000,
+    eval_iters=200,
+    log_interval=1,
+)
 
 
 def settings(overrides: list[str]) -> dict:
@@ -71,8 +97,15 @@ def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: f
     import torch
 
     torch.manual_seed(seed)
-    config = module.GPTConfig(block_size=size["context_length"], vocab_size=vocab, n_layer=size["num_blocks"],
-                              n_head=size["num_heads"], n_embd=size["embedding_size"], dropout=dropout, bias=bias)
+    config = module.GPTConfig(
+        block_size=size["context_length"],
+        vocab_size=vocab,
+        n_layer=size["num_blocks"],
+        n_head=size["num_heads"],
+        n_embd=size["embedding_size"],
+        dropout=dropout,
+        bias=bias,
+    )
     with contextlib.redirect_stdout(sys.stderr):
         return module.GPT(config)
 
@@ -96,8 +129,12 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
     import numpy as np
     import torch
 
-    size = {"num_blocks": s["n_layer"], "num_heads": s["n_head"], "embedding_size": s["n_embd"],
-            "context_length": s["block_size"]}
+    size = {
+        "num_blocks": s["n_layer"],
+        "num_heads": s["n_head"],
+        "embedding_size": s["n_embd"],
+        "context_length": s["block_size"],
+    }
     model = nanogpt_model(gpt_module, vocab_size, size, s["bias"], s["dropout"], seed)
     optimizer = model.configure_optimizers(s["weight_decay"], s["learning_rate"], (s["beta1"], s["beta2"]), "cpu")
     B, T = s["batch_size"], s["block_size"]
@@ -105,15 +142,17 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
     def get_batch(split: str):
         d = np.memmap(data / f"{split}.bin", dtype=np.uint16, mode="r")  # train.py re-opens it every batch
         ix = torch.randint(len(d) - T, (B,))
-        x = torch.stack([torch.from_numpy(d[i:i + T].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + T].astype(np.int64)) for i in ix])
+        x = torch.stack([torch.from_numpy(d[i : i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(d[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
         return x, y
 
     @torch.no_grad()
     def estimate_loss():
         model.eval()
-        out = {k: float(torch.tensor([model(*get_batch(k))[1].item() for _ in range(s["eval_iters"])]).mean())
-               for k in ("train", "val")}
+        out = {
+            k: float(torch.tensor([model(*get_batch(k))[1].item() for _ in range(s["eval_iters"])]).mean())
+            for k in ("train", "val")
+        }
         model.train()
         return out
 
@@ -164,8 +203,9 @@ def score(model, tokenizer, heldout: Path, context_length: int) -> dict:
             idx = idx.contiguous()
             return self.gpt(idx, idx)[0], None
 
-    return evaluate_file(FullLogits(model), tokenizer, heldout, None, 32, torch.device("cpu"),
-                         contextlib.nullcontext, progress=False)
+    return evaluate_file(
+        FullLogits(model), tokenizer, heldout, None, 32, torch.device("cpu"), contextlib.nullcontext, progress=False
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -173,14 +213,27 @@ def main(argv: list[str]) -> None:
     s = settings(args.set)
     out = Path(args.out)
     tokenizer = write_bins(Path(args.corpus).expanduser(), out)
-    model, steps, seconds = train(nanogpt_module(args.nanogpt), s, tokenizer.vocab_size, out, args.seconds,
-                                  args.steps, args.seed)
+    model, steps, seconds = train(
+        nanogpt_module(args.nanogpt), s, tokenizer.vocab_size, out, args.seconds, args.steps, args.seed
+    )
     tps = steps * s["batch_size"] * s["block_size"] / seconds
     result = score(model.eval(), tokenizer, Path(args.heldout).expanduser(), s["block_size"])
-    opt.print_json({"name": "nanogpt", "seed": args.seed, "seconds": args.seconds, "seconds_run": round(seconds, 1),
-                "steps": steps, "tokens": steps * s["batch_size"] * s["block_size"], "tokens_per_sec": round(tps, 1),
-                "heldout_loss": result["loss"], "heldout_bpc": result["bpc"], "heldout_chars": result["chars"],
-                "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None, "settings": s})
+    opt.print_json(
+        {
+            "name": "nanogpt",
+            "seed": args.seed,
+            "seconds": args.seconds,
+            "seconds_run": round(seconds, 1),
+            "steps": steps,
+            "tokens": steps * s["batch_size"] * s["block_size"],
+            "tokens_per_sec": round(tps, 1),
+            "heldout_loss": result["loss"],
+            "heldout_bpc": result["bpc"],
+            "heldout_chars": result["chars"],
+            "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
+            "settings": s,
+        }
+    )
 
 
 if __name__ == "__main__":

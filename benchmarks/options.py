@@ -58,8 +58,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 def script_parser(prog: str, doc: str, until: str = "\n\nDesign choices") -> OneLineArgumentParser:
     """The parser of a benchmark script run on its own: its docstring up to `until` (summary, usage) as --help."""
-    return OneLineArgumentParser(prog=prog, description=doc.split(until)[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    return OneLineArgumentParser(
+        prog=prog, description=doc.split(until)[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def campaign_flags(ap: OneLineArgumentParser, out: str, sides: str = "every run") -> None:
@@ -83,6 +84,7 @@ def print_json(result: object, indent: int | None = None) -> None:
 
 # -- checks of one flag's text, shown as typed -------------------------------------------------------------------
 
+
 def _parsed(text: str, kind: type) -> float | int | None:
     try:
         return kind(text) if text == text.strip() else None
@@ -92,6 +94,7 @@ def _parsed(text: str, kind: type) -> float | int | None:
 
 def number(low: float = 0.0, high: float = math.inf, integer: bool = False) -> Check:
     """A number in (low, high), finite; `integer`: a whole one (`count` names the usual ones)."""
+
     def fits(text: str) -> bool:
         value = _parsed(text, int if integer else float)
         return value is not None and math.isfinite(value) and low < value < high
@@ -132,6 +135,7 @@ def counts(minimum: int = 0) -> Check:
 
 def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Check:
     """Comma-separated names (maybe none), each of `known` (or passing it, `what` naming them) -> a list."""
+
     def check(flag: str, text: str) -> list[str]:
         names = text.split(",") if text else []
         unknown = [n for n in names if not (known(n) if callable(known) else n in known)]
@@ -145,6 +149,7 @@ def chosen(known: Container[str] | Callable[[str], bool], what: str = "") -> Che
 
 def path_check(fits: Callable[[Path], bool], why: str | Callable[[Path], str]) -> Check:
     """A check of a path as typed (`~` expanded): `fits` it, or one line saying `why` not."""
+
     def check(flag: str, text: str) -> str:
         path = Path(text).expanduser()
         if not fits(path):
@@ -158,11 +163,14 @@ def _existing(path: Path) -> Path | None:
     return next((p for p in (path, *path.parents) if p.exists()), None)
 
 
-text_file = path_check(lambda p: p.is_file(),
-                       lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; pass a text file")
+text_file = path_check(
+    lambda p: p.is_file(), lambda p: f"{'a directory, not a file' if p.is_dir() else 'not found'}; pass a text file"
+)
 # where results go: a folder, or a path where one can be made (no file on the way)
-out_folder = path_check(lambda p: _existing(p) is None or _existing(p).is_dir(),
-                        lambda p: f"{_existing(p)} is a file, not a folder; name a folder (it is made where missing)")
+out_folder = path_check(
+    lambda p: _existing(p) is None or _existing(p).is_dir(),
+    lambda p: f"{_existing(p)} is a file, not a folder; name a folder (it is made where missing)",
+)
 run_or_checkpoint = path_check(lambda p: p.is_dir() or p.is_file(), "no such run folder or checkpoint")
 
 
@@ -184,6 +192,7 @@ NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone
 
 # -- bench.py --------------------------------------------------------------------------------------------------------
 
+
 def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) -> Check:
     def check(flag: str, text: str) -> str:
         if not (fits(text) if fits else text in choices):
@@ -194,29 +203,58 @@ def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) 
 
 
 def build_parser(description: str | None = None) -> OneLineArgumentParser:
-    ap = OneLineArgumentParser(prog="bench.py", description=description,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)",
-                    check=_one_of(("auto", "cpu", "cuda", "cuda:N", "mps"), DEVICE_PATTERN.fullmatch))
-    ap.add_argument("--preset", default=None, help=f"model size: {', '.join(PRESET_NAMES)} "
-                    "(default: 'default' on the CPU, 'default' and 'shakespeare' on CUDA)", check=_one_of(PRESET_NAMES))
-    ap.add_argument("--dtype", default="auto", help="training precision measured besides float32: "
-                    f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 where the device supports it)",
-                    check=_one_of(DTYPE_CHOICES))
+    ap = OneLineArgumentParser(
+        prog="bench.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, cuda, cuda:N or mps (default: auto)",
+        check=_one_of(("auto", "cpu", "cuda", "cuda:N", "mps"), DEVICE_PATTERN.fullmatch),
+    )
+    ap.add_argument(
+        "--preset",
+        default=None,
+        help=f"model size: {', '.join(PRESET_NAMES)} "
+        "(default: 'default' on the CPU, 'default' and 'shakespeare' on CUDA)",
+        check=_one_of(PRESET_NAMES),
+    )
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        help="training precision measured besides float32: "
+        f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 where the device supports it)",
+        check=_one_of(DTYPE_CHOICES),
+    )
     ap.add_argument("--rounds", default=None, check=count(), help="alternating timing rounds (default 5)")
     ap.add_argument("--steps", default=None, check=count(), help="training steps per timed round (default 5)")
     ap.add_argument("--new-tokens", default=None, check=count(), help="tokens generated per timed round (default 500)")
-    ap.add_argument("--memory-mb", default=None, check=count(0),
-                    help="synthetic corpus size for the memory test in MB, 0 = off (default 100)")
+    ap.add_argument(
+        "--memory-mb",
+        default=None,
+        check=count(0),
+        help="synthetic corpus size for the memory test in MB, 0 = off (default 100)",
+    )
     ap.add_argument("--vocab-size", default=None, check=count(), help="model vocabulary (default: that of the corpus)")
-    ap.add_argument("--corpus", default=None, check=text_file, help="text file for the tokenizer benchmark and the "
-                    "vocabulary (default: ../shared/corpora/koconovel_dev.txt if present, else the built-in corpus)")
+    ap.add_argument(
+        "--corpus",
+        default=None,
+        check=text_file,
+        help="text file for the tokenizer benchmark and the "
+        "vocabulary (default: ../shared/corpora/koconovel_dev.txt if present, else the built-in corpus)",
+    )
     ap.add_argument("--quick", action="store_true", help="2 rounds, no memory test")
-    ap.add_argument("--generation-only", action="store_true",
-                    help="only the `generation` report: cached against crop-and-recompute, both position kinds")
-    ap.add_argument("--smoke", action="store_true",
-                    help="a seconds-long run that only checks the benchmark works: the tiny preset, 1 round, "
-                         "1 step, 16 new tokens, the built-in corpus, no memory test (the numbers mean nothing)")
+    ap.add_argument(
+        "--generation-only",
+        action="store_true",
+        help="only the `generation` report: cached against crop-and-recompute, both position kinds",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a seconds-long run that only checks the benchmark works: the tiny preset, 1 round, "
+        "1 step, 16 new tokens, the built-in corpus, no memory test (the numbers mean nothing)",
+    )
     return ap
 
 

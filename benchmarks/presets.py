@@ -24,8 +24,9 @@ def model_kwargs(preset: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in preset.items() if k != "batch"}
 
 
-def seeded_model(vocab: int, preset: dict[str, int] | None = None, device: torch.device | str | None = None,
-                 **options) -> AttentionLanguageModel:
+def seeded_model(
+    vocab: int, preset: dict[str, int] | None = None, device: torch.device | str | None = None, **options
+) -> AttentionLanguageModel:
     """The model over `vocab` ids at `preset`'s size (else the model's defaults) with `options`, from seed 0."""
     torch.manual_seed(0)
     return AttentionLanguageModel(vocab_size=vocab, **model_kwargs(preset or {}), **options).to(device)

@@ -36,8 +36,9 @@ def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
     """(seconds from launch to the first byte on stdout, seconds to exit) of generate.py in checkout `root`."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.perf_counter()
-    proc = subprocess.Popen(generate_command(run), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            bufsize=0, env=env)
+    proc = subprocess.Popen(
+        generate_command(run), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env
+    )
     first = proc.stdout.read(1)
     first_at = time.perf_counter() - started
     _, err = proc.communicate()
@@ -50,8 +51,13 @@ def first_char_seconds(root: Path, run: Path) -> tuple[float, float]:
 
 def imports_dynamo(root: Path, run: Path) -> bool:
     """Whether generate.py in `root` imports torch._dynamo (python -X importtime lists every import on stderr)."""
-    r = subprocess.run([sys.executable, "-X", "importtime", *generate_command(run)[1:]], cwd=root,
-                       capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", *generate_command(run)[1:]],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     return any(line.rstrip().endswith("torch._dynamo") for line in r.stderr.splitlines())
 
 
@@ -60,8 +66,18 @@ def train_run(out: Path, steps: int) -> Path:
     run = out / "run"
     if (run / "ckpt.pt").is_file():
         return run
-    r, _ = train_py(["device=cpu", f"train.max_steps={steps}", f"train.eval_interval={steps}", "train.eval_steps=2",
-                     "train.sample_chars=0", "train.sample_tokens=0", "train.attention_tokens=0"], run)
+    r, _ = train_py(
+        [
+            "device=cpu",
+            f"train.max_steps={steps}",
+            f"train.eval_interval={steps}",
+            "train.eval_steps=2",
+            "train.sample_chars=0",
+            "train.sample_tokens=0",
+            "train.attention_tokens=0",
+        ],
+        run,
+    )
     if r.returncode != 0:
         raise UserError(f"training the run failed: {last_line(r.stderr, 'no output')}")
     return run
@@ -84,12 +100,16 @@ def check_costs(run: Path) -> dict[str, float]:
     model = model_from_checkpoint(ckpt)
     c = ckpt.model_config
     _expected.cache_clear()
-    checks = {"structure": lambda: check_state(c, ckpt.model, ckpt.path),
-              "export_header": lambda: expected_tensors(c, choose_layout(c)),
-              "logits": lambda: refuse_non_finite_logits(model, ckpt.path),
-              "resume_probe": lambda: usable(ckpt),
-              "memory_estimate": lambda: (available_bytes(torch.device("cpu")),
-                                          estimate(model, TrainConfig(), torch.device("cpu"), torch.float32))}
+    checks = {
+        "structure": lambda: check_state(c, ckpt.model, ckpt.path),
+        "export_header": lambda: expected_tensors(c, choose_layout(c)),
+        "logits": lambda: refuse_non_finite_logits(model, ckpt.path),
+        "resume_probe": lambda: usable(ckpt),
+        "memory_estimate": lambda: (
+            available_bytes(torch.device("cpu")),
+            estimate(model, TrainConfig(), torch.device("cpu"), torch.float32),
+        ),
+    }
     return {name: round(mean_seconds(check, 1)() * 1000, 2) for name, check in checks.items()}
 
 
@@ -103,9 +123,13 @@ def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
     for name, root in roots.items():
         first = [round(t[0], 4) for t in times[name]]
         ended = [round(t[1], 4) for t in times[name]]
-        result[name] = {"root": str(root), "first_char_s": round(statistics.median(first), 4),
-                        "exit_s": round(statistics.median(ended), 4),
-                        "first_char_all_s": first, "imports_torch_dynamo": imports_dynamo(root, run)}
+        result[name] = {
+            "root": str(root),
+            "first_char_s": round(statistics.median(first), 4),
+            "exit_s": round(statistics.median(ended), 4),
+            "first_char_all_s": first,
+            "imports_torch_dynamo": imports_dynamo(root, run),
+        }
     if "baseline" in result:
         result["first_char_saved_s"] = round(result["baseline"]["first_char_s"] - result["root"]["first_char_s"], 4)
     return result
@@ -114,18 +138,26 @@ def measure(roots: dict[str, Path], run: Path, repeat: int) -> dict:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     checkout = opt.checkout("generate.py", "a checkout of kochar-gpt")
     ap = opt.script_parser("reader_start.py", __doc__)
-    ap.add_argument("--run", check=opt.run_or_checkpoint,
-                    help="a trained run folder or checkpoint (default: train a small one into --out)")
-    ap.add_argument("--root", default=str(ROOT), check=checkout,
-                    help="the checkout whose generate.py is timed (default: this one)")
-    ap.add_argument("--baseline", check=checkout,
-                    help="another checkout, timed in turns with --root (e.g. main, for 'before')")
-    ap.add_argument("--repeat", default=5, check=opt.count(),
-                    help="launches per checkout; medians are reported (default 5)")
-    ap.add_argument("--steps", default=20, check=opt.count(),
-                    help="training steps of the run made without --run (default 20)")
-    ap.add_argument("--out", default="runs/reader_start", check=opt.out_folder,
-                    help="where the run made without --run goes")
+    ap.add_argument(
+        "--run",
+        check=opt.run_or_checkpoint,
+        help="a trained run folder or checkpoint (default: train a small one into --out)",
+    )
+    ap.add_argument(
+        "--root", default=str(ROOT), check=checkout, help="the checkout whose generate.py is timed (default: this one)"
+    )
+    ap.add_argument(
+        "--baseline", check=checkout, help="another checkout, timed in turns with --root (e.g. main, for 'before')"
+    )
+    ap.add_argument(
+        "--repeat", default=5, check=opt.count(), help="launches per checkout; medians are reported (default 5)"
+    )
+    ap.add_argument(
+        "--steps", default=20, check=opt.count(), help="training steps of the run made without --run (default 20)"
+    )
+    ap.add_argument(
+        "--out", default="runs/reader_start", check=opt.out_folder, help="where the run made without --run goes"
+    )
     args = ap.parse_args(argv)
     args.root = Path(args.root).expanduser().resolve()
     args.baseline = None if args.baseline is None else Path(args.baseline).expanduser().resolve()

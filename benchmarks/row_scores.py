@@ -23,8 +23,9 @@ from benchmarks import options as opt  # noqa: E402
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = opt.script_parser("python -m benchmarks.row_scores", __doc__)
-    ap.add_argument("--held", default="1500,2600,4000,6000", check=opt.counts(1),
-                    help="comma-separated held-row counts")
+    ap.add_argument(
+        "--held", default="1500,2600,4000,6000", check=opt.counts(1), help="comma-separated held-row counts"
+    )
     ap.add_argument("--positions", default=16 * 128, check=opt.count(), help="positions per step (default 2048)")
     ap.add_argument("--width", default=128, check=opt.count(), help="embedding size (default 128)")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CPUs with native bf16), float32, bfloat16")
@@ -52,8 +53,10 @@ def timers(held: int, positions: int, width: int, dtype, reps: int) -> dict:
         way(h, index).backward(grad)
         rows.weight.grad = h.grad = None
 
-    return {"gather": mean_seconds(lambda: step(rows.dot_by_gather), reps),
-            "product": mean_seconds(lambda: step(rows.dot_by_product), reps)}
+    return {
+        "gather": mean_seconds(lambda: step(rows.dot_by_gather), reps),
+        "product": mean_seconds(lambda: step(rows.dot_by_product), reps),
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -66,16 +69,23 @@ def main(argv: list[str]) -> None:
 
     args = parse_args(argv)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"), key="--dtype")
-    report = {"positions": args.positions, "width": args.width, "dtype": str(dtype).removeprefix("torch."),
-              "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * NUM_FINALS, "held": {}}
+    report = {
+        "positions": args.positions,
+        "width": args.width,
+        "dtype": str(dtype).removeprefix("torch."),
+        "product_up_to_held_rows": PRODUCT_ROWS_PER_SLOT * NUM_FINALS,
+        "held": {},
+    }
     for held in args.held:
         sides = timers(held, args.positions, args.width, dtype, args.reps)
         for timer in sides.values():  # warm-up
             timer()
         ms = median_alternating(sides, args.rounds)
-        report["held"][held] = {"gather_ms": round(ms["gather"] * 1000, 3),
-                                "product_ms": round(ms["product"] * 1000, 3),
-                                "product_speedup": round(ms["gather"] / ms["product"], 2)}
+        report["held"][held] = {
+            "gather_ms": round(ms["gather"] * 1000, 3),
+            "product_ms": round(ms["product"] * 1000, 3),
+            "product_speedup": round(ms["gather"] / ms["product"], 2),
+        }
     opt.print_json(report)
 
 

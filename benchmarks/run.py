@@ -34,8 +34,9 @@ def resolve_device(name: str) -> torch.device:
     except UserError as e:
         raise UserError(str(e).replace("device=", "--device ")) from None
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                        f"numbered from 0")
+        raise UserError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+        )
     return device
 
 
@@ -65,8 +66,11 @@ def corpus_text(opts: argparse.Namespace) -> tuple[str, str]:
 
 
 def machine(device: torch.device) -> dict:
-    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
-            else f"{device.type} ({torch.get_num_threads()} threads)")
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{device.type} ({torch.get_num_threads()} threads)"
+    )
     return {"device": str(device), "device_name": name, "torch": torch.__version__}
 
 
@@ -87,8 +91,9 @@ def run_benchmarks(opts: argparse.Namespace) -> dict:
         if device.type == "cpu":
             from benchmarks.transformers_peer import bench_transformers_peer
 
-            result["transformers_peer"] = bench_transformers_peer(generation_preset, vocab, opts.rounds,
-                                                                  opts.new_tokens)
+            result["transformers_peer"] = bench_transformers_peer(
+                generation_preset, vocab, opts.rounds, opts.new_tokens
+            )
         return result
     peak = matmul_peak_flops(device, torch.float32, opts.rounds, small=opts.smoke)
     result["matmul_peak_flops_float32"] = round(peak)

@@ -21,8 +21,10 @@ from pathlib import Path
 from benchmarks.options import ROOT
 from benchmarks.tb_read import read_scalars
 
-RESULT = re.compile(r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
-                    r"(?P<secs>[\d.]+)s \((?P<why>\w+)\)")
+RESULT = re.compile(
+    r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
+    r"(?P<secs>[\d.]+)s \((?P<why>\w+)\)"
+)
 
 
 def last_line(text: str, fallback: str) -> str:
@@ -30,11 +32,17 @@ def last_line(text: str, fallback: str) -> str:
     return (text.strip().splitlines() or [fallback])[-1]
 
 
-def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess,
-                                                                                       re.Match | None]:
+def train_py(
+    overrides: list[str], run_dir: Path, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, re.Match | None]:
     """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`: the process and its `run:` line."""
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}",
-                           "train.overwrite=true"], cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     return proc, RESULT.search(proc.stdout)
 
 
@@ -48,13 +56,25 @@ def trained(overrides: list[str], run_dir: Path, env: dict | None = None, said: 
     scalars = read_scalars(run_dir)
     tps = sorted(v for _, v in scalars.get("train/tokens_per_sec", []))
     bpcs = [v for _, v in scalars.get("val/bpc", [])]
-    return {"steps": int(m["step"]), "seconds": float(m["secs"]), "stopped": m["why"], "val_loss": float(m["loss"]),
-            "val_bpc": float(m["bpc"]), "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None,
-            "best_val_bpc": min(bpcs) if bpcs else None, **lines}
+    return {
+        "steps": int(m["step"]),
+        "seconds": float(m["secs"]),
+        "stopped": m["why"],
+        "val_loss": float(m["loss"]),
+        "val_bpc": float(m["bpc"]),
+        "tokens_per_sec": round(tps[len(tps) // 2]) if tps else None,
+        "best_val_bpc": min(bpcs) if bpcs else None,
+        **lines,
+    }
 
 
-def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callable[[dict], dict],
-                 keys: tuple[str, ...] = ("steps", "seconds", "stopped", "tokens_per_sec")) -> dict:
+def campaign_run(
+    record: dict,
+    overrides: list[str],
+    run_dir: Path,
+    then: Callable[[dict], dict],
+    keys: tuple[str, ...] = ("steps", "seconds", "stopped", "tokens_per_sec"),
+) -> dict:
     """A campaign's row: `record`, the machine's state, `trained`'s `keys`, then `then(those numbers)`'s."""
     record = {**record, **machine_before_run()}
     done = trained(overrides, run_dir)
@@ -66,9 +86,12 @@ def campaign_run(record: dict, overrides: list[str], run_dir: Path, then: Callab
 def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
     """`evaluate`'s score of a run as a campaign's row holds it (`more`: {name: its key}), its error if any."""
     scored = evaluate(run_dir, heldout)
-    return {"heldout_bpc": scored.get("bpc"), "heldout_chars": scored.get("chars"),
-            **{name: scored.get(key) for name, key in more.items()},
-            **({"error": scored["error"]} if "error" in scored else {})}
+    return {
+        "heldout_bpc": scored.get("bpc"),
+        "heldout_chars": scored.get("chars"),
+        **{name: scored.get(key) for name, key in more.items()},
+        **({"error": scored["error"]} if "error" in scored else {}),
+    }
 
 
 def printed_json(script: str, *args: str) -> dict:
@@ -86,8 +109,14 @@ def evaluate(ckpt: Path, heldout: Path) -> dict:
 
 def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:
     """What `generate.py ckpt=RUN_DIR prompt=PROMPT` prints, or why it failed."""
-    cmd = [sys.executable, str(ROOT / "generate.py"), f"ckpt={run_dir}", f"prompt={prompt}",
-           f"max_new_tokens={max_new_tokens}", *extra]
+    cmd = [
+        sys.executable,
+        str(ROOT / "generate.py"),
+        f"ckpt={run_dir}",
+        f"prompt={prompt}",
+        f"max_new_tokens={max_new_tokens}",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(generate.py failed: {proc.stderr.strip()[-200:]})"
 
@@ -129,9 +158,11 @@ def keep(record: dict, path: Path) -> dict:
 def cpu_busy(seconds: float = 2.0) -> float | None:
     """The share of all CPUs busy over the next `seconds` (/proc/stat; None without it): the campaign sleeps
     meanwhile, so this is what other programs use, without the run that just ended (which the load average counts)."""
+
     def sample_stat() -> tuple[int, int]:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
     try:
         total0, idle0 = sample_stat()
         time.sleep(seconds)

@@ -39,16 +39,22 @@ def _tiny_run(folder: Path) -> None:
     from tokenizer import KoreanCharTokenizer
 
     tok = KoreanCharTokenizer.from_text("옛날에 한 마을에 착한 나무꾼이 살았다.\n")
-    m = seeded_model(tok.vocab_size, dict(context_length=32, embedding_size=32, head_size=32, num_heads=4,
-                                          num_blocks=2))
+    m = seeded_model(
+        tok.vocab_size, dict(context_length=32, embedding_size=32, head_size=32, num_heads=4, num_blocks=2)
+    )
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict()), folder / "ckpt.pt")
 
 
 def _start(runs_dir: Path, settings: list[str]) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "serve.py", f"runs_dir={runs_dir}", "port=0", *settings], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "serve.py", f"runs_dir={runs_dir}", "port=0", *settings],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+    )
     for line in proc.stdout:
         if m := re.search(r"http://127\.0\.0\.1:(\d+)/", line):
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
@@ -67,8 +73,10 @@ def _request(port: int, raw: bytes, timeout: float = 30) -> tuple[int, float]:
 
 def _ordinary(port: int) -> list[float]:
     body = json.dumps({"prompt": "옛날", "max_new_tokens": 20, "stream": False}).encode()
-    sample = (b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sample = (
+        b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     runs = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     times = []
     for raw in (runs, sample) * 5:
@@ -141,11 +149,16 @@ def main(argv: list[str]) -> dict:
             after = _ordinary(port)
             big = _big_body(port)
             peak = vm_hwm_kb(proc.pid)
-            return {"connections": args.connections, "baseline_max_s": round(max(baseline), 3),
-                    "while_open_max_s": round(max(during), 3),
-                    "half_open_all_closed_s": closed_after and round(closed_after, 1),
-                    "after_max_s": round(max(after), 3), "body_300mb_status": big,
-                    "server_peak_rss_mb": None if peak is None else round(peak / 1024, 1), "settings": args.set}
+            return {
+                "connections": args.connections,
+                "baseline_max_s": round(max(baseline), 3),
+                "while_open_max_s": round(max(during), 3),
+                "half_open_all_closed_s": closed_after and round(closed_after, 1),
+                "after_max_s": round(max(after), 3),
+                "body_300mb_status": big,
+                "server_peak_rss_mb": None if peak is None else round(peak / 1024, 1),
+                "settings": args.set,
+            }
         finally:
             proc.terminate()
             proc.wait(20)

@@ -103,8 +103,10 @@ def backward_ops(model: torch.nn.Module) -> Counter[str]:
 
 def side_by_side(counts: dict[str, Counter[str]]) -> dict:
     """{model: ops} -> {"total": {model: n}, "ops": {name: {model: n}}}, names sorted, zeros shown."""
-    return {"total": {m: sum(c.values()) for m, c in counts.items()},
-            "ops": {name: {m: c[name] for m, c in counts.items()} for name in sorted(set().union(*counts.values()))}}
+    return {
+        "total": {m: sum(c.values()) for m, c in counts.items()},
+        "ops": {name: {m: c[name] for m, c in counts.items()} for name in sorted(set().union(*counts.values()))},
+    }
 
 
 def ours() -> torch.nn.Module:
@@ -124,15 +126,25 @@ def train_py_step_ops(corpus: Path, run_dir: Path) -> int:
     from benchmarks.lever_speed import session
     from training.step import train_step
 
-    s, state = session(["device=cpu", "train.dtype=float32", "model.dropout=0", f"data.path={corpus}",
-                        f"data.cache_dir={run_dir / 'cache'}", f"train.batch_size={BATCH}"], run_dir)
+    s, state = session(
+        [
+            "device=cpu",
+            "train.dtype=float32",
+            "model.dropout=0",
+            f"data.path={corpus}",
+            f"data.cache_dir={run_dir / 'cache'}",
+            f"train.batch_size={BATCH}",
+        ],
+        run_dir,
+    )
     return _third_step_ops(lambda: train_step(s, state))
 
 
 def main(argv: list[str]) -> None:
     ap = opt.script_parser("python -m benchmarks.step_ops", __doc__)
-    ap.add_argument("--nanogpt", check=opt.NANOGPT,
-                    help="a checkout of github.com/karpathy/nanoGPT, counted beside this project")
+    ap.add_argument(
+        "--nanogpt", check=opt.NANOGPT, help="a checkout of github.com/karpathy/nanoGPT, counted beside this project"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out = {"size": {**SIZE, "batch": BATCH, "vocab_size": VOCAB}, "ours_model_step": model_step_ops(ours())}

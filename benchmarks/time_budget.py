@@ -29,8 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--corpus", required=True, check=opt.text_file, help="the text file every run trains on")
     ap.add_argument("--seconds", default=300.0, check=opt.SECONDS, help="wall-clock budget of each run (default 300)")
     ap.add_argument("--run", action="append", required=True, help="NAME=space-separated train.py overrides")
-    ap.add_argument("--out", default="runs/budget", check=opt.out_folder,
-                    help="runs go to OUT/NAME (default runs/budget)")
+    ap.add_argument(
+        "--out", default="runs/budget", check=opt.out_folder, help="runs go to OUT/NAME (default runs/budget)"
+    )
     ap.add_argument("--threads", default=None, check=opt.count(), help="CPU threads of each run (default: torch's)")
     args = ap.parse_args(argv)
     for spec in args.run:
@@ -43,8 +44,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run_one(name: str, overrides: str, args: argparse.Namespace) -> dict:
     threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     env = {**os.environ, **threads} if args.threads else None
-    done = trained([f"data.path={Path(args.corpus).expanduser()}", f"train.max_seconds={args.seconds}",
-                    "train.max_steps=1000000", "train.early_stop=null", *overrides.split()], Path(args.out) / name, env)
+    done = trained(
+        [
+            f"data.path={Path(args.corpus).expanduser()}",
+            f"train.max_seconds={args.seconds}",
+            "train.max_steps=1000000",
+            "train.early_stop=null",
+            *overrides.split(),
+        ],
+        Path(args.out) / name,
+        env,
+    )
     if "error" in done:
         return {"name": name, **done}
     keys = ("steps", "val_loss", "val_bpc", "best_val_bpc", "tokens_per_sec", "seconds")

@@ -59,14 +59,16 @@ def seconds(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def per_second(fn: Callable[[], object], amount: float, device: torch.device,
-               warmup: Callable[[], object] | None = None) -> Callable[[], float]:
+def per_second(
+    fn: Callable[[], object], amount: float, device: torch.device, warmup: Callable[[], object] | None = None
+) -> Callable[[], float]:
     """A timer returning `amount` per second of one call of `fn`, once `warmup` (by default `fn`) has run."""
     (warmup or fn)()
     return lambda: amount / seconds(fn, device)
 
 
-def step_timer(step: Callable[[], object], tokens_per_step: int, steps: int, device: torch.device,
-               warmup: int = WARMUP_STEPS) -> Callable[[], float]:
+def step_timer(
+    step: Callable[[], object], tokens_per_step: int, steps: int, device: torch.device, warmup: int = WARMUP_STEPS
+) -> Callable[[], float]:
     """A timer returning the tokens/s of `steps` training steps, after `warmup` steps."""
     return per_second(repeated(step, steps), tokens_per_step * steps, device, repeated(step, warmup))

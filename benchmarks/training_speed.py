@@ -28,8 +28,15 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, sma
     return median_alternating({"mm": per_second(repeated(lambda: a @ b, reps), 2 * n**3 * reps, device)}, rounds)["mm"]
 
 
-def training_timer(model: AttentionLanguageModel, batch: int, device: torch.device, dtype: torch.dtype,
-                   steps: int, tokens: torch.Tensor | None = None, average: str = "none") -> Callable[[], float]:
+def training_timer(
+    model: AttentionLanguageModel,
+    batch: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    steps: int,
+    tokens: torch.Tensor | None = None,
+    average: str = "none",
+) -> Callable[[], float]:
     """Tokens/s of `steps` optimizer steps on one batch of random ids or windows of `tokens`, after a warm-up."""
     vocab, context = model.config.vocab_size, model.config.context_length
     if tokens is None:
@@ -40,8 +47,15 @@ def training_timer(model: AttentionLanguageModel, batch: int, device: torch.devi
     return step_timer(optimizer_step(model, x, y, dtype, average=average), batch * context, steps, device)
 
 
-def optimizer_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype = torch.float32,
-                   forward: Callable | None = None, clip: bool = False, average: str = "none") -> Callable[[], None]:
+def optimizer_step(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    forward: Callable | None = None,
+    clip: bool = False,
+    average: str = "none",
+) -> Callable[[], None]:
     """One fused-AdamW step on (x, y) through `forward` (say `model` compiled) under `dtype`'s autocast; `clip` at 1.0
     as nanoGPT's train.py clips, `average="ema"` a weight average updated as train.average=ema does."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=x.device.type in ("cuda", "cpu"))
@@ -62,8 +76,15 @@ def optimizer_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dty
     return step
 
 
-def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dtypes: list[str], rounds: int,
-                   steps: int, peak_flops: float) -> dict:
+def bench_training(
+    preset: dict[str, int],
+    vocab: int,
+    device: torch.device,
+    dtypes: list[str],
+    rounds: int,
+    steps: int,
+    peak_flops: float,
+) -> dict:
     """Tokens/s per (attention, dtype), their ratios, the model's size and its achieved fp32 FLOP/s."""
     timers = {}
     for attention in ("heads", "fused"):
@@ -79,6 +100,10 @@ def bench_training(preset: dict[str, int], vocab: int, device: torch.device, dty
         out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
     out["ema_over_plain_float32"] = round(tps["fused_float32_ema"] / tps["fused_float32"], 3)  # train.average's cost
     achieved = tps["fused_float32"] * flops_per_token(model)
-    return {**out, "model_params": num_parameters(model), "model_flops_per_token": flops_per_token(model),
-            "achieved_flops_fused_float32": round(achieved),
-            "achieved_fraction_of_matmul_peak_float32": round(achieved / peak_flops, 3)}
+    return {
+        **out,
+        "model_params": num_parameters(model),
+        "model_flops_per_token": flops_per_token(model),
+        "achieved_flops_fused_float32": round(achieved),
+        "achieved_fraction_of_matmul_peak_float32": round(achieved / peak_flops, 3),
+    }

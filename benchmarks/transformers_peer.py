@@ -27,12 +27,23 @@ def _timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, v
 
     def theirs_run() -> None:
         torch.manual_seed(0)
-        theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
-                        min_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                        use_cache=True, pad_token_id=0)
+        theirs.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            use_cache=True,
+            pad_token_id=0,
+        )
 
-    return {"ours": generation_timer(ours, prompt, new_tokens, use_cache=True),  # the same sampling, seeded
-            "transformers": per_second(theirs_run, batch * new_tokens, prompt.device)}
+    return {
+        "ours": generation_timer(ours, prompt, new_tokens, use_cache=True),  # the same sampling, seeded
+        "transformers": per_second(theirs_run, batch * new_tokens, prompt.device),
+    }
 
 
 @torch.inference_mode()
@@ -61,9 +72,11 @@ def bench_transformers_peer(preset: dict[str, int], vocab: int, rounds: int, new
             row = {}
             for b in BATCHES:
                 tps = median_alternating(_timers(ours, theirs, b, new, vocab), rounds)
-                row[f"batch_{b}"] = {"ours_tokens_per_sec": round(tps["ours"], 1),
-                                     "transformers_tokens_per_sec": round(tps["transformers"], 1),
-                                     "ours_over_transformers": round(tps["ours"] / tps["transformers"], 2)}
+                row[f"batch_{b}"] = {
+                    "ours_tokens_per_sec": round(tps["ours"], 1),
+                    "transformers_tokens_per_sec": round(tps["transformers"], 1),
+                    "ours_over_transformers": round(tps["ours"] / tps["transformers"], 2),
+                }
             report[f"threads_{threads}"] = row
         finally:
             torch.set_num_threads(default_threads)

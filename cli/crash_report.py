@@ -38,8 +38,11 @@ def write_traceback(text: str, folder: str | Path | None = None) -> str:
 
 def _where(exc: BaseException) -> str:
     """` in <file>:<line> (<function>)` for the innermost frame of this project's own code, if any."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve().is_relative_to(ROOT) and ".venv" not in Path(f.filename).parts]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).resolve().is_relative_to(ROOT) and ".venv" not in Path(f.filename).parts
+    ]
     if not frames:
         return ""
     f = frames[-1]
@@ -62,8 +65,10 @@ def fold_traceback_report(report: str) -> str:
     oserror = list(_OS_ERROR.finditer(report))
     if oserror:
         _, _, reason, path = oserror[-1].groups()
-        return (f"cannot create or write {path}: {reason}; choose a folder you can write to "
-                f"(hydra.run.dir=...), or check the disk")
+        return (
+            f"cannot create or write {path}: {reason}; choose a folder you can write to "
+            f"(hydra.run.dir=...), or check the disk"
+        )
     exceptions = list(_LAST_EXCEPTION.finditer(report))
     detail = f"{exceptions[-1].group(1)}: {exceptions[-1].group(2).strip()}" if exceptions else "see the traceback"
     return f"{_script()} failed before it started ({detail}); the full traceback is in {write_traceback(report)}"

@@ -133,8 +133,9 @@ def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
             continue
         parts.append(line.strip().rstrip("."))
         listing = line.rstrip().endswith(":")
-    unknown = re.search(r"Could not (?:override|append to config)[^']*'([^']+)'", text) or \
-        re.search(r"Key '[^']+' not in '\w+'\s+full_key: (\S+)", text)
+    unknown = re.search(r"Could not (?:override|append to config)[^']*'([^']+)'", text) or re.search(
+        r"Key '[^']+' not in '\w+'\s+full_key: (\S+)", text
+    )
     if unknown and ("is not in struct" in text or "not in '" in text):  # the usual case: a misspelt key
         return f"unknown config key {unknown.group(1).lstrip('+')}; check its spelling (--help lists every key)"
     if typed := _type_error(text, argv):
@@ -143,17 +144,22 @@ def hydra_report_line(text: str, argv: list[str] | None = None) -> str:
     bad = _unparsable_override(argv) if grammar else None
     if bad is not None:
         reason = "; ".join(p for p in parts if not p.startswith("See https://"))
-        return (f"cannot parse the override {bad!r} ({reason}); quote values that hold brackets, commas, spaces "
-                f"or quotes, e.g. key='[a, b]' (see {grammar.group(1)})")
+        return (
+            f"cannot parse the override {bad!r} ({reason}); quote values that hold brackets, commas, spaces "
+            f"or quotes, e.g. key='[a, b]' (see {grammar.group(1)})"
+        )
     return ("; ".join(parts) or "invalid command line") + " (--help lists the config groups and keys)"
 
 
 def _type_error(text: str, argv: list[str]) -> str | None:
     """A value the schema's type refuses (`train.lr=abc`, `model.num_heads=2.5`), as one line naming the key."""
     full_key = re.search(r"full_key: (\S+)", text)
-    reason = re.search(r"(Value '.*' (?:of type '\w+' )?could not be converted to \w+|"
-                       r"Value '.*' is not a valid \w+|field '.*' is not Optional|"
-                       r"Non optional field cannot be assigned None)", text)
+    reason = re.search(
+        r"(Value '.*' (?:of type '\w+' )?could not be converted to \w+|"
+        r"Value '.*' is not a valid \w+|field '.*' is not Optional|"
+        r"Non optional field cannot be assigned None)",
+        text,
+    )
     if not (full_key and reason):
         return None
     key = full_key.group(1)
@@ -161,7 +167,8 @@ def _type_error(text: str, argv: list[str]) -> str | None:
         return f"{key} cannot be null: give it a value (--help shows its default)"
     boolean = "true or false (yes/no, on/off)"
     need = {"Integer": "an integer", "Float": "a number", "Boolean": boolean, "bool": boolean, "String": "text"}.get(
-        re.search(r"(?:converted to|is not a valid) (\w+)", reason.group(1)).group(1), "")
+        re.search(r"(?:converted to|is not a valid) (\w+)", reason.group(1)).group(1), ""
+    )
     value = next((a.split("=", 1)[1] for a in reversed(argv) if a.lstrip("+~").split("=", 1)[0] == key), None)
     shown = f"{key}={value}" if value is not None else key
     return f"{shown} is invalid: it must be {need or 'of the type ' + reason.group(1)}"
@@ -250,8 +257,7 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
         fail(unexpected_error_line(e, traceback_dir), 1)
 
 
-def hydra_script(name: str, schema: type[T], run: Callable[[T], object], summary: str,
-                 examples: Sequence[str]) -> None:
+def hydra_script(name: str, schema: type[T], run: Callable[[T], object], summary: str, examples: Sequence[str]) -> None:
     """Run an entry script: argv made ready for Hydra, configs/<name>.yaml composed into `schema` for `run`."""
     import hydra
 

@@ -25,7 +25,7 @@ def _comment(rest: str) -> str:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or rest[i - 1].isspace()):
-            return rest[i + 1:].strip()
+            return rest[i + 1 :].strip()
     return ""
 
 
@@ -49,7 +49,7 @@ def yaml_comments(path: Path, prefix: str = "") -> dict[str, str]:
         stack.append((indent, full))
         comment = _comment(rest)
         if n + 1 < len(lines) and lines[n + 1].lstrip().startswith("#") and ". " in comment:
-            comment = comment[:comment.rindex(". ") + 1]  # it goes on below: keep its whole sentences
+            comment = comment[: comment.rindex(". ") + 1]  # it goes on below: keep its whole sentences
         if comment and full not in out:
             out[full] = comment
     return out
@@ -89,8 +89,7 @@ def _shown(value: object) -> str:
     return "''" if value == "" else str(value)
 
 
-def render_help(root: DictConfig, comments: dict[str, str], summary: str, examples: Sequence[str],
-                groups: bool) -> str:
+def render_help(root: DictConfig, comments: dict[str, str], summary: str, examples: Sequence[str], groups: bool) -> str:
     keys = [(k, _shown(v)) for k, v in _leaves(root) if not k.startswith("hydra.") and k != "hydra" and k not in HIDDEN]
     width = min(44, max(len(f"{k}={v}") for k, v in keys) + 2)
     script = summary.split(":", 1)[0]
@@ -102,14 +101,19 @@ def render_help(root: DictConfig, comments: dict[str, str], summary: str, exampl
         pair = f"{key}={value}"
         meaning = comments.get(key, "")
         lines.append(f"  {pair:<{width}}{meaning}".rstrip() if len(pair) < width else f"  {pair}  {meaning}".rstrip())
-    lines += ["", "A ~ or $HOME at the start of a path means your home folder; paths need no quotes beyond what bash "
-              "needs. --cfg job prints the composed config" + ("; -m key=a,b,c runs a sweep" if groups else "")
-              + "; --hydra-help lists Hydra's own options."]
+    lines += [
+        "",
+        "A ~ or $HOME at the start of a path means your home folder; paths need no quotes beyond what bash "
+        "needs. --cfg job prints the composed config"
+        + ("; -m key=a,b,c runs a sweep" if groups else "")
+        + "; --hydra-help lists Hydra's own options.",
+    ]
     return "\n".join(line.replace("$", "$$") if line != "$APP_CONFIG_GROUPS" else line for line in lines)
 
 
 def register_help(config_name: str, summary: str, examples: Sequence[str], groups: bool = False) -> None:
     """Make `${script_help:}` (the YAML's `hydra.help.template`) render this script's help."""
+
     def script_help(*, _root_: DictConfig) -> str:
         return render_help(_root_, config_comments(CONFIGS, config_name), summary, examples, groups)
 

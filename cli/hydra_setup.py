@@ -87,8 +87,13 @@ def _run_dir(resume, default: str) -> str:
 
 
 def register_resolvers() -> None:
-    for name, fn in (("safe_name", _safe_name), ("override_suffix", _suffix), ("run_dir", _run_dir),
-                     ("job_name", _job_name), ("sweep_name", _sweep_name)):
+    for name, fn in (
+        ("safe_name", _safe_name),
+        ("override_suffix", _suffix),
+        ("run_dir", _run_dir),
+        ("job_name", _job_name),
+        ("sweep_name", _sweep_name),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

@@ -11,8 +11,9 @@ import os
 import re
 import shlex
 
-PATH_KEYS = frozenset({"data.path", "data.cache_dir", "ckpt", "train.resume", "hydra.run.dir", "hydra.sweep.dir",
-                       "runs_dir"})
+PATH_KEYS = frozenset(
+    {"data.path", "data.cache_dir", "ckpt", "train.resume", "hydra.run.dir", "hydra.sweep.dir", "runs_dir"}
+)
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./+@%:-]+")  # what Hydra reads, unquoted, as exactly this text
 _TYPED_VALUE = re.compile(r"[-+]?[\d._]*(e[-+]?\d+)?|true|false|null|[-+]?(nan|inf)", re.IGNORECASE)  # not text
 _OVERRIDE = re.compile(r"([+~]{0,2})([\w./@-]+)=(.*)", re.DOTALL)
@@ -33,8 +34,14 @@ def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if (not sep or arg.startswith("-") or not value or value[0] in "'\"[(" or value.isascii()
-                or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)):
+        if (
+            not sep
+            or arg.startswith("-")
+            or not value
+            or value[0] in "'\"[("
+            or value.isascii()
+            or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)
+        ):
             out.append(arg)
             continue
         parts = value.split(",") if multirun else [value]

@@ -65,8 +65,10 @@ def _acquire(run_dir: Path) -> str:
         except OSError:
             holder = _holder(fd)
             os.close(fd)
-            raise UserError(f"another training (process {holder or 'unknown'}) is using {run_dir}; wait for it to "
-                            "end or stop it, or train into another folder (hydra.run.dir=...)") from None
+            raise UserError(
+                f"another training (process {holder or 'unknown'}) is using {run_dir}; wait for it to "
+                "end or stop it, or train into another folder (hydra.run.dir=...)"
+            ) from None
         try:
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 break
@@ -75,8 +77,11 @@ def _acquire(run_dir: Path) -> str:
         os.close(fd)  # the file was removed by its last holder between our open and our lock: try again
     stale = _holder(fd)
     if stale and int(stale) != os.getpid():
-        print(f"note: {run_dir} was locked by process {stale}, which is no longer running; took its lock over",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: {run_dir} was locked by process {stale}, which is no longer running; took its lock over",
+            file=sys.stderr,
+            flush=True,
+        )
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = [fd, 1]

@@ -59,7 +59,7 @@ def _fsync_folder(folder: Path) -> None:
 def remove_stale_temps(path: Path) -> None:
     """Delete `.name.<pid>.tmp` files of `path` left by processes killed mid-write (a whole file's size each)."""
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2:-len(".tmp")]
+        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:

@@ -34,8 +34,9 @@ def refusal(key: str, value: object, need: str, accepted: Container[str] | Calla
     bare = text.strip()
     fits = accepted(bare) if callable(accepted) else bare in accepted
     if isinstance(value, str) and bare != text and fits:
-        return ConfigError(f"{key}={shown_value(value)} is invalid: the spaces around it are part of the value; "
-                           f"write {key}={bare}")
+        return ConfigError(
+            f"{key}={shown_value(value)} is invalid: the spaces around it are part of the value; write {key}={bare}"
+        )
     return ConfigError(f"{key}={shown_value(value)} is invalid: {need}")
 
 
@@ -60,12 +61,21 @@ def positive_int(key: str, value: int | None, minimum: int = 1, optional: bool =
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         need = {0: "an integer >= 0", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be {need}"
-                          + (" (or null)" if optional else ""))
+        raise ConfigError(
+            f"{key}={shown_value(value)} is invalid: it must be {need}" + (" (or null)" if optional else "")
+        )
 
 
-def number_in(key: str, value: float | None, low: float, high: float, *, low_open: bool = False,
-              high_open: bool = False, optional: bool = False) -> None:
+def number_in(
+    key: str,
+    value: float | None,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    optional: bool = False,
+) -> None:
     """`value` finite and within [low, high] (ends open where asked); None allowed when optional."""
     if value is None and optional:
         return
@@ -74,10 +84,17 @@ def number_in(key: str, value: float | None, low: float, high: float, *, low_ope
     if not ok:
         lo = "(" if low_open else "["
         hi = ")" if high_open else "]"
-        span = f"> {low}" if high == math.inf and low_open else f">= {low}" if high == math.inf else \
-            f"in {lo}{low}, {high}{hi}"
-        raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be a finite number {span}"
-                          + (" (or null)" if optional else ""))
+        span = (
+            f"> {low}"
+            if high == math.inf and low_open
+            else f">= {low}"
+            if high == math.inf
+            else f"in {lo}{low}, {high}{hi}"
+        )
+        raise ConfigError(
+            f"{key}={shown_value(value)} is invalid: it must be a finite number {span}"
+            + (" (or null)" if optional else "")
+        )
 
 
 def one_of(key: str, value: str | None, choices: tuple[str, ...], optional: bool = False) -> None:

@@ -42,8 +42,10 @@ def cpu_has_native_bf16() -> bool:
 
 def cpu_bf16_forced() -> bool | None:
     """KOCHAR_CPU_BF16's answer (1: yes, 0: no), or None where it is unset or empty; any other value is refused."""
-    value = environment(CPU_BF16_ENV, {"1": "take the CPU's bfloat16 path", "0": "its float32 path",
-                                       "": "detect the CPU's instructions"})
+    value = environment(
+        CPU_BF16_ENV,
+        {"1": "take the CPU's bfloat16 path", "0": "its float32 path", "": "detect the CPU's instructions"},
+    )
     return None if value == "" else value == "1"
 
 
@@ -69,8 +71,9 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
         raise UserError(f"{key}=float16 is not supported on the CPU; use {key}=bfloat16 or {key}=float32")
     if name != "auto":
         emulated = name == "bfloat16" and device.type == "cuda" and not has_native_bf16(device)
-        return DTYPES[name], f"{key}={name}" + (f"; this GPU only emulates bfloat16, slowly: {key}=auto chooses "
-                                                "float16" if emulated else "")
+        return DTYPES[name], f"{key}={name}" + (
+            f"; this GPU only emulates bfloat16, slowly: {key}=auto chooses float16" if emulated else ""
+        )
     if device.type == "cuda":
         return _cuda_auto(device)
     if device.type == "cpu":
@@ -82,8 +85,11 @@ def choose_precision(name: str, device: torch.device, key: str = "train.dtype") 
 def _cpu_auto() -> tuple[torch.dtype, str]:
     forced = cpu_bf16_forced()
     if forced is not None:
-        return (torch.bfloat16, f"train.dtype=auto; {CPU_BF16_ENV}=1 takes the CPU's bfloat16 path") if forced else \
-            (torch.float32, f"train.dtype=auto; {CPU_BF16_ENV}=0 keeps the CPU in float32")
+        return (
+            (torch.bfloat16, f"train.dtype=auto; {CPU_BF16_ENV}=1 takes the CPU's bfloat16 path")
+            if forced
+            else (torch.float32, f"train.dtype=auto; {CPU_BF16_ENV}=0 keeps the CPU in float32")
+        )
     if _cpu_flags_have_bf16():
         return torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"
     return torch.float32, "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, slower)"
@@ -95,8 +101,10 @@ def _cuda_auto(device: torch.device) -> tuple[torch.dtype, str]:
     if (major, minor) >= NATIVE_BF16:
         return torch.bfloat16, f"train.dtype=auto; the {card} computes bfloat16 natively"
     if major >= 7:
-        return torch.float16, (f"train.dtype=auto; the {card} has no native bfloat16 (only a slow emulation); float16 "
-                               "runs on its tensor cores, with loss scaling")
+        return torch.float16, (
+            f"train.dtype=auto; the {card} has no native bfloat16 (only a slow emulation); float16 "
+            "runs on its tensor cores, with loss scaling"
+        )
     return torch.float32, f"train.dtype=auto; the {card} has neither native bfloat16 nor float16 tensor cores"
 
 
@@ -112,8 +120,11 @@ def precision_line(dtype: torch.dtype, why: str, device: torch.device) -> str | 
     autocasts (a plain float32 run on the CPU says nothing)."""
     if device.type == "cpu" and dtype == torch.float32:
         return None
-    name = {torch.float32: "float32", torch.bfloat16: "bfloat16 autocast",
-            torch.float16: "float16 autocast with loss scaling"}[dtype]
+    name = {
+        torch.float32: "float32",
+        torch.bfloat16: "bfloat16 autocast",
+        torch.float16: "float16 autocast with loss scaling",
+    }[dtype]
     return f"precision: {name} on {device} ({why})"
 
 
@@ -129,9 +140,11 @@ def check_compiled_precision(compile_: bool, dtype: torch.dtype, device: torch.d
     requires .target sm_80"), so that combination is refused before any work, in one line."""
     if compile_ and dtype == torch.bfloat16 and device.type == "cuda" and not has_native_bf16(device):
         major, minor = torch.cuda.get_device_capability(device)
-        raise UserError(f"train.compile=true with train.dtype=bfloat16 needs a GPU with native bfloat16 (compute "
-                        f"capability 8.0 or newer); {torch.cuda.get_device_name(device)} has {major}.{minor}: use "
-                        "train.dtype=auto (float16 there) or train.dtype=float32")
+        raise UserError(
+            f"train.compile=true with train.dtype=bfloat16 needs a GPU with native bfloat16 (compute "
+            f"capability 8.0 or newer); {torch.cuda.get_device_name(device)} has {major}.{minor}: use "
+            "train.dtype=auto (float16 there) or train.dtype=float32"
+        )
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

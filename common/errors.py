@@ -26,13 +26,20 @@ class Interrupted(KeyboardInterrupt):
         self.line = "terminated" if signal_name == "SIGTERM" else "interrupted"
 
 
-_CAUSES = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is used up",
-           "EFBIG": "the file grew past the file system's or the process's file-size limit (the disk may be full)",
-           "EROFS": "the file system is read-only", "EACCES": "permission denied", "EPERM": "permission denied",
-           "ENOTDIR": "a part of the path is a file, not a folder",
-           "ENAMETOOLONG": "a name in the path is too long for the file system",
-           "ELOOP": "the path runs through a loop of symbolic links", "ENOENT": "it does not exist (any more)",
-           "ENOTEMPTY": "the folder is not empty", "EEXIST": "it already exists"}
+_CAUSES = {
+    "ENOSPC": "the disk is full",
+    "EDQUOT": "the disk quota is used up",
+    "EFBIG": "the file grew past the file system's or the process's file-size limit (the disk may be full)",
+    "EROFS": "the file system is read-only",
+    "EACCES": "permission denied",
+    "EPERM": "permission denied",
+    "ENOTDIR": "a part of the path is a file, not a folder",
+    "ENAMETOOLONG": "a name in the path is too long for the file system",
+    "ELOOP": "the path runs through a loop of symbolic links",
+    "ENOENT": "it does not exist (any more)",
+    "ENOTEMPTY": "the folder is not empty",
+    "EEXIST": "it already exists",
+}
 
 
 def os_error_cause(e: BaseException) -> str:

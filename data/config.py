@@ -32,8 +32,10 @@ def checked_val_files(value: Any) -> int | list[str]:
     if isinstance(value, ListConfig):
         value = list(value)
     if isinstance(value, bool) or not isinstance(value, int | list):
-        raise ConfigError(f"data.val_files={value!r} is invalid: give a count of files (data.val_files=2) or a "
-                          "list of their names (data.val_files='[a.txt,b.txt]')")
+        raise ConfigError(
+            f"data.val_files={value!r} is invalid: give a count of files (data.val_files=2) or a "
+            "list of their names (data.val_files='[a.txt,b.txt]')"
+        )
     if isinstance(value, int):
         if value < 1:
             raise ConfigError(f"data.val_files={value} is invalid: hold out at least one file")

@@ -53,8 +53,10 @@ def held_out_documents(files: list[str], val_files: int | list[str], path: Path)
     """Indices of the documents `data.val_files` holds out (sorted); every impossible request is one line."""
     if isinstance(val_files, int):
         if not 0 < val_files < len(files):
-            raise UserError(f"data.val_files={val_files} is invalid: {path} holds {len(files)} file(s), so hold out "
-                            f"between 1 and {len(files) - 1} of them (or use data.val_fraction)")
+            raise UserError(
+                f"data.val_files={val_files} is invalid: {path} holds {len(files)} file(s), so hold out "
+                f"between 1 and {len(files) - 1} of them (or use data.val_fraction)"
+            )
         return list(range(len(files) - val_files, len(files)))
     wanted = {str(Path(os.path.expanduser(str(v)))) for v in val_files}
     names = [{f, Path(f).name, str(path / f)} for f in files]  # each file as data.val_files may name it
@@ -78,8 +80,12 @@ def default_cache_dir(home: Path) -> Path:
     return beside if os.access(home, os.W_OK) or os.access(beside, os.W_OK) else user_cache_dir()
 
 
-def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = None,
-                cache_dir: str | os.PathLike | None = None, tokenizer_kind: str = "char") -> Corpus:
+def load_corpus(
+    path: str | os.PathLike | None,
+    tokenizer: Tokenizer | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    tokenizer_kind: str = "char",
+) -> Corpus:
     """Tokenise what `path` names through the cache; without `tokenizer`, in a `tokenizer_kind` vocabulary of it."""
     if tokenizer is None and tokenizer_kind not in TOKENIZER_KINDS:
         raise UserError(f"data.tokenizer={tokenizer_kind} is invalid: use one of {', '.join(TOKENIZER_KINDS)}")
@@ -91,8 +97,9 @@ def load_corpus(path: str | os.PathLike | None, tokenizer: Tokenizer | None = No
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the token cache folder {cache}: {e.strerror or e}; pass "
-                        "data.cache_dir=<a writable folder>") from None
+        raise UserError(
+            f"cannot create the token cache folder {cache}: {e.strerror or e}; pass data.cache_dir=<a writable folder>"
+        ) from None
     if tokenizer is None:
         tokenizer = vocabulary(cache, source, digest, tokenizer_kind)
     cached = token_ids(cache, source, digest, tokenizer)

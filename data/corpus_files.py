@@ -121,8 +121,10 @@ def _stamp(f: Path) -> tuple[int, int, int]:
 def _unchanged(f: Path, before: tuple[int, int, int]) -> tuple[int, int, int]:
     after = _stamp(f)
     if after != before:
-        raise UserError(f"corpus file {f} changed while it was being read ({before[0]:,} bytes, then {after[0]:,}); "
-                        "run again once nothing writes to it")
+        raise UserError(
+            f"corpus file {f} changed while it was being read ({before[0]:,} bytes, then {after[0]:,}); "
+            "run again once nothing writes to it"
+        )
     return after
 
 
@@ -176,7 +178,7 @@ def _glob(pattern: str) -> list[Path]:
     """What the pattern matches, sorted: pathlib's `**` never follows a link to a folder (glob.glob's does, and two
     links back to a parent hang it); hidden names only where the pattern names one, as the shell does."""
     home = _glob_home(pattern)
-    rest = Path(pattern).parts[len(home.parts):]
+    rest = Path(pattern).parts[len(home.parts) :]
     if rest and rest[-1] == "**":  # glob.glob's `dir/**` is everything below dir
         rest = (*rest, "*")
     hidden = any(p.startswith(".") and p not in (".", "..") for p in rest)
@@ -196,8 +198,10 @@ def corpus_files(path: str | os.PathLike) -> CorpusFiles:
         files, others = _walk_text_files(p)
         if not files:
             what = f"{others} file(s), none of them {'/'.join(TEXT_SUFFIXES)}" if others else "nothing"
-            raise UserError(f"data.path={path} is a folder with no text files: it holds {what}; pass a folder of "
-                            f"{'/'.join(TEXT_SUFFIXES)} files, a file, or a glob such as '{p}/**/*.txt'")
+            raise UserError(
+                f"data.path={path} is a folder with no text files: it holds {what}; pass a folder of "
+                f"{'/'.join(TEXT_SUFFIXES)} files, a file, or a glob such as '{p}/**/*.txt'"
+            )
         return CorpusFiles(p, files, p)
     if _is_glob(p):
         matches = _glob(str(p))

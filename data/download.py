@@ -53,15 +53,24 @@ def base_url_of(text: str, option: str = "--base-url") -> str:
     if folder.is_dir():
         return folder.resolve().as_uri() + "/"
     if len(scheme) > 1:  # one letter is a Windows drive, not a scheme
-        raise UserError(f"{option} {text}: {scheme}:// is not supported; use http://, https://, file:// or a "
-                        "local folder")
-    raise UserError(f"{option} {text} is neither a URL nor an existing folder; pass an http(s):// or file:// "
-                    "URL, or the folder that holds the files")
+        raise UserError(
+            f"{option} {text}: {scheme}:// is not supported; use http://, https://, file:// or a local folder"
+        )
+    raise UserError(
+        f"{option} {text} is neither a URL nor an existing folder; pass an http(s):// or file:// "
+        "URL, or the folder that holds the files"
+    )
 
 
-def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: float = TIMEOUT_SECONDS,
-             validate: Callable[[Path], object] | None = None, mismatch_hint: str = "",
-             limits: Limits = Limits()) -> str:
+def download(
+    url: str,
+    dest: Path,
+    expected_sha256: str | None = None,
+    timeout: float = TIMEOUT_SECONDS,
+    validate: Callable[[Path], object] | None = None,
+    mismatch_hint: str = "",
+    limits: Limits = Limits(),
+) -> str:
     """Fetch `url` to `dest`, resuming `dest.part`; return its SHA-256. A body that `validate` refuses (raising
     `BadContent`) or that does not match `expected_sha256` is deleted, and one UserError raised."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +81,17 @@ def download(url: str, dest: Path, expected_sha256: str | None = None, timeout: 
             try:
                 validate(part)
             except BadContent as e:
-                raise UserError(f"{url} did not send a usable file: {e}; it was deleted and nothing was recorded "
-                                "(check --base-url, or try again later)") from None
+                raise UserError(
+                    f"{url} did not send a usable file: {e}; it was deleted and nothing was recorded "
+                    "(check --base-url, or try again later)"
+                ) from None
         digest = file_sha256(part)
         if expected_sha256 and digest != expected_sha256:
-            raise UserError(f"checksum mismatch for {url}: expected sha256 {expected_sha256}, got {digest}; the "
-                            "download was deleted (the file on the server changed, or it was corrupted on the "
-                            f"way){mismatch_hint}")
+            raise UserError(
+                f"checksum mismatch for {url}: expected sha256 {expected_sha256}, got {digest}; the "
+                "download was deleted (the file on the server changed, or it was corrupted on the "
+                f"way){mismatch_hint}"
+            )
     except UserError:
         part.unlink(missing_ok=True)
         if resumed:  # the old partial bytes may be what is wrong: try once from the start
@@ -103,8 +116,9 @@ def _fetch(url: str, part: Path, timeout: float, limits: Limits) -> bool:
         raise UserError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
     except (URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
-        raise UserError(f"cannot download {url}: {reason} (check the connection, or point --base-url at a mirror)") \
-            from None
+        raise UserError(
+            f"cannot download {url}: {reason} (check the connection, or point --base-url at a mirror)"
+        ) from None
     with response:
         resumed = have > 0 and getattr(response, "status", None) == 206
         start = have if resumed else 0  # a server that ignores Range sends the whole file again
@@ -112,17 +126,22 @@ def _fetch(url: str, part: Path, timeout: float, limits: Limits) -> bool:
         expected_size = start + int(length) if length and length.isdigit() else None
         if limits.max_bytes is not None and expected_size is not None and expected_size > limits.max_bytes:
             part.unlink(missing_ok=True)
-            raise UserError(f"{url} is {expected_size:,} bytes, more than the {limits.max_bytes:,} a file of this "
-                            "corpus can be (--max-file-mb); nothing was downloaded (check --base-url)")
+            raise UserError(
+                f"{url} is {expected_size:,} bytes, more than the {limits.max_bytes:,} a file of this "
+                "corpus can be (--max-file-mb); nothing was downloaded (check --base-url)"
+            )
         written = _receive(url, response, part, start, resumed, expected_size, limits)
     if expected_size is not None and written != expected_size:
-        raise UserError(f"download of {url} stopped at {written} of {expected_size} bytes (a Content-Length of "
-                        f"{expected_size:,}): it was cut short; run the same command again to resume it")
+        raise UserError(
+            f"download of {url} stopped at {written} of {expected_size} bytes (a Content-Length of "
+            f"{expected_size:,}): it was cut short; run the same command again to resume it"
+        )
     return resumed
 
 
-def _receive(url: str, response, part: Path, start: int, resumed: bool, expected_size: int | None,
-             limits: Limits) -> int:
+def _receive(
+    url: str, response, part: Path, start: int, resumed: bool, expected_size: int | None, limits: Limits
+) -> int:
     """Append the body to `part` (from `start`) within `limits`; the bytes written in all."""
     read = getattr(response, "read1", None) or response.read  # read1: whatever arrived, so a trickle is timed
     written = start
@@ -135,17 +154,23 @@ def _receive(url: str, response, part: Path, start: int, resumed: bool, expected
                 if limits.max_bytes is not None and written > limits.max_bytes:
                     f.close()
                     part.unlink(missing_ok=True)
-                    raise UserError(f"{url} sent more than {limits.max_bytes:,} bytes, more than a file of this "
-                                    "corpus can be (--max-file-mb); it was deleted (check --base-url)")
+                    raise UserError(
+                        f"{url} sent more than {limits.max_bytes:,} bytes, more than a file of this "
+                        "corpus can be (--max-file-mb); it was deleted (check --base-url)"
+                    )
                 window = _check_speed(url, window, written, limits)
     except (OSError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead: keep the bytes
         if getattr(e, "errno", None) in DISK_ERRORS:
             more = f" ({expected_size - written:,} more bytes are needed)" if expected_size else ""
-            raise UserError(f"cannot save the download of {url} in {part.parent}: {os_error_cause(e)} after "
-                            f"{written:,} bytes{more}; free space there or pass --cache-dir=<a folder on another "
-                            "disk>, then run the same command again to resume it") from None
-        raise UserError(f"download of {url} was interrupted after {written} bytes ({type(e).__name__}); "
-                        "run the same command again to resume it") from None
+            raise UserError(
+                f"cannot save the download of {url} in {part.parent}: {os_error_cause(e)} after "
+                f"{written:,} bytes{more}; free space there or pass --cache-dir=<a folder on another "
+                "disk>, then run the same command again to resume it"
+            ) from None
+        raise UserError(
+            f"download of {url} was interrupted after {written} bytes ({type(e).__name__}); "
+            "run the same command again to resume it"
+        ) from None
     return written
 
 
@@ -156,7 +181,9 @@ def _check_speed(url: str, window: tuple[float, int], written: int, limits: Limi
     if elapsed < limits.slow_seconds:
         return window
     if (written - at) / elapsed < limits.min_speed:
-        raise UserError(f"{url} sent only {written - at:,} bytes in the last {elapsed:.0f} s, slower than "
-                        f"{limits.min_speed / 1024:g} KB/s (--min-speed): gave up; the {written:,} bytes received "
-                        "are kept, so run the same command again to resume it, or point --base-url at a mirror")
+        raise UserError(
+            f"{url} sent only {written - at:,} bytes in the last {elapsed:.0f} s, slower than "
+            f"{limits.min_speed / 1024:g} KB/s (--min-speed): gave up; the {written:,} bytes received "
+            "are kept, so run the same command again to resume it, or point --base-url at a mirror"
+        )
     return time.monotonic(), written

@@ -17,8 +17,16 @@ import torch
 class BatchSampler:
     """`batch_size` windows a batch: `x` each window's first `context_length` tokens, `y` the same shifted by one."""
 
-    def __init__(self, tokens: np.ndarray, context_length: int, batch_size: int, device: torch.device | str = "cpu",
-                 seed: int = 0, rank: int = 0, input_noise: float = 0.0):
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        context_length: int,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        rank: int = 0,
+        input_noise: float = 0.0,
+    ):
         if len(tokens) < context_length + 1:
             raise ValueError(f"need at least {context_length + 1} tokens, got {len(tokens)}")
         self.tokens = tokens

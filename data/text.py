@@ -24,8 +24,12 @@ _BLOCK = 1 << 20  # bytes decoded at a time: bounded memory whatever the file si
 _MAX_CHAR_BYTES = 8  # a decode error this close to a block's end may be a character cut by the block edge
 
 
-_NOT_REGULAR = {stat.S_IFIFO: "a named pipe or a process substitution such as <(...)",
-                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+_NOT_REGULAR = {
+    stat.S_IFIFO: "a named pipe or a process substitution such as <(...)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 def _check_file(path: Path) -> None:
@@ -36,9 +40,11 @@ def _check_file(path: Path) -> None:
     mode = path.stat().st_mode
     if not stat.S_ISREG(mode):
         what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
-        raise UserError(f"{path} is {what}, not a regular file: a corpus is read more than once (checked, hashed, "
-                        "then tokenised), which a stream cannot be; save the text to a file first "
-                        "(command > corpus.txt)")
+        raise UserError(
+            f"{path} is {what}, not a regular file: a corpus is read more than once (checked, hashed, "
+            "then tokenised), which a stream cannot be; save the text to a file first "
+            "(command > corpus.txt)"
+        )
     try:
         with path.open("rb") as f:
             f.read(1)
@@ -71,8 +77,10 @@ def detect_encoding(path: str | Path) -> str:
         return "cp949"
     if bad_cp949[1] == "NUL":
         _raise_if_bad(path, bad_cp949, "CP949", "")
-    raise UserError(f"{path} is not text in a supported encoding (tried {TRIED}): not valid UTF-8 at byte "
-                    f"{bad_utf8[0]}, nor CP949 at byte {bad_cp949[0]}; save it as UTF-8")
+    raise UserError(
+        f"{path} is not text in a supported encoding (tried {TRIED}): not valid UTF-8 at byte "
+        f"{bad_utf8[0]}, nor CP949 at byte {bad_cp949[0]}; save it as UTF-8"
+    )
 
 
 def _scan(path: Path, codec: str, start: int = 0, unit: int = 1) -> tuple[int, str] | None:
@@ -95,7 +103,7 @@ def _scan(path: Path, codec: str, start: int = 0, unit: int = 1) -> tuple[int, s
             if bad is None:
                 carry, pos = b"", pos + len(data)
             elif block and bad.end == len(data) and len(data) - bad.start < _MAX_CHAR_BYTES:
-                carry, pos = data[bad.start:], pos + bad.start  # a character cut by the block edge: read on
+                carry, pos = data[bad.start :], pos + bad.start  # a character cut by the block edge: read on
             else:
                 return pos + bad.start, bad.reason
             if not block:
@@ -112,8 +120,10 @@ def _first_nul(data: bytes, unit: int) -> int:
 def _check_utf16(path: Path, codec: str) -> None:
     size = path.stat().st_size
     if size % 2:
-        raise UserError(f"{path} is a UTF-16 file with an odd number of bytes ({size:,}): it is cut short or "
-                        "damaged; copy it again or re-save it as UTF-8")
+        raise UserError(
+            f"{path} is a UTF-16 file with an odd number of bytes ({size:,}): it is cut short or "
+            "damaged; copy it again or re-save it as UTF-8"
+        )
     _raise_if_bad(path, _scan(path, codec, 2, unit=2), "UTF-16", " (in UTF-16 text)")
 
 
@@ -122,14 +132,17 @@ def _raise_if_bad(path: Path, bad: tuple[int, str] | None, encoding: str, where:
         return
     offset, reason = bad
     if reason == "NUL":
-        raise UserError(f"{path} has a NUL byte at offset {offset}{where}: this looks like a binary file, not text "
-                        f"(tried {TRIED}); pass a text file")
+        raise UserError(
+            f"{path} has a NUL byte at offset {offset}{where}: this looks like a binary file, not text "
+            f"(tried {TRIED}); pass a text file"
+        )
     if any(word in reason for word in ("end of data", "incomplete", "truncated")):
         cause = "the file ends in the middle of a character, so it is cut short"
     else:
         cause = "the file may be damaged or mix encodings"
-    raise UserError(f"{path} is not valid {encoding} at byte {offset}{where}: {cause}; copy it again or re-save "
-                    f"it as {encoding}")
+    raise UserError(
+        f"{path} is not valid {encoding} at byte {offset}{where}: {cause}; copy it again or re-save it as {encoding}"
+    )
 
 
 def _mostly_utf8(path: Path, offset: int) -> bool:

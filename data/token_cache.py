@@ -54,8 +54,9 @@ def _write(file: Path, data) -> None:
     try:
         atomic_write(file, data)
     except OSError as e:
-        raise UserError(f"cannot write the token cache in {file.parent}: {e.strerror or e}; pass "
-                        "data.cache_dir=<a writable folder>") from None
+        raise UserError(
+            f"cannot write the token cache in {file.parent}: {e.strerror or e}; pass data.cache_dir=<a writable folder>"
+        ) from None
 
 
 def _read_json(file: Path, fmt: str) -> dict:
@@ -66,8 +67,9 @@ def _read_json(file: Path, fmt: str) -> dict:
     except ValueError as e:
         raise _Damaged(f"not valid JSON: {e}") from None
     except OSError as e:
-        raise UserError(f"cannot read token cache file {file}: {e.strerror or e}; pass "
-                        "data.cache_dir=<another folder>") from None
+        raise UserError(
+            f"cannot read token cache file {file}: {e.strerror or e}; pass data.cache_dir=<another folder>"
+        ) from None
     if not isinstance(d, dict) or d.get("format") != fmt:
         raise _Damaged(f"not a {fmt} file")
     if d.get("version") != VERSION:
@@ -87,8 +89,13 @@ def vocabulary(cache: Path, corpus: CorpusFiles, digest: str, kind: str) -> Toke
         except _Damaged as why:
             _warn(file, why, corpus)
     tokenizer = build_tokenizer(kind, corpus.chunks())
-    record = {"format": VOCAB_FORMAT, "version": VERSION, "corpus_sha256": digest,
-              "fingerprint": tokenizer.fingerprint(), "tokenizer": tokenizer.to_dict()}
+    record = {
+        "format": VOCAB_FORMAT,
+        "version": VERSION,
+        "corpus_sha256": digest,
+        "fingerprint": tokenizer.fingerprint(),
+        "tokenizer": tokenizer.to_dict(),
+    }
     _write(file, json.dumps(record, ensure_ascii=False))
     return tokenizer
 
@@ -115,8 +122,12 @@ def token_ids(cache: Path, corpus: CorpusFiles, digest: str, tokenizer: Tokenize
     dtype = id_dtype(tokenizer)
     stem = f"{corpus.name}.{digest[:16]}.{tokenizer.fingerprint()}"
     tokens_file, meta_file = cache / f"{stem}.{dtype.name}", cache / f"{stem}.json"
-    expected = {"corpus_sha256": digest, "tokenizer_fingerprint": tokenizer.fingerprint(),
-                "vocab_size": tokenizer.vocab_size, "dtype": dtype.name}
+    expected = {
+        "corpus_sha256": digest,
+        "tokenizer_fingerprint": tokenizer.fingerprint(),
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": dtype.name,
+    }
     if tokens_file.exists() and meta_file.exists():
         try:
             meta = _load_meta(meta_file, expected)
@@ -147,8 +158,11 @@ def _load_meta(file: Path, expected: dict) -> dict:
     if not all(isinstance(n, int) and n >= 0 for n in counts) or d["num_tokens"] < d["num_chars"]:
         raise _Damaged("its counts are not consistent")
     starts = d.setdefault("doc_starts", [0])  # caches of one file written before folders were read lack it
-    if not (isinstance(starts, list) and all(isinstance(n, int) and 0 <= n <= d["num_tokens"] for n in starts)
-            and starts == sorted(starts)):
+    if not (
+        isinstance(starts, list)
+        and all(isinstance(n, int) and 0 <= n <= d["num_tokens"] for n in starts)
+        and starts == sorted(starts)
+    ):
         raise _Damaged("its document offsets are not consistent")
     if d["max_id"] >= d["vocab_size"]:
         raise _Damaged(f"largest id {d['max_id']} is outside the vocabulary of {d['vocab_size']}")

@@ -30,15 +30,27 @@ except ImportError:  # pragma: no cover - Windows: no lock, the no-replace renam
 
 PREFIX = ".kochar-export."
 # What an export writes (a newer record also lists its files: `files`).
-EXPORT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", RECORD, "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json", "configuration_kochar.py", "modeling_kochar.py",
-                "tokenization_kochar.py", "kochar_vocab.json"}
+EXPORT_FILES = {
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    RECORD,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "configuration_kochar.py",
+    "modeling_kochar.py",
+    "tokenization_kochar.py",
+    "kochar_vocab.json",
+}
 
 
 def fault(action: str, path: Path, e: BaseException, nothing: str = "nothing was written") -> UserError:
     """One line for a file-system failure: what failed, on which path, why, what is left."""
-    return UserError(f"cannot {action} {path}: {os_error_cause(e)}; {nothing} (free space, fix the folder, or pass "
-                     "another out=)")
+    return UserError(
+        f"cannot {action} {path}: {os_error_cause(e)}; {nothing} (free space, fix the folder, or pass another out=)"
+    )
 
 
 def _name_max(folder: Path) -> int:
@@ -68,37 +80,48 @@ def _check_replaceable(out: Path, shown: str, overwrite: bool) -> None:
     if not any(out.iterdir()):
         return
     if not overwrite:
-        raise UserError(f"out={shown} is not empty; pass another folder, or overwrite=true to replace a previous "
-                        "export there")
+        raise UserError(
+            f"out={shown} is not empty; pass another folder, or overwrite=true to replace a previous export there"
+        )
     foreign = _foreign_entries(out)
     if foreign is None:
-        raise UserError(f"out={shown} holds files but no export (no {RECORD} of a kochar-gpt export): overwrite=true "
-                        "replaces only a previous export or an empty folder; pass another folder")
+        raise UserError(
+            f"out={shown} holds files but no export (no {RECORD} of a kochar-gpt export): overwrite=true "
+            "replaces only a previous export or an empty folder; pass another folder"
+        )
     if foreign:
         listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise UserError(f"out={shown} holds an export and also what an export never writes ({listed}); "
-                        "overwrite=true would delete them: move them away or pass another folder")
+        raise UserError(
+            f"out={shown} holds an export and also what an export never writes ({listed}); "
+            "overwrite=true would delete them: move them away or pass another folder"
+        )
 
 
 def checked_destination(out: Path, source: Path | None, overwrite: bool) -> Path:
     """`out` made absolute, once every reason to refuse it has been ruled out; its parent exists."""
     shown, out = str(out), Path(os.path.abspath(out))
     if len(os.fsencode(out.name)) > _name_max(out.parent):
-        raise UserError(f"out={shown}: the name {out.name[:40]}... is {len(os.fsencode(out.name))} bytes, more than "
-                        f"the file system allows ({_name_max(out.parent)}); pass a shorter name")
+        raise UserError(
+            f"out={shown}: the name {out.name[:40]}... is {len(os.fsencode(out.name))} bytes, more than "
+            f"the file system allows ({_name_max(out.parent)}); pass a shorter name"
+        )
     for above in reversed(out.parents):
         if above.exists() and not above.is_dir():
             raise UserError(f"out={shown} is below {above}, which is a file, not a folder; pass another folder")
     if out.is_symlink():
-        raise UserError(f"out={shown} is a symbolic link (to {os.readlink(out)}); pass the folder itself or a new "
-                        "name: export neither writes through a link nor replaces one")
+        raise UserError(
+            f"out={shown} is a symbolic link (to {os.readlink(out)}); pass the folder itself or a new "
+            "name: export neither writes through a link nor replaces one"
+        )
     if out.exists() and not out.is_dir():
         raise UserError(f"out={shown} is a file; pass a folder to export into")
     if source is not None:
         held = source.resolve()
         if out.resolve() == held or out.resolve() in held.parents:
-            raise UserError(f"out={shown} holds the run being exported ({source}); pass another folder: export "
-                            "never replaces its own source")
+            raise UserError(
+                f"out={shown} holds the run being exported ({source}); pass another folder: export "
+                "never replaces its own source"
+            )
     try:
         if out.is_dir():
             _check_replaceable(out, shown, overwrite)
@@ -111,7 +134,7 @@ def checked_destination(out: Path, source: Path | None, overwrite: bool) -> Path
 def remove_stale(parent: Path) -> None:
     """Delete the hidden folders of exports into `parent` whose process no longer runs."""
     for entry in parent.glob(PREFIX + "*"):
-        pid = entry.name[len(PREFIX):].split(".")[0]
+        pid = entry.name[len(PREFIX) :].split(".")[0]
         if not pid.isdigit() or int(pid) == os.getpid() or not entry.is_dir() or entry.is_symlink():
             continue
         try:
@@ -138,8 +161,9 @@ def export_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise UserError(f"another export is writing out={out} right now; wait for it to end, or pass another "
-                            "folder") from None
+            raise UserError(
+                f"another export is writing out={out} right now; wait for it to end, or pass another folder"
+            ) from None
         if path.exists() and os.fstat(fd).st_ino == os.stat(path).st_ino:
             break
         os.close(fd)  # its last holder removed the file between our open and our lock: lock the new one
@@ -192,6 +216,8 @@ def commit(tmp: Path, out: Path, overwrite: bool) -> None:
         tmp.rename(out)  # POSIX: replaces an empty folder, never a filled one
     except OSError as e:
         if getattr(e, "errno", None) in (errno.ENOTEMPTY, errno.EEXIST):  # filled meanwhile
-            raise UserError(f"out={out} was filled by something else while the export was written; nothing was "
-                            "replaced: pass another folder") from None
+            raise UserError(
+                f"out={out} was filled by something else while the export was written; nothing was "
+                "replaced: pass another folder"
+            ) from None
         raise fault("write the export to", out, e) from None

@@ -16,8 +16,11 @@ from common.names import shown_name
 from inference.checkpoint import Checkpoint
 from inference.weights import held_weights
 
-LOADERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
-           "custom": "KocharForCausalLM (this folder's modeling_kochar.py)"}
+LOADERS = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "custom": "KocharForCausalLM (this folder's modeling_kochar.py)",
+}
 
 
 def corpus_license(data_path: str | None) -> str | None:
@@ -70,10 +73,13 @@ def weights_words(ckpt: Checkpoint) -> str:
 def source_words(source: dict) -> str:
     """Which checkpoint the folder came from and why that one, in English and Korean."""
     note = source.get("note")  # why best.pt was passed over
-    why = {"best": "the best validation of the run / 실행에서 검증 손실이 가장 낮았던 가중치",
-           "last": f"the run's last weights / 마지막 가중치: {note}" if note else
-           "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",
-           "named": "the file named on the command line / 명령줄에서 지정한 파일"}.get(source.get("chosen"), "")
+    why = {
+        "best": "the best validation of the run / 실행에서 검증 손실이 가장 낮았던 가중치",
+        "last": f"the run's last weights / 마지막 가중치: {note}"
+        if note
+        else "the run's last weights, also its best / 마지막 가중치이자 가장 좋은 가중치",
+        "named": "the file named on the command line / 명령줄에서 지정한 파일",
+    }.get(source.get("chosen"), "")
     loss = source.get("val_loss")
     loss = f", val loss / 검증 손실 {loss:.4f}" if isinstance(loss, float) else ""
     return f"`{source.get('checkpoint')}` (step / 스텝 {source.get('step')}{loss}; {why})"
@@ -86,8 +92,10 @@ def provenance(ckpt: Checkpoint, config: dict, layout: str) -> str:
     lines += f"\n- Weights / 가중치: {weights_words(ckpt)}"
     lines += f"\n- Exported from / 내보낸 체크포인트: {source_words(ckpt.source)}" if ckpt.source else ""
     if ckpt.model_config.embedding == "jamo" and layout != "custom":  # hf_export/plain.py folded it, exactly
-        lines += ("\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
-                  "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음")
+        lines += (
+            "\n- Jamo embedding (`model.embedding=jamo`) folded into the token embedding, exactly / "
+            "자모 임베딩을 토큰 임베딩에 그대로 합쳐 넣음"
+        )
     return lines
 
 
@@ -95,16 +103,21 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
     c = ckpt.model_config
     config = ckpt.config if isinstance(ckpt.config, dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    corpus = shown_name(data["path"]) if isinstance(data.get("path"), str) and data["path"] else \
-        "the built-in corpus (data/corpus/ko_default.txt)"
+    corpus = (
+        shown_name(data["path"])
+        if isinstance(data.get("path"), str) and data["path"]
+        else "the built-in corpus (data/corpus/ko_default.txt)"
+    )
     tokenizer = data.get("tokenizer", "char")
     val = ckpt.training.val_loss if ckpt.training and isinstance(ckpt.training.val_loss, float) else float("nan")
     bpc = f"{val * ckpt.tokens_per_char / math.log(2):.3f}" if math.isfinite(val) else "—"
     remote = layout == "custom" or tokenizer == "jamo"
     trust = ", trust_remote_code=True" if remote else ""
-    load = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            f"model = AutoModelForCausalLM.from_pretrained(\"<this folder>\"{trust})\n"
-            f"tok = AutoTokenizer.from_pretrained(\"<this folder>\"{trust})")
+    load = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f'model = AutoModelForCausalLM.from_pretrained("<this folder>"{trust})\n'
+        f'tok = AutoTokenizer.from_pretrained("<this folder>"{trust})'
+    )
     license_line = corpus_license(data.get("path")) or "unknown: the run does not know where its corpus came from"
     started = provenance(ckpt, config, layout)
     return shown_name(f"""# kochar-gpt character model / 문자 단위 한국어 GPT
@@ -113,11 +126,11 @@ A character-level Korean GPT trained with kochar-gpt and exported to the Hugging
 format. 한국어 문자 단위 GPT를 kochar-gpt로 학습해 Hugging Face 형식으로 내보낸 모델입니다.
 
 - Corpus / 말뭉치: `{corpus}` (license / 라이선스: {license_line})
-- Recipe / 레시피: `{config.get('recipe', 'lecture')}`; tokenizer / 토크나이저: `{tokenizer}`
+- Recipe / 레시피: `{config.get("recipe", "lecture")}`; tokenizer / 토크나이저: `{tokenizer}`
 - Size / 크기: {params:,} parameters, {c.num_blocks} blocks, width {c.embedding_size}, {c.num_heads} heads,
   context {c.context_length} tokens (position {c.position}, norm {c.norm}, MLP {c.mlp}, query/key norm {c.qk_norm})
 - Steps / 학습 스텝: {ckpt.step:,}; validation bits per character / 검증 문자당 비트: {bpc}{started}
-- Loads as / 불러오는 클래스: {LOADERS[layout]}{' with trust_remote_code=True' if remote else ''}
+- Loads as / 불러오는 클래스: {LOADERS[layout]}{" with trust_remote_code=True" if remote else ""}
 
 ```python
 {load}

@@ -20,16 +20,29 @@ from model.config import ModelConfig
 
 HANDLED = {
     # the shapes: every layout takes them as they are
-    "vocab_size": "shape", "context_length": "shape", "embedding_size": "shape", "head_size": "shape",
-    "num_heads": "shape", "num_blocks": "shape",
+    "vocab_size": "shape",
+    "context_length": "shape",
+    "embedding_size": "shape",
+    "head_size": "shape",
+    "num_heads": "shape",
+    "num_blocks": "shape",
     # how the network trains or runs, not what it computes
-    "dropout": "training only", "init": "training only", "zero_init_proj": "training only",
+    "dropout": "training only",
+    "init": "training only",
+    "zero_init_proj": "training only",
     "attention": "the same weights either way",
     # the architecture: the layout follows them (hf_export/writer.py choose_layout)
-    "position": "layout", "norm": "layout", "mlp": "layout", "qk_norm": "layout", "tie_weights": "layout",
-    "head": "layout", "embedding": "layout (folded into the token embedding where that earns a stock class)",
+    "position": "layout",
+    "norm": "layout",
+    "mlp": "layout",
+    "qk_norm": "layout",
+    "tie_weights": "layout",
+    "head": "layout",
+    "embedding": "layout (folded into the token embedding where that earns a stock class)",
     "jamo_initials": "the staged head's stage 1 (custom layout only; written to config.json)",
-    "attention_gate": "layout (custom)", "value_embedding": "layout (custom)", "unet_skips": "layout (custom)",
+    "attention_gate": "layout (custom)",
+    "value_embedding": "layout (custom)",
+    "unet_skips": "layout (custom)",
     "logit_softcap": "layout (custom)",
 }
 
@@ -37,8 +50,9 @@ HANDLED = {
 def unknown_settings(c: ModelConfig) -> list[str]:
     """`model.X=value` for each field export does not know set off its default, and each kind not computed."""
     default = ModelConfig()
-    unknown = [f.name for f in fields(ModelConfig)
-               if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)]
+    unknown = [
+        f.name for f in fields(ModelConfig) if f.name not in HANDLED and getattr(c, f.name) != getattr(default, f.name)
+    ]
     uncomputed = [name for name, kinds in custom.COMPUTES.items() if getattr(c, name) not in kinds]
     return [f"model.{name}={getattr(c, name)}" for name in unknown + uncomputed]
 
@@ -57,16 +71,20 @@ def fold_jamo_embedding(state: dict[str, Tensor], c: ModelConfig) -> tuple[dict[
     return state, replace(c, embedding="token", tie_weights=False)
 
 
-def plain_model(state: dict[str, Tensor], c: ModelConfig,
-                stock: Callable[[ModelConfig], bool]) -> tuple[dict[str, Tensor], ModelConfig]:
+def plain_model(
+    state: dict[str, Tensor], c: ModelConfig, stock: Callable[[ModelConfig], bool]
+) -> tuple[dict[str, Tensor], ModelConfig]:
     """(state dict, config) computing exactly what the run computes; the jamo embedding folded where `stock` says a
     stock class then expresses it."""
     unknown = unknown_settings(c)
     if unknown:
-        raise UserError(f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py or the exported modeling "
-                        "code does not know it (the run itself samples and evaluates as usual)")
-    state = {k: v.detach().to(torch.float32) if v.is_floating_point() else v
-             for k, v in strip_compile_prefix(state).items()}
+        raise UserError(
+            f"{', '.join(unknown)} cannot be exported yet: hf_export/plain.py or the exported modeling "
+            "code does not know it (the run itself samples and evaluates as usual)"
+        )
+    state = {
+        k: v.detach().to(torch.float32) if v.is_floating_point() else v for k, v in strip_compile_prefix(state).items()
+    }
     if c.embedding == "jamo" and stock(replace(c, embedding="token", tie_weights=False)):
         state, c = fold_jamo_embedding(state, c)
     return state, c

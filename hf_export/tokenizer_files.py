@@ -34,18 +34,24 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> Non
     if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
         transformers = require("transformers")
         tok, unk = _char_tokenizer(tokenizer.chars)
-        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk,
-                                                    model_max_length=context_length, clean_up_tokenization_spaces=False)
+        fast = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tok, unk_token=unk, model_max_length=context_length, clean_up_tokenization_spaces=False
+        )
         fast.save_pretrained(str(out))
     else:
         unk = "<unk>"
         shutil.copy(CODE / "tokenization_kochar.py", out / "tokenization_kochar.py")
         vocab = {"tokens": tokenizer.tokens}  # in id order after <unk>, characters added by fine-tuning included
         (out / "kochar_vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-        config = {"tokenizer_class": "KocharJamoTokenizer", "unk_token": unk, "model_max_length": context_length,
-                  "auto_map": {"AutoTokenizer": ["tokenization_kochar.KocharJamoTokenizer", None]},
-                  "clean_up_tokenization_spaces": False}
+        config = {
+            "tokenizer_class": "KocharJamoTokenizer",
+            "unk_token": unk,
+            "model_max_length": context_length,
+            "auto_map": {"AutoTokenizer": ["tokenization_kochar.KocharJamoTokenizer", None]},
+            "clean_up_tokenization_spaces": False,
+        }
         (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     if not (out / "special_tokens_map.json").is_file():
-        (out / "special_tokens_map.json").write_text(json.dumps({"unk_token": unk}, ensure_ascii=False, indent=2),
-                                                     encoding="utf-8")
+        (out / "special_tokens_map.json").write_text(
+            json.dumps({"unk_token": unk}, ensure_ascii=False, indent=2), encoding="utf-8"
+        )

@@ -27,10 +27,20 @@ def record(ckpt: Checkpoint, layout: str, exported: ModelConfig) -> dict:
     """kochar.json: what our scripts need to rebuild the exact model (`trained_as`: before plain.py's folding),
     which weights it holds, and of which checkpoint (`source`)."""
     held = held_weights(ckpt)
-    return {"format": FORMAT, "version": VERSION, "layout": layout, "model_config": exported.to_dict(),
-            "trained_as": ckpt.model_config.to_dict(), "tokenizer": ckpt.tokenizer,
-            "tokens_per_char": float(ckpt.tokens_per_char), "step": ckpt.step, "config": ckpt.config,
-            "weights": held.kind, "average_updates": held.updates, "source": ckpt.source}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "layout": layout,
+        "model_config": exported.to_dict(),
+        "trained_as": ckpt.model_config.to_dict(),
+        "tokenizer": ckpt.tokenizer,
+        "tokens_per_char": float(ckpt.tokens_per_char),
+        "step": ckpt.step,
+        "config": ckpt.config,
+        "weights": held.kind,
+        "average_updates": held.updates,
+        "source": ckpt.source,
+    }
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -38,15 +48,18 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_bytes((json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8", "backslashreplace"))
 
 
-def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: str, state: dict, c: ModelConfig,
-                 export_command: str) -> None:
+def _write_files(
+    tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: str, state: dict, c: ModelConfig, export_command: str
+) -> None:
     """Every file of the folder into `tmp`; kochar.json last, listing them (what overwrite=true may replace)."""
     module = LAYOUTS[layout]
     tensors = {k: v.contiguous() for k, v in module.to_hf(state, c).items()}
     require("safetensors.torch").save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     _write_json(tmp / "config.json", {**module.hf_config(c), "torch_dtype": "float32"})
-    _write_json(tmp / "generation_config.json", {"do_sample": True, "temperature": 0.8, "pad_token_id": 0,
-                                                "max_length": c.context_length})
+    _write_json(
+        tmp / "generation_config.json",
+        {"do_sample": True, "temperature": 0.8, "pad_token_id": 0, "max_length": c.context_length},
+    )
     if layout == "custom":
         for name in custom.FILES:
             shutil.copyfile(CODE / name, tmp / name)
@@ -55,8 +68,9 @@ def _write_files(tmp: Path, ckpt: Checkpoint, tokenizer, params: int, layout: st
     _write_json(tmp / RECORD, {**record(ckpt, layout, c), "files": sorted(p.name for p in tmp.iterdir()) + [RECORD]})
 
 
-def write_folder(ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool,
-                 verify: bool = True) -> str:
+def write_folder(
+    ckpt: Checkpoint, tokenizer, params: int, out: Path, export_command: str, overwrite: bool, verify: bool = True
+) -> str:
     """Export `ckpt` to `out` (with `verify`, named only once `transformers` gives the run's logits); the layout."""
     require("safetensors.torch")
     out = destination.checked_destination(out.expanduser(), ckpt.path, overwrite)

@@ -12,26 +12,54 @@ from model.qkv_layout import to_heads
 
 FILES = ("configuration_kochar.py", "modeling_kochar.py")
 # The kinds the shipped code computes (its KINDS: tests/model/test_restated_forward.py keeps the two equal).
-COMPUTES = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
-            "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
+COMPUTES = {
+    "position": ("learned", "rope"),
+    "norm": ("layernorm", "rmsnorm"),
+    "mlp": ("gelu", "relu2", "swiglu"),
+    "embedding": ("token", "jamo"),
+    "head": ("softmax", "jamo"),
+    "jamo_initials": ("pairs", "linear"),
+}
 
 
 def hf_config(c: ModelConfig) -> dict:
-    return {"architectures": ["KocharForCausalLM"], "model_type": "kochar_gpt",
-            "auto_map": {"AutoConfig": "configuration_kochar.KocharConfig",
-                         "AutoModelForCausalLM": "modeling_kochar.KocharForCausalLM"},
-            "vocab_size": c.vocab_size, "context_length": c.context_length, "embedding_size": c.embedding_size,
-            "head_size": c.head_size, "num_heads": c.num_heads, "num_blocks": c.num_blocks, "position": c.position,
-            "norm": c.norm, "mlp": c.mlp, "qk_norm": c.qk_norm, "mlp_hidden": c.mlp_hidden,
-            "tie_weights": c.tie_weights, "embedding": c.embedding, "head": c.head, "jamo_initials": c.jamo_initials,
-            "attention_gate": c.attention_gate, "value_embedding": c.value_embedding, "unet_skips": c.unet_skips,
-            "logit_softcap": c.logit_softcap, "tie_word_embeddings": False, "pad_token_id": 0}
+    return {
+        "architectures": ["KocharForCausalLM"],
+        "model_type": "kochar_gpt",
+        "auto_map": {
+            "AutoConfig": "configuration_kochar.KocharConfig",
+            "AutoModelForCausalLM": "modeling_kochar.KocharForCausalLM",
+        },
+        "vocab_size": c.vocab_size,
+        "context_length": c.context_length,
+        "embedding_size": c.embedding_size,
+        "head_size": c.head_size,
+        "num_heads": c.num_heads,
+        "num_blocks": c.num_blocks,
+        "position": c.position,
+        "norm": c.norm,
+        "mlp": c.mlp,
+        "qk_norm": c.qk_norm,
+        "mlp_hidden": c.mlp_hidden,
+        "tie_weights": c.tie_weights,
+        "embedding": c.embedding,
+        "head": c.head,
+        "jamo_initials": c.jamo_initials,
+        "attention_gate": c.attention_gate,
+        "value_embedding": c.value_embedding,
+        "unet_skips": c.unet_skips,
+        "logit_softcap": c.logit_softcap,
+        "tie_word_embeddings": False,
+        "pad_token_id": 0,
+    }
 
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     # A tied head is written as its own tensor (safetensors stores no shared tensors); the values are equal.
-    return {_shipped_name(k, c): v.clone() if k == "lm_head.weight" and c.tie_weights else v
-            for k, v in to_heads(sd).items()}
+    return {
+        _shipped_name(k, c): v.clone() if k == "lm_head.weight" and c.tie_weights else v
+        for k, v in to_heads(sd).items()
+    }
 
 
 def _shipped_name(key: str, c: ModelConfig) -> str:
@@ -39,7 +67,7 @@ def _shipped_name(key: str, c: ModelConfig) -> str:
     for old, new in RENAMED:
         kind = c.embedding if new == "token_embedding." else c.head
         if kind == "jamo" and key.startswith(new) and key != "token_embedding.weight":
-            return old + key[len(new):]
+            return old + key[len(new) :]
     return key
 
 

@@ -16,5 +16,7 @@ def require(module: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         top = module.split(".")[0]
-        raise UserError(f"{top} is not installed; it is needed to export or read Hugging Face folders: "
-                        f"{INSTALL} (or: pip install -r requirements-dev.txt)") from None
+        raise UserError(
+            f"{top} is not installed; it is needed to export or read Hugging Face folders: "
+            f"{INSTALL} (or: pip install -r requirements-dev.txt)"
+        ) from None

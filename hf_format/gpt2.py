@@ -17,8 +17,16 @@ from model.qkv_layout import QKV, fuse
 
 
 def fits(c: ModelConfig) -> bool:
-    return (c.position == "learned" and c.norm == "layernorm" and c.mlp == "gelu" and not c.qk_norm
-            and c.head_size == c.embedding_size and c.embedding == "token" and c.head == "softmax" and not levers(c))
+    return (
+        c.position == "learned"
+        and c.norm == "layernorm"
+        and c.mlp == "gelu"
+        and not c.qk_norm
+        and c.head_size == c.embedding_size
+        and c.embedding == "token"
+        and c.head == "softmax"
+        and not levers(c)
+    )
 
 
 def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:
@@ -29,30 +37,58 @@ def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:
 
 
 def hf_config(c: ModelConfig) -> dict:
-    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
-            "n_positions": c.context_length, "n_ctx": c.context_length, "n_embd": c.embedding_size,
-            "n_layer": c.num_blocks, "n_head": c.num_heads, "n_inner": c.mlp_hidden,
-            "activation_function": "gelu", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-            "layer_norm_epsilon": 1e-5, "tie_word_embeddings": c.tie_weights, "scale_attn_weights": True,
-            "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0}
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": c.vocab_size,
+        "n_positions": c.context_length,
+        "n_ctx": c.context_length,
+        "n_embd": c.embedding_size,
+        "n_layer": c.num_blocks,
+        "n_head": c.num_heads,
+        "n_inner": c.mlp_hidden,
+        "activation_function": "gelu",
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "layer_norm_epsilon": 1e-5,
+        "tie_word_embeddings": c.tie_weights,
+        "scale_attn_weights": True,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": 0,
+    }
 
 
 # (our name, GPT-2's name) of the top tensors, then (ours, GPT-2's, transposed: Conv1D stores (in, out)) of a block
-TOP = (("token_embedding.weight", "transformer.wte.weight"), ("position_embedding.weight", "transformer.wpe.weight"),
-       ("ln_f.weight", "transformer.ln_f.weight"), ("ln_f.bias", "transformer.ln_f.bias"))
-BLOCK = (("ln1.weight", "ln_1.weight", False), ("ln1.bias", "ln_1.bias", False),
-         ("attn.proj.weight", "attn.c_proj.weight", True), ("attn.proj.bias", "attn.c_proj.bias", False),
-         ("ln2.weight", "ln_2.weight", False), ("ln2.bias", "ln_2.bias", False),
-         ("ffwd.fc.weight", "mlp.c_fc.weight", True), ("ffwd.fc.bias", "mlp.c_fc.bias", False),
-         ("ffwd.proj.weight", "mlp.c_proj.weight", True), ("ffwd.proj.bias", "mlp.c_proj.bias", False))
+TOP = (
+    ("token_embedding.weight", "transformer.wte.weight"),
+    ("position_embedding.weight", "transformer.wpe.weight"),
+    ("ln_f.weight", "transformer.ln_f.weight"),
+    ("ln_f.bias", "transformer.ln_f.bias"),
+)
+BLOCK = (
+    ("ln1.weight", "ln_1.weight", False),
+    ("ln1.bias", "ln_1.bias", False),
+    ("attn.proj.weight", "attn.c_proj.weight", True),
+    ("attn.proj.bias", "attn.c_proj.bias", False),
+    ("ln2.weight", "ln_2.weight", False),
+    ("ln2.bias", "ln_2.bias", False),
+    ("ffwd.fc.weight", "mlp.c_fc.weight", True),
+    ("ffwd.fc.bias", "mlp.c_fc.bias", False),
+    ("ffwd.proj.weight", "mlp.c_proj.weight", True),
+    ("ffwd.proj.bias", "mlp.c_proj.bias", False),
+)
 
 
-def renamed(tensors: dict[str, Tensor], c: ModelConfig, top: tuple, block: tuple, theirs: str,
-            back: bool = False) -> dict[str, Tensor]:
+def renamed(
+    tensors: dict[str, Tensor], c: ModelConfig, top: tuple, block: tuple, theirs: str, back: bool = False
+) -> dict[str, Tensor]:
     """The tensors both sides hold alike, renamed by `top` and, for every block (`theirs`: its prefix there),
     `block`; `back`: to our names."""
-    pairs = [(ours, name, False) for ours, name in top] + [(f"blocks.{i}.{ours}", theirs.format(i) + name, flip)
-                                                         for i in range(c.num_blocks) for ours, name, flip in block]
+    pairs = [(ours, name, False) for ours, name in top] + [
+        (f"blocks.{i}.{ours}", theirs.format(i) + name, flip) for i in range(c.num_blocks) for ours, name, flip in block
+    ]
     pairs = [(name, ours, transposed) for ours, name, transposed in pairs] if back else pairs
     return {new: tensors[old].t() if transposed else tensors[old] for old, new, transposed in pairs}
 

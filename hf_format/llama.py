@@ -20,8 +20,15 @@ from model.rope import ROPE_BASE
 
 
 def fits(c: ModelConfig) -> bool:
-    return (c.position == "rope" and c.norm == "rmsnorm" and c.mlp == "swiglu" and not c.qk_norm
-            and c.embedding == "token" and c.head == "softmax" and not levers(c))
+    return (
+        c.position == "rope"
+        and c.norm == "rmsnorm"
+        and c.mlp == "swiglu"
+        and not c.qk_norm
+        and c.embedding == "token"
+        and c.head == "softmax"
+        and not levers(c)
+    )
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
@@ -32,21 +39,41 @@ def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
 
 
 def hf_config(c: ModelConfig) -> dict:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": c.vocab_size,
-            "hidden_size": c.embedding_size, "intermediate_size": c.mlp_hidden, "num_hidden_layers": c.num_blocks,
-            "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_heads,
-            "head_dim": c.head_size // c.num_heads, "max_position_embeddings": c.context_length,
-            "hidden_act": "silu", "rms_norm_eps": torch.finfo(torch.float32).eps, "rope_theta": ROPE_BASE,
-            "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},
-            "attention_bias": True, "mlp_bias": True, "attention_dropout": 0.0, "tie_word_embeddings": c.tie_weights,
-            "bos_token_id": None, "eos_token_id": None, "pad_token_id": 0}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.embedding_size,
+        "intermediate_size": c.mlp_hidden,
+        "num_hidden_layers": c.num_blocks,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_heads,
+        "head_dim": c.head_size // c.num_heads,
+        "max_position_embeddings": c.context_length,
+        "hidden_act": "silu",
+        "rms_norm_eps": torch.finfo(torch.float32).eps,
+        "rope_theta": ROPE_BASE,
+        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},
+        "attention_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": c.tie_weights,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": 0,
+    }
 
 
 # (our name, LLaMA's name) of the top tensors both hold alike, then (ours, LLaMA's, transposed) of a block's
 TOP = (("token_embedding.weight", "model.embed_tokens.weight"), ("ln_f.weight", "model.norm.weight"))
-BLOCK = (("ln1.weight", "input_layernorm.weight", False), ("ln2.weight", "post_attention_layernorm.weight", False),
-         ("attn.proj.weight", "self_attn.o_proj.weight", False), ("attn.proj.bias", "self_attn.o_proj.bias", False),
-         ("ffwd.proj.weight", "mlp.down_proj.weight", False), ("ffwd.proj.bias", "mlp.down_proj.bias", False))
+BLOCK = (
+    ("ln1.weight", "input_layernorm.weight", False),
+    ("ln2.weight", "post_attention_layernorm.weight", False),
+    ("attn.proj.weight", "self_attn.o_proj.weight", False),
+    ("attn.proj.bias", "self_attn.o_proj.bias", False),
+    ("ffwd.proj.weight", "mlp.down_proj.weight", False),
+    ("ffwd.proj.bias", "mlp.down_proj.bias", False),
+)
 
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
@@ -56,8 +83,11 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         q, k, v = qkv_rows(sd, i)
-        for name, rows in (("q", _flip_second_half(q, c.num_heads)), ("k", _flip_second_half(k, c.num_heads)),
-                           ("v", v)):
+        for name, rows in (
+            ("q", _flip_second_half(q, c.num_heads)),
+            ("k", _flip_second_half(k, c.num_heads)),
+            ("v", v),
+        ):
             out[f"{m}.self_attn.{name}_proj.weight"] = rows
             out[f"{m}.self_attn.{name}_proj.bias"] = torch.zeros(c.head_size, dtype=q.dtype)  # a tensor each
         for part in ("weight", "bias"):
@@ -70,9 +100,13 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
-        rows = torch.stack([_flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
-                            _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
-                            hf[f"{m}.self_attn.v_proj.weight"]])  # (3, head_size, E)
+        rows = torch.stack(
+            [
+                _flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
+                _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
+                hf[f"{m}.self_attn.v_proj.weight"],
+            ]
+        )  # (3, head_size, E)
         sd[f"{b}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))
         for part in ("weight", "bias"):
             sd[f"{b}.ffwd.fc.{part}"] = torch.cat([hf[f"{m}.mlp.gate_proj.{part}"], hf[f"{m}.mlp.up_proj.{part}"]])

@@ -82,10 +82,17 @@ class Checkpoint:
         return self.averaged if which == "averaged" and self.averaged is not None else self.model
 
     def to_payload(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "model_config": self.model_config.to_dict(),
-                "model": self.model, "tokenizer": self.tokenizer, "tokens_per_char": float(self.tokens_per_char),
-                "config": self.config, "training": asdict(self.training) if self.training else None,
-                "averaged_model": self.averaged}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model_config": self.model_config.to_dict(),
+            "model": self.model,
+            "tokenizer": self.tokenizer,
+            "tokens_per_char": float(self.tokens_per_char),
+            "config": self.config,
+            "training": asdict(self.training) if self.training else None,
+            "averaged_model": self.averaged,
+        }
 
     @classmethod
     def from_payload(cls, payload: dict, path: Path) -> Checkpoint:
@@ -94,8 +101,10 @@ class Checkpoint:
             raise UserError(f"{path} is not a kochar-gpt checkpoint")
         version = payload.get("version", 1)
         if version not in (1, 2, VERSION):
-            raise UserError(f"checkpoint {path} has format version {version}; this version of kochar-gpt reads "
-                            f"versions 1 to {VERSION} (update kochar-gpt)")
+            raise UserError(
+                f"checkpoint {path} has format version {version}; this version of kochar-gpt reads "
+                f"versions 1 to {VERSION} (update kochar-gpt)"
+            )
         for key in ("model", "model_config", "tokenizer"):
             if key not in payload:
                 raise UserError(f"checkpoint {path} is incomplete (no '{key}'): it cannot be sampled or resumed")
@@ -109,22 +118,37 @@ class Checkpoint:
         averaged = payload.get("averaged_model")
         if averaged is not None:
             if not isinstance(averaged, dict):
-                raise UserError(f"checkpoint {path} has unusable averaged weights; use weights=raw or another "
-                                "checkpoint")
+                raise UserError(
+                    f"checkpoint {path} has unusable averaged weights; use weights=raw or another checkpoint"
+                )
             averaged = checked_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
         training, missing = _training_state(raw)
-        return cls(model_config, weights, payload["tokenizer"], float(payload.get("tokens_per_char", 1.0)),
-                   dict(payload.get("config") or {}), training, averaged, path, missing)
+        return cls(
+            model_config,
+            weights,
+            payload["tokenizer"],
+            float(payload.get("tokens_per_char", 1.0)),
+            dict(payload.get("config") or {}),
+            training,
+            averaged,
+            path,
+            missing,
+        )
 
     def resume_refusal(self) -> str | None:
         """Why this checkpoint cannot be resumed (one line saying what still works), or None."""
         if self.training is not None:
             return None
-        what = f"lacks the training state's {', '.join(self.missing_training)}" if self.missing_training else \
-            "holds no training state (optimizer, step, random states)"
-        return (f"checkpoint {self.path} {what}, so it cannot be resumed; its weights can still be sampled "
-                "(generate.py) and scored (evaluate.py), or start a new run")
+        what = (
+            f"lacks the training state's {', '.join(self.missing_training)}"
+            if self.missing_training
+            else "holds no training state (optimizer, step, random states)"
+        )
+        return (
+            f"checkpoint {self.path} {what}, so it cannot be resumed; its weights can still be sampled "
+            "(generate.py) and scored (evaluate.py), or start a new run"
+        )
 
 
 def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
@@ -150,9 +174,11 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
     """Weights (raw or averaged) holding NaN or infinity, which sample noise and score NaN: one UserError."""
     for key, w in {**ckpt.model, **{f"averaged {k}": v for k, v in (ckpt.averaged or {}).items()}}.items():
         if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w).all()):
-            raise UserError(f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
-                            "infinity): it cannot be sampled, scored, exported or fine-tuned from; "
-                            f"{another_checkpoint(ckpt.path)}")
+            raise UserError(
+                f"checkpoint {ckpt.path} holds weights that are not finite numbers ({key} has NaN or "
+                "infinity): it cannot be sampled, scored, exported or fine-tuned from; "
+                f"{another_checkpoint(ckpt.path)}"
+            )
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
@@ -169,6 +195,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
 
 def copy_checkpoint(src: str | Path, dst: str | Path) -> None:
     """`dst` becomes a byte copy of `src`, written atomically (a hard link would change under a `cp` over one)."""
+
     def copy(f: BinaryIO) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)
@@ -181,8 +208,9 @@ def _write_checkpoint(path: Path, writer: Writer) -> None:
         atomic_write(path, writer)
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
         kept = f"the previous {path.name} is kept unchanged" if path.exists() else "nothing was written"
-        raise CheckpointWriteError(f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or "
-                                   "fix the folder, then resume") from None
+        raise CheckpointWriteError(
+            f"could not save checkpoint {path} ({_write_failure(e)}); {kept}; free space or fix the folder, then resume"
+        ) from None
 
 
 def _write_failure(e: BaseException) -> str:
@@ -217,8 +245,10 @@ def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
     ckpts = [folder / n for n in (CKPT_NAME, BEST_NAME) if (folder / n).is_file()]
     if ckpts and record.is_file() and (folder / "model.safetensors").is_file():
         which = f"{key}={ckpts[0]}" + ("" if key.startswith("train.") else f" or {key}={record}")
-        raise UserError(f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
-                        f"{record}: name the one you mean ({which}), or move one of them to a folder of its own")
+        raise UserError(
+            f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
+            f"{record}: name the one you mean ({which}), or move one of them to a folder of its own"
+        )
 
 
 def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
@@ -260,11 +290,14 @@ def _load_payload(path: Path, mmap: bool = False) -> Any:
     except PermissionError:
         raise UserError(f"cannot read checkpoint {path}: permission denied") from None
     except pickle.UnpicklingError:
-        raise UserError(f"refusing to load {path}: it holds Python objects other than tensors and plain data (it may "
-                        "be malicious, or not a kochar-gpt checkpoint)") from None
+        raise UserError(
+            f"refusing to load {path}: it holds Python objects other than tensors and plain data (it may "
+            "be malicious, or not a kochar-gpt checkpoint)"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() and not isinstance(e, OSError) else ""
-        raise UserError(f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; "
-                        f"{another_checkpoint(path)}") from None
+        raise UserError(
+            f"checkpoint {path} is truncated or corrupt{f' ({first})' if first else ''}; {another_checkpoint(path)}"
+        ) from None
     except Exception as e:  # noqa: BLE001 - arbitrary bytes can fail the unpickler in any way
         raise UserError(f"{path} is not a kochar-gpt checkpoint (it cannot be read: {type(e).__name__})") from None

@@ -48,13 +48,19 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
         raise UserError(f"{path} has format version {version}; this kochar-gpt reads version {VERSION} (update it)")
     if rec.get("layout") not in LAYOUTS:
         raise UserError(f"{path}: layout {rec.get('layout')!r} is not one of {', '.join(LAYOUTS)}{again}")
-    checks = {"model_config": (dict, True), "tokenizer": (dict, True), "trained_as": (dict, False),
-              "config": (dict, False), "files": (list, False)}
+    checks = {
+        "model_config": (dict, True),
+        "tokenizer": (dict, True),
+        "trained_as": (dict, False),
+        "config": (dict, False),
+        "files": (list, False),
+    }
     for key, (kind, required) in checks.items():
         if (required or key in rec) and not isinstance(rec.get(key), kind):
             found = type(rec.get(key)).__name__ if key in rec else "missing"
-            raise UserError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}"
-                            f"{again}")
+            raise UserError(
+                f"{path}: {key} must be a JSON {'object' if kind is dict else 'list'}, found {found}{again}"
+            )
     if not isinstance(rec["tokenizer"].get("kind", "char"), str):
         raise UserError(f"{path}: tokenizer.kind must be text{again}")
     try:
@@ -64,11 +70,14 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
     if rec.get("source") is not None and not isinstance(rec["source"], dict):  # null: exported before it was recorded
         raise UserError(f"{path}: source must be a JSON object or null, found {type(rec['source']).__name__}{again}")
     if rec.get("weights") not in (None, *WEIGHTS, "unknown"):  # unknown: re-exported from an unrecorded folder
-        raise UserError(f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found "
-                        f"{str(rec['weights'])[:40]!r}{again}")
-    scalars = (("average_updates", None, lambda v: v is None or _whole(v), "a whole number >= 0 or null"),
-               ("tokens_per_char", 1.0, lambda v: _number(v) and v > 0, "a positive number"),
-               ("step", 0, _whole, "a whole number >= 0"))
+        raise UserError(
+            f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found {str(rec['weights'])[:40]!r}{again}"
+        )
+    scalars = (
+        ("average_updates", None, lambda v: v is None or _whole(v), "a whole number >= 0 or null"),
+        ("tokens_per_char", 1.0, lambda v: _number(v) and v > 0, "a positive number"),
+        ("step", 0, _whole, "a whole number >= 0"),
+    )
     for key, default, fits, need in scalars:
         if not fits(rec.get(key, default)):
             raise UserError(f"{path}: {key} must be {need}, found {rec.get(key, default)!r}{again}")
@@ -102,15 +111,25 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     header.pop("__metadata__", None)
     data, spans, found = size - 8 - length, [], {}
     for name, entry in header.items():
-        dtype, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets")) \
-            if isinstance(entry, dict) else (None, None, None)
-        if dtype not in DTYPE_BYTES or not isinstance(shape, list) or not isinstance(offsets, list) \
-                or not all(map(_whole, shape + offsets)) \
-                or len(offsets) != 2 or not offsets[0] <= offsets[1] <= data:
+        dtype, shape, offsets = (
+            (entry.get(k) for k in ("dtype", "shape", "data_offsets"))
+            if isinstance(entry, dict)
+            else (None, None, None)
+        )
+        if (
+            dtype not in DTYPE_BYTES
+            or not isinstance(shape, list)
+            or not isinstance(offsets, list)
+            or not all(map(_whole, shape + offsets))
+            or len(offsets) != 2
+            or not offsets[0] <= offsets[1] <= data
+        ):
             raise UserError(f"{bad} (the entry of {name} is malformed or points outside the file); export again")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[dtype]:
-            raise UserError(f"{bad}: {name} is labelled {dtype} {shape}, which is not the "
-                            f"{offsets[1] - offsets[0]:,} bytes it spans; export the run again")
+            raise UserError(
+                f"{bad}: {name} is labelled {dtype} {shape}, which is not the "
+                f"{offsets[1] - offsets[0]:,} bytes it spans; export the run again"
+            )
         spans.append(offsets)
         found[name] = (dtype, tuple(shape))
     spans.sort()
@@ -134,8 +153,10 @@ def check_tensors(path: Path, config: ModelConfig, layout: str) -> None:
     found = read_header(path)
     blocks = {m.group(1) for m in map(_FIRST_INDEX.search, found) if m}
     if len(blocks) != config.num_blocks:
-        raise UserError(f"{path.parent}: kochar.json says the model has {config.num_blocks} blocks, but "
-                        f"{path.name} holds the weights of {len(blocks)}; export the run again")
+        raise UserError(
+            f"{path.parent}: kochar.json says the model has {config.num_blocks} blocks, but "
+            f"{path.name} holds the weights of {len(blocks)}; export the run again"
+        )
     try:
         expected = expected_tensors(config, layout)
     except (TypeError, ValueError, RuntimeError, KeyError) as e:
@@ -144,9 +165,12 @@ def check_tensors(path: Path, config: ModelConfig, layout: str) -> None:
         if name not in found:
             raise UserError(f"{path} lacks the tensor {name}, which kochar.json's settings need; export again")
         if found[name] != (dtype, shape):
-            raise UserError(f"{path}: {name} is {found[name][0]} {list(found[name][1])} where kochar.json's "
-                            f"settings need {dtype} {list(shape)}; export the run again")
+            raise UserError(
+                f"{path}: {name} is {found[name][0]} {list(found[name][1])} where kochar.json's "
+                f"settings need {dtype} {list(shape)}; export the run again"
+            )
     extra = sorted(set(found) - set(expected))
     if extra:
-        raise UserError(f"{path} holds tensors kochar.json's settings do not use ({', '.join(extra[:3])}); "
-                        "export the run again")
+        raise UserError(
+            f"{path} holds tensors kochar.json's settings do not use ({', '.join(extra[:3])}); export the run again"
+        )

@@ -43,8 +43,15 @@ def read_folder(path: str | Path) -> Checkpoint:
     except Exception as e:  # noqa: BLE001 - a damaged file can fail in the parser in any way
         raise UserError(f"{weights} cannot be read ({type(e).__name__}); export the run again") from None
     state = match_layout(LAYOUTS[rec["layout"]].from_hf(tensors, config), config.attention)
-    ckpt = Checkpoint(config, state, rec["tokenizer"], float(rec.get("tokens_per_char", 1.0)),
-                      rec.get("config") or {}, path=folder / RECORD, held_updates=rec.get("average_updates"),
-                      source=rec.get("source"))
+    ckpt = Checkpoint(
+        config,
+        state,
+        rec["tokenizer"],
+        float(rec.get("tokens_per_char", 1.0)),
+        rec.get("config") or {},
+        path=folder / RECORD,
+        held_updates=rec.get("average_updates"),
+        source=rec.get("source"),
+    )
     ckpt.held = rec.get("weights") or ("raw" if run_average(ckpt) in (None, "none") else "unknown")
     return ckpt

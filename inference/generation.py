@@ -22,8 +22,7 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     unknown = tokenizer.unknown_chars(prompt)
     if unknown:
         names = ", ".join(f"{c!r}" for c in unknown)
-        warnings.warn(f"the prompt has characters the model has never seen ({names}); they become <unk>",
-                      stacklevel=2)
+        warnings.warn(f"the prompt has characters the model has never seen ({names}); they become <unk>", stacklevel=2)
     ids = tokenizer.encode(prompt).tolist()
     if not ids:  # an empty prompt starts from a line break (or the first character of the vocabulary)
         newline = tokenizer.encode("\n").tolist()
@@ -43,9 +42,20 @@ def token_grammar(tokenizer: Tokenizer) -> TokenGrammar | None:
 BATCH_ROWS = 32  # samples generated together; more only add memory (the cache grows with the batch)
 
 
-def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: str, max_new_tokens: int,
-                   num_samples: int, temperature: float, top_k: int | None, top_p: float | None, seed: int,
-                   device: torch.device, use_cache: bool = True, out: TextIO = sys.stdout) -> list[str]:
+def stream_samples(
+    model: AttentionLanguageModel,
+    tokenizer: Tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    num_samples: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int,
+    device: torch.device,
+    use_cache: bool = True,
+    out: TextIO = sys.stdout,
+) -> list[str]:
     """Write each sample to `out` (a batch's first row as it streams); the same seed gives the same text. Batches
     of BATCH_ROWS rows share one generator: row n is reproducible, not the n-th of separate generations."""
     ids = prompt_ids(tokenizer, prompt)
@@ -56,8 +66,9 @@ def stream_samples(model: AttentionLanguageModel, tokenizer: Tokenizer, prompt: 
         rows = min(BATCH_ROWS, num_samples - first)
         idx = torch.tensor([ids] * rows, dtype=torch.long, device=device)
         steps = stream(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, grammar=grammar)
-        texts += _write_batch(_finished_rows(steps, grammar, max_new_tokens), tokenizer, prompt, rows, out,
-                              separate_first=first > 0)
+        texts += _write_batch(
+            _finished_rows(steps, grammar, max_new_tokens), tokenizer, prompt, rows, out, separate_first=first > 0
+        )
     return texts
 
 
@@ -74,8 +85,9 @@ def _finished_rows(stream: Iterator, grammar: TokenGrammar | None, max_new_token
             done = between if done is None else done | between
 
 
-def _write_batch(stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int, out: TextIO,
-                 separate_first: bool) -> list[str]:
+def _write_batch(
+    stream: Iterator, tokenizer: Tokenizer, prompt: str, rows: int, out: TextIO, separate_first: bool
+) -> list[str]:
     """Decode a batch's rows; row 0 is written as it streams, the others once the batch is done."""
     if separate_first:
         out.write(SEPARATOR)

@@ -42,8 +42,9 @@ class LoadedRun:
         if not came:
             return str(self.path)
         loss = came.get("val_loss")
-        return (f"{self.path} (exported from {came.get('checkpoint')}: step {came.get('step')}"
-                + (f", val loss {loss:.4f})" if isinstance(loss, float) else ")"))
+        return f"{self.path} (exported from {came.get('checkpoint')}: step {came.get('step')}" + (
+            f", val loss {loss:.4f})" if isinstance(loss, float) else ")"
+        )
 
 
 def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> AttentionLanguageModel:
@@ -52,13 +53,15 @@ def model_from_checkpoint(ckpt: Checkpoint, weights: str = "averaged") -> Attent
         model = AttentionLanguageModel(ckpt.model_config)
         model.load_state_dict(ckpt.weights(weights))
     except (TypeError, ValueError, RuntimeError) as e:
-        raise UserError(f"checkpoint {ckpt.path} does not match its model settings "
-                        f"({str(e).strip().splitlines()[0]})") from None
+        raise UserError(
+            f"checkpoint {ckpt.path} does not match its model settings ({str(e).strip().splitlines()[0]})"
+        ) from None
     return model
 
 
-def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
-             mmap: bool = False) -> tuple[Checkpoint, RunFile | None]:
+def load_any(
+    ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs", mmap: bool = False
+) -> tuple[Checkpoint, RunFile | None]:
     """The checkpoint of a run folder (its file chosen by run_files.py), a checkpoint file or an exported folder."""
     if isinstance(ckpt, RunFile):
         return load_checkpoint(ckpt.path, mmap=mmap), ckpt
@@ -72,8 +75,9 @@ def load_any(ckpt: str | Path | RunFile | None, runs_root: str | Path = "runs",
     return load_checkpoint(chosen.path, mmap=mmap), chosen
 
 
-def load_run(ckpt: str | Path | RunFile | None, device: torch.device, runs_root: str | Path = "runs",
-             weights: str | None = None) -> LoadedRun:
+def load_run(
+    ckpt: str | Path | RunFile | None, device: torch.device, runs_root: str | Path = "runs", weights: str | None = None
+) -> LoadedRun:
     """Model (on `device`, eval mode), tokenizer and checkpoint of `ckpt` (as `load_any`), holding `weights`."""
     checkpoint, chosen = load_any(ckpt, runs_root)
     used = choose_weights(checkpoint, weights)

@@ -57,11 +57,14 @@ class RunFile:
         loss = "not evaluated" if math.isnan(self.header.val_loss) else f"val loss {self.header.val_loss:.4f}"
         detail = f"step {self.header.step}, {loss}"
         if self.chosen == "best" and self.other is not None:
-            detail += (f": the best validation; the last weights, step {self.other.step}{_loss(self.other)}, are "
-                       f"ckpt={self.path.parent / CKPT_NAME}")
+            detail += (
+                f": the best validation; the last weights, step {self.other.step}{_loss(self.other)}, are "
+                f"ckpt={self.path.parent / CKPT_NAME}"
+            )
         elif self.chosen == "named" and self.other is not None:
-            detail += (f": the last weights, as named; the best, step {self.other.step}{_loss(self.other)}, are "
-                       f"{BEST_NAME}")
+            detail += (
+                f": the last weights, as named; the best, step {self.other.step}{_loss(self.other)}, are {BEST_NAME}"
+            )
         elif self.chosen == "named" and self.path.name == CKPT_NAME:
             detail += ": the last weights, as named"
         detail += "".join(f"; {part}" for part in (self.note, extra) if part)
@@ -70,8 +73,13 @@ class RunFile:
     def fields(self) -> dict:
         """What a JSON answer carries about the file: its step, validation loss, and why it was read (`note`)."""
         loss = None if math.isnan(self.header.val_loss) else self.header.val_loss
-        return {"checkpoint": str(self.path), "chosen": self.chosen, "step": self.header.step, "val_loss": loss,
-                "note": self.note or None}
+        return {
+            "checkpoint": str(self.path),
+            "chosen": self.chosen,
+            "step": self.header.step,
+            "val_loss": loss,
+            "note": self.note or None,
+        }
 
 
 def _loss(h: Header) -> str:
@@ -124,8 +132,10 @@ def folder_file(folder: Path, key: str = "ckpt") -> RunFile:
     refuse_two_models(folder, key)
     last, best = folder / CKPT_NAME, folder / BEST_NAME
     if best.is_file() and not last.is_file():
-        raise UserError(f"no {CKPT_NAME} in run directory {folder}: its {BEST_NAME} cannot be compared with the run's "
-                        f"last weights, so it is not read as the run's best; name it to read it anyway: {key}={best}")
+        raise UserError(
+            f"no {CKPT_NAME} in run directory {folder}: its {BEST_NAME} cannot be compared with the run's "
+            f"last weights, so it is not read as the run's best; name it to read it anyway: {key}={best}"
+        )
     path = resolve_checkpoint(folder, key=key)  # no ckpt.pt either: the one line every reader gives
     last_header = header(path)
     if not best.is_file():
@@ -143,8 +153,11 @@ def passed_over(best: Header | None, last: Header) -> str | None:
     if best is None:
         return f"{BEST_NAME} is there but cannot be read, so {CKPT_NAME} was"
     why = f"{BEST_NAME} was passed over: "
-    for part, mine, theirs in (("tokenizer", best.tokenizer, last.tokenizer), ("model", best.model, last.model),
-                               ("corpus", best.corpus, last.corpus)):
+    for part, mine, theirs in (
+        ("tokenizer", best.tokenizer, last.tokenizer),
+        ("model", best.model, last.model),
+        ("corpus", best.corpus, last.corpus),
+    ):
         if mine != theirs:
             return why + f"it is another run's: its {part} differs{_differences(mine, theirs)}"
     if best.step == last.step and (best.val_loss == last.val_loss or math.isnan(best.val_loss + last.val_loss)):
@@ -154,8 +167,9 @@ def passed_over(best: Header | None, last: Header) -> str | None:
     if not math.isfinite(last.val_loss):
         return why + f"{CKPT_NAME} records no validation loss to compare it with"
     if not best.val_loss < last.val_loss:
-        return why + (f"its val loss {best.val_loss:.4f} (step {best.step}) is not lower than {CKPT_NAME}'s "
-                      f"{last.val_loss:.4f}")
+        return why + (
+            f"its val loss {best.val_loss:.4f} (step {best.step}) is not lower than {CKPT_NAME}'s {last.val_loss:.4f}"
+        )
     return None
 
 

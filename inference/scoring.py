@@ -84,8 +84,15 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
     none = None if trained is None else np.zeros(0, bool)
     if not ids:
         return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown, none)
-    return EncodedText(np.concatenate(ids), np.concatenate(scored), num_chars, sum(unknown.values()), unknown,
-                       None if trained is None else np.concatenate(unseen), num_unseen)
+    return EncodedText(
+        np.concatenate(ids),
+        np.concatenate(scored),
+        num_chars,
+        sum(unknown.values()),
+        unknown,
+        None if trained is None else np.concatenate(unseen),
+        num_unseen,
+    )
 
 
 def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,9 +114,18 @@ def window_plan(num_tokens: int, context_length: int, stride: int) -> tuple[np.n
 
 
 @torch.no_grad()
-def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_length: int, stride: int,
-                 batch_size: int, device: torch.device, autocast_ctx: Callable, progress: bool = True,
-                 unseen: np.ndarray | None = None) -> Score:
+def score_tokens(
+    model: nn.Module,
+    ids: np.ndarray,
+    scored: np.ndarray,
+    context_length: int,
+    stride: int,
+    batch_size: int,
+    device: torch.device,
+    autocast_ctx: Callable,
+    progress: bool = True,
+    unseen: np.ndarray | None = None,
+) -> Score:
     """Total loss (nats) and count of scored targets of `ids`, each predicted once (and of those `unseen` marks)."""
     if len(ids) < 2:
         return Score(0.0, 0)
@@ -123,14 +139,20 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
     unseen_all = None if unseen is None else torch.from_numpy(unseen)
     model.eval()
     nats, count, unseen_nats, unseen_count = 0.0, 0, 0.0, 0
-    bar = tqdm(total=len(starts), desc="evaluate", unit="window", disable=not progress or len(starts) <= batch_size,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(starts),
+        desc="evaluate",
+        unit="window",
+        disable=not progress or len(starts) <= batch_size,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     for i in range(0, len(starts), batch_size):
-        b = torch.from_numpy(starts[i:i + batch_size])
+        b = torch.from_numpy(starts[i : i + batch_size])
         index = b[:, None] + torch.from_numpy(positions)  # (B, L+1)
         windows = tokens[index].to(device)
         x, y = windows[:, :-1], windows[:, 1:]  # (B, L) each
-        new = torch.arange(length)[None, :] >= torch.from_numpy(offsets[i:i + batch_size])[:, None]  # (B, L)
+        new = torch.arange(length)[None, :] >= torch.from_numpy(offsets[i : i + batch_size])[:, None]  # (B, L)
         mask = (new & mask_all[index[:, 1:]]).to(device)
         with autocast_ctx():
             if hasattr(model, "token_losses"):  # ours (a staged head scores each target through its stages)
@@ -149,16 +171,25 @@ def score_tokens(model: nn.Module, ids: np.ndarray, scored: np.ndarray, context_
     return Score(nats, count, unseen_nats, unseen_count)
 
 
-def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stride: int | None, batch_size: int,
-                  device: torch.device, autocast_ctx: Callable, progress: bool = True) -> dict:
+def evaluate_file(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    path: str | Path,
+    stride: int | None,
+    batch_size: int,
+    device: torch.device,
+    autocast_ctx: Callable,
+    progress: bool = True,
+) -> dict:
     """Score the text file `path`; the numbers `evaluate.py` prints."""
     context_length = model.context_length
     stride = context_length if stride in (None, "") else int(stride)
     text = encode_for_scoring(tokenizer, corpus_files(path).chunks())  # a file, or a folder's documents
     if text.num_chars == 0:
         raise UserError(f"{path} has nothing to score: it needs at least two characters the model knows")
-    score = score_tokens(model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx,
-                         progress, text.unseen)
+    score = score_tokens(
+        model, text.ids, text.scored, context_length, stride, batch_size, device, autocast_ctx, progress, text.unseen
+    )
     return {
         "loss": score.loss,
         "bpc": score.nats / math.log(2) / text.num_chars,
@@ -177,8 +208,10 @@ def evaluate_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path, stri
 
 def json_ready(result: dict) -> dict:
     """`result` as strict JSON holds it: a number not finite becomes null, a name not valid UTF-8 shows U+FFFD."""
-    return {shown_name(k): None if isinstance(v, float) and not math.isfinite(v) else shown_names(v)
-            for k, v in result.items()}
+    return {
+        shown_name(k): None if isinstance(v, float) and not math.isfinite(v) else shown_names(v)
+        for k, v in result.items()
+    }
 
 
 def _seen_split(tokenizer: Tokenizer, text: EncodedText, score: Score) -> dict:

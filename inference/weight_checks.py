@@ -26,10 +26,25 @@ from model.input_output import upgrade_state_names
 from model.qkv_layout import PARTS, QKV, head_key, match_layout, qkv_prefix, split_head_key
 
 PROBE_TOKENS = 8  # positions of the forward pass that checks the logits (attention over several, every block, head)
-_FACTORIES = frozenset({torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye,
-                        torch.tensor})
-_RESHAPING = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_",
-                        "swapdims_", "swapaxes_", "requires_grad_", "share_memory_"})
+_FACTORIES = frozenset(
+    {torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye, torch.tensor}
+)
+_RESHAPING = frozenset(
+    {
+        "resize_",
+        "resize_as_",
+        "set_",
+        "as_strided_",
+        "squeeze_",
+        "unsqueeze_",
+        "t_",
+        "transpose_",
+        "swapdims_",
+        "swapaxes_",
+        "requires_grad_",
+        "share_memory_",
+    }
+)
 
 
 def _in_place(name: str) -> bool:
@@ -81,8 +96,9 @@ def expected_state(config: ModelConfig) -> dict[str, tuple[torch.dtype, tuple[in
 
 
 def _refusal(path: object, what: str) -> UserError:
-    return UserError(f"checkpoint {path} is inconsistent: {what}; it cannot be sampled or resumed (use another "
-                     "checkpoint)")
+    return UserError(
+        f"checkpoint {path} is inconsistent: {what}; it cannot be sampled or resumed (use another checkpoint)"
+    )
 
 
 def check_state(config: ModelConfig, state: dict[str, Any], path: object) -> None:
@@ -96,8 +112,9 @@ def check_state(config: ModelConfig, state: dict[str, Any], path: object) -> Non
         if not isinstance(value, Tensor):
             raise _refusal(path, f"{key} is a {type(value).__name__}, not a tensor")
         if not value.is_floating_point():
-            raise _refusal(path, f"{key} holds {str(value.dtype).removeprefix('torch.')} numbers where weights are "
-                                 "floating-point")
+            raise _refusal(
+                path, f"{key} holds {str(value.dtype).removeprefix('torch.')} numbers where weights are floating-point"
+            )
     by_head = _head_keys(config, state, expected, path)
     for key in state:
         if key not in expected and split_head_key(key) is None:
@@ -119,14 +136,20 @@ def _head_keys(config: ModelConfig, state: dict[str, Any], expected: dict, path:
             found.setdefault(head[0], set()).add(key)
     for prefix, keys in found.items():
         if prefix + QKV in state:
-            raise _refusal(path, f"it holds both the stacked {prefix}{QKV} and the per-head {min(keys)} (one "
-                                 "layout or the other, never both)")
+            raise _refusal(
+                path,
+                f"it holds both the stacked {prefix}{QKV} and the per-head {min(keys)} (one "
+                "layout or the other, never both)",
+            )
         if prefix + QKV not in expected:
             raise _refusal(path, f"it holds {min(keys)}, which its model settings do not use")
         need = {head_key(prefix, h, part) for h in range(config.num_heads) for part in PARTS}
         if keys - need:
-            raise _refusal(path, f"it holds {min(keys - need)}, which its model settings do not use "
-                                 f"(model.num_heads={config.num_heads})")
+            raise _refusal(
+                path,
+                f"it holds {min(keys - need)}, which its model settings do not use "
+                f"(model.num_heads={config.num_heads})",
+            )
         if need - keys:
             raise _refusal(path, f"its weights lack {min(need - keys)}, which its model settings need")
     return found
@@ -151,6 +174,7 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
 def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
     """One UserError naming the weights where `model`'s logits on a few tokens are not finite."""
     from inference.checkpoint import another_checkpoint  # which imports this module
+
     c = model.config
     n = min(PROBE_TOKENS, c.context_length)
     device = next(model.parameters()).device
@@ -162,9 +186,11 @@ def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which:
     finally:
         model.train(was_training)
     if not bool(torch.isfinite(logits).all()):
-        raise UserError(f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
-                        "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
-                        f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}")
+        raise UserError(
+            f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
+            "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
+            f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}"
+        )
 
 
 def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
@@ -172,4 +198,3 @@ def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
     model = meta_model(config)
     model.load_state_dict({k: v.float() for k, v in weights.items()}, assign=True)
     return model
-

@@ -66,8 +66,10 @@ def choose_weights(ckpt: Checkpoint, asked: str | None, key: str = "weights") ->
         updates = ckpt.training.average_updates if ckpt.training is not None else None
         return WeightsUsed("averaged", run_average(ckpt), updates)
     if asked == "averaged":
-        raise UserError(f"{key}=averaged: {ckpt.path} holds no average ({_no_average(ckpt)}); drop {key}= "
-                        f"(or pass {key}=raw) to read its raw weights")
+        raise UserError(
+            f"{key}=averaged: {ckpt.path} holds no average ({_no_average(ckpt)}); drop {key}= "
+            f"(or pass {key}=raw) to read its raw weights"
+        )
     return WeightsUsed("raw", why=_no_average(ckpt))
 
 
@@ -88,13 +90,23 @@ def _exported(ckpt: Checkpoint, asked: str | None, key: str) -> WeightsUsed:
         return used
     folder = ckpt.path.parent if ckpt.path is not None else "the exported folder"
     if used.kind == "unknown":
-        raise UserError(f"{key}={asked}: {folder} does not record which weights it holds (exported by an older "
-                        f"kochar-gpt); drop {key}= to read it as it is, or export the run again")
-    raise UserError(f"{key}={asked}: {folder} holds only the {used.kind} weights (an exported folder keeps one "
-                    f"set); drop {key}=, or export the run again with weights={asked}")
+        raise UserError(
+            f"{key}={asked}: {folder} does not record which weights it holds (exported by an older "
+            f"kochar-gpt); drop {key}= to read it as it is, or export the run again"
+        )
+    raise UserError(
+        f"{key}={asked}: {folder} holds only the {used.kind} weights (an exported folder keeps one "
+        f"set); drop {key}=, or export the run again with weights={asked}"
+    )
 
 
 def exported_weights(ckpt: Checkpoint, used: WeightsUsed, source: dict | None = None) -> Checkpoint:
     """The checkpoint as an exported folder keeps it: the one set `used`, which set it is, and its `source`."""
-    return replace(ckpt, model=ckpt.weights(used.kind), averaged=None, held=used.kind, held_updates=used.updates,
-                   source=source if source is not None else ckpt.source)
+    return replace(
+        ckpt,
+        model=ckpt.weights(used.kind),
+        averaged=None,
+        held=used.kind,
+        held_updates=used.updates,
+        source=source if source is not None else ckpt.source,
+    )

@@ -43,8 +43,7 @@ def causal_mask(context_length: int) -> Tensor:
     return torch.tril(torch.ones(context_length, context_length, dtype=torch.bool))
 
 
-def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None,
-             qk_norm: bool) -> tuple[Tensor, Tensor]:
+def shape_qk(q: Tensor, k: Tensor, rope: Rope | None, positions: Tensor | None, qk_norm: bool) -> tuple[Tensor, Tensor]:
     """Queries and keys (..., T, D) at `positions` (T,) as attention compares them: RMS-normalised per head
     when qk_norm, then rotated when rope tables are given. The lecture's model does neither."""
     return shape_heads(q, rope, positions, qk_norm), shape_heads(k, rope, positions, qk_norm)
@@ -59,8 +58,9 @@ def shape_heads(x: Tensor, rope: Rope | None, positions: Tensor | None, qk_norm:
 class Head(nn.Module):
     """One head of causal self-attention, scores scaled by 1/sqrt(head dimension)."""
 
-    def __init__(self, embedding_size: int, head_dim: int, context_length: int, dropout: float = 0.0,
-                 qk_norm: bool = False):
+    def __init__(
+        self, embedding_size: int, head_dim: int, context_length: int, dropout: float = 0.0, qk_norm: bool = False
+    ):
         super().__init__()
         self.qk_norm = qk_norm
         self.query = nn.Linear(embedding_size, head_dim, bias=False)
@@ -89,9 +89,19 @@ class MultiHeadAttention(nn.Module):
 
     keep_init = ("gate.weight", "value_gate.weight")  # the gates start at zero (sigmoid(0) = 1/2)
 
-    def __init__(self, embedding_size: int, head_size: int, num_heads: int, context_length: int,
-                 dropout: float = 0.0, attention: str = "fused", position: str = "learned", qk_norm: bool = False,
-                 gate: bool = False, value_embedding: bool = False):
+    def __init__(
+        self,
+        embedding_size: int,
+        head_size: int,
+        num_heads: int,
+        context_length: int,
+        dropout: float = 0.0,
+        attention: str = "fused",
+        position: str = "learned",
+        qk_norm: bool = False,
+        gate: bool = False,
+        value_embedding: bool = False,
+    ):
         super().__init__()
         self.num_heads, self.head_size = num_heads, head_size
         self.head_dim = head_size // num_heads
@@ -122,8 +132,9 @@ class MultiHeadAttention(nn.Module):
         < start (generation only); x0: the embedding, for model.value_embedding."""
         extra = self.extra_values(x, x0)  # (B, T, H, D) or None
         if self.attention == "heads" and kv is None and start == 0:
-            y = torch.cat([h(x, self.rope, None if extra is None else extra[:, :, i])
-                           for i, h in enumerate(self.heads)], dim=-1)  # (B, T, head_size)
+            y = torch.cat(
+                [h(x, self.rope, None if extra is None else extra[:, :, i]) for i, h in enumerate(self.heads)], dim=-1
+            )  # (B, T, head_size)
         else:
             y = self._fused(x, kv, start, extra)
         if self.gate is not None:  # model.attention_gate: each head's output times its gate

@@ -55,9 +55,18 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.ln1 = make_norm(c.norm, c.embedding_size)
-        self.attn = MultiHeadAttention(c.embedding_size, c.head_size, c.num_heads, c.context_length, c.dropout,
-                                       c.attention, c.position, c.qk_norm, c.attention_gate,
-                                       index in c.value_embedding_blocks)
+        self.attn = MultiHeadAttention(
+            c.embedding_size,
+            c.head_size,
+            c.num_heads,
+            c.context_length,
+            c.dropout,
+            c.attention,
+            c.position,
+            c.qk_norm,
+            c.attention_gate,
+            index in c.value_embedding_blocks,
+        )
         self.ln2 = make_norm(c.norm, c.embedding_size)
         self.ffwd = FeedForward(c.embedding_size, c.dropout, c.mlp, c.mlp_hidden)
 

@@ -25,11 +25,27 @@ HEADS = ("softmax", "jamo")
 JAMO_INITIALS = ("pairs", "linear")
 # Every field that picks one of several kinds, and the kinds. Each place that restates the forward pass (the
 # decode step, the exported modeling code) must handle every kind: tests/model/test_restated_forward.py enumerates them.
-CHOICES = {"attention": ATTENTION_KINDS, "position": POSITIONS, "norm": NORMS, "mlp": MLPS, "init": INITS,
-           "embedding": EMBEDDINGS, "head": HEADS, "jamo_initials": JAMO_INITIALS}
+CHOICES = {
+    "attention": ATTENTION_KINDS,
+    "position": POSITIONS,
+    "norm": NORMS,
+    "mlp": MLPS,
+    "init": INITS,
+    "embedding": EMBEDDINGS,
+    "head": HEADS,
+    "jamo_initials": JAMO_INITIALS,
+}
 SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj", "attention_gate", "value_embedding", "unet_skips")  # true/false
-NUMBERS = ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks", "dropout",
-           "logit_softcap")
+NUMBERS = (
+    "vocab_size",
+    "context_length",
+    "embedding_size",
+    "head_size",
+    "num_heads",
+    "num_blocks",
+    "dropout",
+    "logit_softcap",
+)
 
 
 def levers(c: ModelConfig) -> list[str]:
@@ -72,8 +88,10 @@ class ModelConfig:
         for name in sizes + (("vocab_size",) if self.vocab_size is not None else ()):
             checks.positive_int(f"model.{name}", getattr(self, name))
         if self.head_size % self.num_heads:
-            raise ConfigError(f"model.head_size={self.head_size} is not divisible by model.num_heads="
-                              f"{self.num_heads}; pick a head_size that is a multiple of num_heads")
+            raise ConfigError(
+                f"model.head_size={self.head_size} is not divisible by model.num_heads="
+                f"{self.num_heads}; pick a head_size that is a multiple of num_heads"
+            )
         checks.number_in("model.dropout", self.dropout, 0, 1, high_open=True, optional=True)
         for name in SWITCHES:
             if not isinstance(getattr(self, name), bool):
@@ -81,18 +99,24 @@ class ModelConfig:
         for name, kinds in CHOICES.items():
             checks.one_of(f"model.{name}", getattr(self, name), kinds)
         if self.head == "jamo" and self.tie_weights:
-            raise ConfigError("model.head=jamo has no output matrix to tie to the embedding; set "
-                              "model.tie_weights=false")
+            raise ConfigError(
+                "model.head=jamo has no output matrix to tie to the embedding; set model.tie_weights=false"
+            )
         checks.number_in("model.logit_softcap", self.logit_softcap, 0, float("inf"))
         if self.unet_skips and self.num_blocks < 2:
-            raise ConfigError("model.unet_skips joins the first half of the blocks to the second: it needs "
-                              "model.num_blocks >= 2")
+            raise ConfigError(
+                "model.unet_skips joins the first half of the blocks to the second: it needs model.num_blocks >= 2"
+            )
         if self.logit_softcap and self.head != "softmax":
-            raise ConfigError("model.logit_softcap caps the softmax head's logits; the staged head (model.head=jamo) "
-                              "has none: set model.logit_softcap=0")
+            raise ConfigError(
+                "model.logit_softcap caps the softmax head's logits; the staged head (model.head=jamo) "
+                "has none: set model.logit_softcap=0"
+            )
         if self.position == "rope" and self.head_dim % 2:
-            raise ConfigError(f"model.position=rope needs an even head dimension, but head_size / num_heads = "
-                              f"{self.head_dim}; change model.head_size or model.num_heads")
+            raise ConfigError(
+                f"model.position=rope needs an even head dimension, but head_size / num_heads = "
+                f"{self.head_dim}; change model.head_size or model.num_heads"
+            )
 
     @property
     def value_embedding_blocks(self) -> frozenset[int]:

@@ -50,8 +50,10 @@ class CudaGraph:
         the caller's stream, no generator left waiting for the capture's end) and the error raised."""
         caller = torch.cuda.current_stream()
         autocasting = torch.is_autocast_enabled("cuda")
-        with _CAPTURING, torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocasting,
-                                        cache_enabled=False):
+        with (
+            _CAPTURING,
+            torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocasting, cache_enabled=False),
+        ):
             try:
                 with self.side():
                     for _ in range(warmups):
@@ -78,8 +80,9 @@ def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
     return graph.replay  # the bound method keeps the graph alive
 
 
-def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Capture | None = None,
-             out: TextIO | None = None) -> Step | None:
+def captured(
+    fn: Step, what: str, generator: torch.Generator | None, capture: Capture | None = None, out: TextIO | None = None
+) -> Step | None:
     """`capture(fn, generator)`'s replay, its cost said in one line on `out` (stderr); where capture fails, None
     after one line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
     out = out or sys.stderr
@@ -88,11 +91,17 @@ def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Ca
         replay = (capture or capture_cuda_graph)(fn, generator)
     except Exception as e:  # noqa: BLE001 - any failure to capture leaves the step eager, said once
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        print(f"{what}: not captured as a CUDA graph ({type(e).__name__}: {reason}); running it eagerly",
-              file=out, flush=True)
+        print(
+            f"{what}: not captured as a CUDA graph ({type(e).__name__}: {reason}); running it eagerly",
+            file=out,
+            flush=True,
+        )
         return None
-    print(f"{what}: captured as a CUDA graph in {1000 * (time.perf_counter() - start):.0f} ms, replayed for "
-          "each token", file=out, flush=True)
+    print(
+        f"{what}: captured as a CUDA graph in {1000 * (time.perf_counter() - start):.0f} ms, replayed for each token",
+        file=out,
+        flush=True,
+    )
     return replay
 
 

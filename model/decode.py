@@ -141,9 +141,21 @@ class _BlockWeights:
         gates = [g for g in (a.gate, a.value_gate) if g is not None]
         inputs = [qkv_weight] + [_full_width(g.weight, qkv_weight.shape[1]) for g in gates]
         values = None if a.value_embed is None else t(a.value_embed.weight)
-        return cls(ln1=ln1, in_t=t(torch.cat(inputs), ln1), proj_t=t(a.proj.weight), proj_b=a.proj.bias, ln2=ln2,
-                   fc_t=t(f.fc.weight, ln2), fc_b=f.fc.bias, fc2_t=t(f.proj.weight), fc2_b=f.proj.bias, mlp=f.kind,
-                   gelu=f.act.approximate, gated=a.gate is not None, values_t=values)
+        return cls(
+            ln1=ln1,
+            in_t=t(torch.cat(inputs), ln1),
+            proj_t=t(a.proj.weight),
+            proj_b=a.proj.bias,
+            ln2=ln2,
+            fc_t=t(f.fc.weight, ln2),
+            fc_b=f.fc.bias,
+            fc2_t=t(f.proj.weight),
+            fc2_b=f.proj.bias,
+            mlp=f.kind,
+            gelu=f.act.approximate,
+            gated=a.gate is not None,
+            values_t=values,
+        )
 
 
 def _full_width(weight: Tensor, width: int) -> Tensor:
@@ -200,8 +212,9 @@ class DecodeStep:
         `dtype`), which nothing here advances. `at` is a `SlotPosition`, or model/static_decode.py's position held
         in a device tensor: all this code asks of a position goes through it."""
         B, H, D = ids.shape[0], self.num_heads, self.head_dim
-        x = self.token_embedding.index_select(0, ids.view(B)) if self.embed_ids is None \
-            else self.embed_ids(ids.view(B))  # (B, E)
+        x = (
+            self.token_embedding.index_select(0, ids.view(B)) if self.embed_ids is None else self.embed_ids(ids.view(B))
+        )  # (B, E)
         if self.position_embedding is not None:
             x = x + at.row(self.position_embedding)
         plain = self.rotations is None and not self.qk_norm

@@ -56,8 +56,7 @@ class AttentionLanguageModel(nn.Module):
         self.config = c = config
         self.context_length = c.context_length
         self.token_embedding = build_token_embedding(c)  # a (vocab_size, E) table of token vectors
-        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" \
-            else None
+        self.position_embedding = nn.Embedding(c.context_length, c.embedding_size) if c.position == "learned" else None
         self.dropout = Dropout(c.dropout)
         self.blocks = nn.ModuleList(Block(c, i) for i in range(c.num_blocks))
         # model.unet_skips: block i of the first half feeds block L-1-i of the second, times a weight starting at 1
@@ -136,9 +135,16 @@ class AttentionLanguageModel(nn.Module):
         return self.lm_head.token_losses(self.hidden(idx), targets)
 
     @torch.inference_mode()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """Sample `max_new_tokens` ids after the prompt idx (B, T) -> (B, T + max_new_tokens).
 
         Longer than the context, the model reads the newest tokens only; with `use_cache` (the default) each new

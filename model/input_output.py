@@ -49,22 +49,29 @@ class SoftmaxHead(nn.Linear):
 
 
 def build_token_embedding(c: ModelConfig) -> nn.Embedding:
-    return JamoEmbedding(c.vocab_size, c.embedding_size) if c.embedding == "jamo" else \
-        nn.Embedding(c.vocab_size, c.embedding_size)
+    return (
+        JamoEmbedding(c.vocab_size, c.embedding_size)
+        if c.embedding == "jamo"
+        else nn.Embedding(c.vocab_size, c.embedding_size)
+    )
 
 
 def build_lm_head(c: ModelConfig) -> nn.Module:
-    return JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials) if c.head == "jamo" else \
-        SoftmaxHead(c.embedding_size, c.vocab_size, c.logit_softcap)
+    return (
+        JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials)
+        if c.head == "jamo"
+        else SoftmaxHead(c.embedding_size, c.vocab_size, c.logit_softcap)
+    )
 
 
 def upgrade_state_names(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """A state dict with the parameter names of before the Hangul-aware layers moved (`RENAMED`) renamed; any
     other state dict unchanged."""
+
     def renamed(key: str) -> str:
         for old, new in RENAMED:
             if key.startswith(old):
-                return new + key[len(old):]
+                return new + key[len(old) :]
         return key
 
     if not any(key.startswith(old) for key in state for old, _ in RENAMED):

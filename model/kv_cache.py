@@ -28,8 +28,16 @@ class LayerKV:
 class KVCache:
     """Keys and values of every block for the positions of the current window (see the module docstring)."""
 
-    def __init__(self, num_blocks: int, batch_size: int, num_heads: int, context_length: int, head_dim: int,
-                 device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self,
+        num_blocks: int,
+        batch_size: int,
+        num_heads: int,
+        context_length: int,
+        head_dim: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ):
         shape = (batch_size, 2, num_heads, context_length, head_dim)
         self.buffers = [torch.empty(shape, device=device, dtype=dtype) for _ in range(num_blocks)]
         self.keys = [b[:, 0] for b in self.buffers]  # (B, num_heads, context_length, head_dim) each

@@ -53,6 +53,7 @@ def fuse(state: dict[str, Tensor], prefix: str) -> Tensor:
 def convert_in_place(state: dict[str, Tensor], prefix: str, fused: bool) -> None:
     """Rewrite the weights of the attention module at `prefix` in `state` to its layout: `fused` (one `qkv`) or
     the lecture's heads. Entries of other modules, and weights already in the layout, are left as they are."""
+
     def ours(key: str) -> bool:
         head = split_head_key(key)
         return key == prefix + QKV or (head is not None and head[0] == prefix)

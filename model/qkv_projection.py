@@ -82,8 +82,9 @@ def joined(g: list[Tensor]) -> Tensor | None:
     return q.as_strided((q.shape[0], 3 * C), stride)
 
 
-def split_grads(g: list[Tensor], rows: Tensor, weight: Tensor, need_x: bool,
-                need_w: bool) -> tuple[Tensor | None, Tensor | None]:
+def split_grads(
+    g: list[Tensor], rows: Tensor, weight: Tensor, need_x: bool, need_w: bool
+) -> tuple[Tensor | None, Tensor | None]:
     """The input's and the weight's gradients from three separate (B*T, C) gradients: each third of the weight's
     gradient written in place, the input's accumulated, so nothing is joined."""
     gx = gw = None

@@ -24,25 +24,37 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
     temperature turns every logit into NaN; an infinite one samples uniformly)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
-            or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1 (or null), got {top_k}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not math.isfinite(top_p) or not 0.0 < top_p <= 1.0):
+    if top_p is not None and (
+        isinstance(top_p, bool)
+        or not isinstance(top_p, (int, float))
+        or not math.isfinite(top_p)
+        or not 0.0 < top_p <= 1.0
+    ):
         raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 
-def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None,
-                   top_p: float | None = None) -> Tensor:
+def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """The distribution `sample_next` draws from: logits (B, V) -> float32 probabilities (B, V), after
     temperature, top-k and top-p (`Sampler.probs`)."""
     return _sampler(logits, temperature, top_k, top_p).probs(logits.float())
 
 
-def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                generator: torch.Generator | None = None) -> Tensor:
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
     return _sampler(logits, temperature, top_k, top_p)(logits.float(), generator)
 
@@ -76,13 +88,18 @@ class SamplingMode:
     grammar: bool = False
 
     @classmethod
-    def of(cls, temperature: float, top_k: int | None, top_p: float | None, vocab_size: int,
-           grammar: bool) -> SamplingMode:
+    def of(
+        cls, temperature: float, top_k: int | None, top_p: float | None, vocab_size: int, grammar: bool
+    ) -> SamplingMode:
         """The filters these settings run on a vocabulary of `vocab_size`."""
         if temperature < torch.finfo(torch.float32).tiny:  # 0, or so small it rounds to 0 in float32: greedy
             return cls(greedy=True, grammar=grammar)
-        return cls(scaled=temperature != 1.0, top_k=top_k is not None and top_k < vocab_size,
-                   top_p=top_p is not None and top_p < 1.0, grammar=grammar)
+        return cls(
+            scaled=temperature != 1.0,
+            top_k=top_k is not None and top_k < vocab_size,
+            top_p=top_p is not None and top_p < 1.0,
+            grammar=grammar,
+        )
 
 
 class Sampler:
@@ -106,8 +123,11 @@ class Sampler:
         self.top_p.fill_(1.0 if top_p is None else top_p)
         if grammar is None:
             return False
-        fits = self.state is not None and self.state.shape == grammar.state.shape \
+        fits = (
+            self.state is not None
+            and self.state.shape == grammar.state.shape
             and self.allowed.shape == grammar.allowed.shape
+        )
         if fits:  # in place: graphs read these very tensors
             self.state.copy_(grammar.state)
             self.allowed.copy_(grammar.allowed)

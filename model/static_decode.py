@@ -80,8 +80,15 @@ class StaticDecode:
         self.forward = self.step.forward_at  # compiled by `compile_forward`
         self.uncapturable = False  # a capture failed: every function of this decoder runs eagerly
 
-    def begin(self, model: nn.Module, temperature: float, top_k: int | None, top_p: float | None,
-              grammar: TokenGrammar | None, generator: torch.Generator | None) -> None:
+    def begin(
+        self,
+        model: nn.Module,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        grammar: TokenGrammar | None,
+        generator: torch.Generator | None,
+    ) -> None:
         """Ready for a new generation: the model's current weights, these settings, the caller's random state."""
         fresh = DecodeStep(model, self.cache)
         olds, news = _tensors(self.step), _tensors(fresh)

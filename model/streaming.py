@@ -47,8 +47,15 @@ DECODERS = ("eager", "static", "graph", "compiled", "auto")
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
     """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
     attn = model.blocks[0].attn
-    return KVCache(len(model.blocks), batch_size, attn.num_heads, model.context_length, attn.head_dim, device,
-                   cache_dtype(model, device))
+    return KVCache(
+        len(model.blocks),
+        batch_size,
+        attn.num_heads,
+        model.context_length,
+        attn.head_dim,
+        device,
+        cache_dtype(model, device),
+    )
 
 
 def cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype:
@@ -113,8 +120,16 @@ def stream(
         model.train(was_training)
 
 
-def _token_source(model: nn.Module, idx: Tensor, use_cache: bool, shift: int, decoder: str, sampling: tuple,
-                  generator: torch.Generator | None, grammar: TokenGrammar | None):
+def _token_source(
+    model: nn.Module,
+    idx: Tensor,
+    use_cache: bool,
+    shift: int,
+    decoder: str,
+    sampling: tuple,
+    generator: torch.Generator | None,
+    grammar: TokenGrammar | None,
+):
     """A function (tokens, length) -> (next ids (B, 1), their logits (B, V)), with `close()`."""
     if decoder == "auto":
         decoder = "graph" if idx.device.type == "cuda" else "eager"
@@ -140,8 +155,16 @@ def _refilled(model: nn.Module, cache: KVCache, tokens: TokenWindow, length: int
 class _EagerSource:
     """The window's logits (uncached, a refill or one `DecodeStep`), masked by the grammar, then the `Sampler`."""
 
-    def __init__(self, model: nn.Module, idx: Tensor, use_cache: bool, shift: int, sampling: tuple,
-                 generator: torch.Generator | None, grammar: TokenGrammar | None):
+    def __init__(
+        self,
+        model: nn.Module,
+        idx: Tensor,
+        use_cache: bool,
+        shift: int,
+        sampling: tuple,
+        generator: torch.Generator | None,
+        grammar: TokenGrammar | None,
+    ):
         self.model, self.shift, self.generator = model, shift, generator
         self.sampler = Sampler(model.config.vocab_size, idx.device)
         self.sampler.set(*sampling, grammar)
@@ -168,8 +191,16 @@ class _StaticSource:
     eagerly, every other token one `run` of the static step, every later refill one `refill` (both replayed as CUDA
     graphs but with `static`)."""
 
-    def __init__(self, model: nn.Module, idx: Tensor, shift: int, sampling: tuple,
-                 generator: torch.Generator | None, grammar: TokenGrammar | None, decoder: str):
+    def __init__(
+        self,
+        model: nn.Module,
+        idx: Tensor,
+        shift: int,
+        sampling: tuple,
+        generator: torch.Generator | None,
+        grammar: TokenGrammar | None,
+        decoder: str,
+    ):
         self.model, self.shift, self.graph = model, shift, decoder != "static"
         self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
         try:

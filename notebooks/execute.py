@@ -23,11 +23,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LANGUAGES = ("ko", "en")  # the Korean notebooks are the originals; the English ones the same notebooks translated
-NAMES = ("01_characters_to_batches", "02_self_attention", "03_heads_block_gpt", "04_train_and_sample",
-         "05_beyond_the_lecture")
+NAMES = (
+    "01_characters_to_batches",
+    "02_self_attention",
+    "03_heads_block_gpt",
+    "04_train_and_sample",
+    "05_beyond_the_lecture",
+)
 # What a copy of the project leaves out: what git ignores, and what no notebook reads.
-NOT_COPIED = (".git", ".venv", "runs", "outputs", "multirun", ".cache", "__pycache__", ".pytest_cache", ".ruff_cache",
-              "tests", "docs", ".whl", ".gl")
+NOT_COPIED = (
+    ".git",
+    ".venv",
+    "runs",
+    "outputs",
+    "multirun",
+    ".cache",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    "tests",
+    "docs",
+    ".whl",
+    ".gl",
+)
 CODE_HASH_KEY = "code_sha256"  # under the notebook's metadata["kochar"]
 PICTURE_BYTES = 100_000  # each stored picture (a PNG) under this
 NOTEBOOK_BYTES = 1_000_000  # each stored notebook under this
@@ -55,8 +73,11 @@ def tagged(cell, tag: str) -> bool:
 
 def code_hash(nb) -> str:
     """The hash of the code cells the outputs came from, less `PROJECT_URL`'s line: a clone's origin changes none."""
-    sources = [PROJECT_URL_LINE.sub("PROJECT_URL = ...", c.source) for c in nb.cells
-               if c.cell_type == "code" and not tagged(c, "injected-parameters")]
+    sources = [
+        PROJECT_URL_LINE.sub("PROJECT_URL = ...", c.source)
+        for c in nb.cells
+        if c.cell_type == "code" and not tagged(c, "injected-parameters")
+    ]
     return hashlib.sha256(json.dumps(sources, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
@@ -72,15 +93,26 @@ def _kernel_manager(spec_dir: Path):
     kernel = spec_dir / "kernels" / "kochar-notebooks"
     kernel.mkdir(parents=True)
     # --log-level=ERROR: the kernel runs on this machine only; its warning about unencrypted TCP is not for the user
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
-            "display_name": "kochar-gpt notebooks", "language": "python"}
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
+        "display_name": "kochar-gpt notebooks",
+        "language": "python",
+    }
     (kernel / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    return KernelManager(kernel_name="kochar-notebooks",
-                         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir / "kernels")]))
+    return KernelManager(
+        kernel_name="kochar-notebooks", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir / "kernels")])
+    )
 
 
-def execute(path: Path, override: str | None, project: Path, scratch: Path, timeout: int,
-            pictures: bool = True, threads: int | None = None) -> tuple[object, float]:
+def execute(
+    path: Path,
+    override: str | None,
+    project: Path,
+    scratch: Path,
+    timeout: int,
+    pictures: bool = True,
+    threads: int | None = None,
+) -> tuple[object, float]:
     """Run `path` in a fresh kernel in its folder of the copy `project`, `override` after `parameters` -> (nb, seconds).
     Without `pictures`, figures are made but never drawn (matplotlib's Agg backend): the tests' way, faster."""
     import nbformat
@@ -91,14 +123,25 @@ def execute(path: Path, override: str | None, project: Path, scratch: Path, time
         index = next(i for i, c in enumerate(nb.cells) if tagged(c, "parameters"))
         nb.cells.insert(index + 1, nbformat.v4.new_code_cell(override, metadata={"tags": ["injected-parameters"]}))
     # No bytecode in the copy (any file there is the notebook's), IPython's history in scratch, no verbose variables.
-    env = {**os.environ, "MPLBACKEND": INLINE if pictures else "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-           "IPYTHONDIR": str(scratch / "ipython"), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "MPLBACKEND": INLINE if pictures else "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "IPYTHONDIR": str(scratch / "ipython"),
+        "PYTHONUNBUFFERED": "1",
+    }
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     for key in ("KOCHAR_DEBUG", "HYDRA_FULL_ERROR"):
         env.pop(key, None)
-    client = NotebookClient(nb, km=_kernel_manager(scratch), timeout=timeout, allow_errors=False, record_timing=False,
-                            resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}})
+    client = NotebookClient(
+        nb,
+        km=_kernel_manager(scratch),
+        timeout=timeout,
+        allow_errors=False,
+        record_timing=False,
+        resources={"metadata": {"path": str(project / path.parent.relative_to(ROOT))}},
+    )
     started = time.perf_counter()
     client.execute(env=env)
     return nb, time.perf_counter() - started
@@ -114,8 +157,12 @@ def tidy(nb) -> None:
     for cell in nb.cells:
         merged: list = []
         for output in cell.get("outputs", []):
-            if output.output_type == "stream" and merged and merged[-1].output_type == "stream" \
-                    and merged[-1].name == output.name:
+            if (
+                output.output_type == "stream"
+                and merged
+                and merged[-1].output_type == "stream"
+                and merged[-1].name == output.name
+            ):
                 merged[-1].text += output.text  # one block per stream, as Jupyter shows it
                 continue
             merged.append(output)
@@ -130,8 +177,13 @@ def tidy(nb) -> None:
 
 
 def pictures(nb) -> list[bytes]:
-    return [base64.b64decode(o.data["image/png"]) for c in nb.cells if c.cell_type == "code"
-            for o in c.outputs if "image/png" in o.get("data", {})]
+    return [
+        base64.b64decode(o.data["image/png"])
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "image/png" in o.get("data", {})
+    ]
 
 
 def problems(nb, text: str) -> list[str]:
@@ -139,12 +191,15 @@ def problems(nb, text: str) -> list[str]:
     found = []
     if len(text.encode("utf-8")) >= NOTEBOOK_BYTES:
         found.append(f"{len(text.encode('utf-8')):,} bytes (the limit is {NOTEBOOK_BYTES:,})")
-    found += [f"a picture of {len(png):,} bytes (the limit is {PICTURE_BYTES:,})" for png in pictures(nb)
-              if len(png) >= PICTURE_BYTES]
+    found += [
+        f"a picture of {len(png):,} bytes (the limit is {PICTURE_BYTES:,})"
+        for png in pictures(nb)
+        if len(png) >= PICTURE_BYTES
+    ]
     if ABSOLUTE.search(text):
         found.append(f"an absolute path in its outputs: {ABSOLUTE.search(text).group(0)!r}...")
     if any(words in text for words in MISSING_GLYPH):
-        found.append("a picture drew a character no font had (\"Glyph ... missing from font\")")
+        found.append('a picture drew a character no font had ("Glyph ... missing from font")')
     return found
 
 
@@ -167,8 +222,10 @@ def run_and_store(path: Path, timeout: int) -> str:
         raise RuntimeError(f"{path.relative_to(ROOT)} not stored: {'; '.join(found)}")
     path.write_text(text, encoding="utf-8")
     sizes = [len(png) // 1000 for png in pictures(nb)]
-    return (f"{path.relative_to(ROOT)}: {seconds:.0f} s, {len(text.encode('utf-8')) // 1000} KB, "
-            f"{len(sizes)} picture(s) {sizes} KB")
+    return (
+        f"{path.relative_to(ROOT)}: {seconds:.0f} s, {len(text.encode('utf-8')) // 1000} KB, "
+        f"{len(sizes)} picture(s) {sizes} KB"
+    )
 
 
 def selected(patterns: list[str]) -> list[Path]:
@@ -178,10 +235,16 @@ def selected(patterns: list[str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Execute the notebooks with their own settings and store them "
-                                                 "with their outputs (what `make notebooks-run` does).")
-    parser.add_argument("only", nargs="*", help="run only the notebooks whose ko/NAME or en/NAME contains one of "
-                                                 "these, e.g. 04 or ko/02 (default: all ten)")
+    parser = argparse.ArgumentParser(
+        description="Execute the notebooks with their own settings and store them "
+        "with their outputs (what `make notebooks-run` does)."
+    )
+    parser.add_argument(
+        "only",
+        nargs="*",
+        help="run only the notebooks whose ko/NAME or en/NAME contains one of "
+        "these, e.g. 04 or ko/02 (default: all ten)",
+    )
     parser.add_argument("--timeout", type=int, default=900, help="seconds one cell may take (default 900)")
     args = parser.parse_args(argv)
     paths = selected(args.only)

@@ -65,8 +65,11 @@ class Playground:
         except UserError as e:
             raise ApiError(400, "run", relative_message(str(e), path, run_name)) from None
         except (OSError, RuntimeError, ValueError) as e:  # a file changed under us, a loop, an odd model
-            raise ApiError(400, "run", f"run {run_name!r} cannot be loaded ({type(e).__name__}: "
-                                       f"{relative_message(str(e), path, run_name)})") from None
+            raise ApiError(
+                400,
+                "run",
+                f"run {run_name!r} cannot be loaded ({type(e).__name__}: {relative_message(str(e), path, run_name)})",
+            ) from None
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -125,8 +128,9 @@ class _SlotStream(StreamingResponse):
     """The SSE answer of a sample: holds its generation slot until the stream ends, however it ends."""
 
     def __init__(self, events: AsyncIterator[bytes], release: Callable[[], None]):
-        super().__init__(events, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         self._release = release
 
     async def __call__(self, scope, receive, send) -> None:
@@ -154,8 +158,12 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
         try:
             cont = await to_thread.run_sync(Continuation, cached, params)
         except (ValueError, RuntimeError, UnicodeError) as e:
-            raise ApiError(422, "prompt", f"the prompt cannot be encoded for run {cached.name!r} "
-                                          f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+            raise ApiError(
+                422,
+                "prompt",
+                f"the prompt cannot be encoded for run {cached.name!r} "
+                f"({type(e).__name__}: {' '.join(str(e).split())})",
+            ) from None
         if body.stream:
             return _SlotStream(_events(pg, cont), slot.pop_all().close)  # the stream gives the slot back
         finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
@@ -178,25 +186,35 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return SafeJSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code,
-                                headers=exc.headers)
+        return SafeJSONResponse(
+            {"error": str(exc.detail), "field": None}, status_code=exc.status_code, headers=exc.headers
+        )
 
     @app.exception_handler(Exception)
     async def _unforeseen(request: Request, exc: Exception) -> JSONResponse:
         log.error("playground: %s %s failed", request.method, request.url.path, exc_info=exc)
-        return SafeJSONResponse({"error": f"internal error ({type(exc).__name__}); the server log has the details",
-                                 "field": None}, status_code=500)
+        return SafeJSONResponse(
+            {"error": f"internal error ({type(exc).__name__}); the server log has the details", "field": None},
+            status_code=500,
+        )
 
 
-def create_app(cfg: ServeConfig, device: torch.device | None = None,
-               allowed_hosts: frozenset[str] | None = None) -> FastAPI:
+def create_app(
+    cfg: ServeConfig, device: torch.device | None = None, allowed_hosts: frozenset[str] | None = None
+) -> FastAPI:
     """The playground app for `cfg`; `allowed_hosts` (None = any) lists the Host header names it answers."""
     pg = Playground(cfg, device)
-    app = FastAPI(title="kochar-gpt playground", docs_url=None, redoc_url=None, openapi_url=None,
-                  default_response_class=SafeJSONResponse)
+    app = FastAPI(
+        title="kochar-gpt playground",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=SafeJSONResponse,
+    )
     app.state.playground = pg
-    app.add_middleware(BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s,
-                       send_timeout=cfg.send_timeout_s)
+    app.add_middleware(
+        BodyGuard, max_bytes=cfg.max_body_bytes, timeout=cfg.body_timeout_s, send_timeout=cfg.send_timeout_s
+    )
     if allowed_hosts is not None:  # added last: the outermost, before any body is read
         app.add_middleware(HostGuard, names=allowed_hosts)
     _error_handlers(app)

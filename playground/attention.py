@@ -22,10 +22,13 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
     if position is None:
         position = len(ids) - 1
     if not 0 <= position < len(ids):
-        raise ApiError(422, "position", f"position must be in [0, {len(ids) - 1}] for this text "
-                                        f"({len(ids)} tokens), got {position}")
+        raise ApiError(
+            422,
+            "position",
+            f"position must be in [0, {len(ids) - 1}] for this text ({len(ids)} tokens), got {position}",
+        )
     start = max(0, position + 1 - run.model.context_length)
-    window = torch.tensor(ids[start: position + 1], dtype=torch.long, device=next(run.model.parameters()).device)
+    window = torch.tensor(ids[start : position + 1], dtype=torch.long, device=next(run.model.parameters()).device)
     with cached.lock, torch.inference_mode():
         maps = attention_maps(run.model, window)  # (L, H, T, T)
     rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
@@ -34,7 +37,7 @@ def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
         "model_weights": run.weights.kind,  # which set of the run's weights (`weights` is the attention's)
         "position": position,
         "start": start,
-        "tokens": [run.tokenizer.decode([i]) for i in ids[start: position + 1]],
+        "tokens": [run.tokenizer.decode([i]) for i in ids[start : position + 1]],
         "num_blocks": rows.shape[0],
         "num_heads": rows.shape[1],
         "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()],

@@ -42,18 +42,28 @@ class ServeConfig:
             raise ConfigError("host is empty: use 127.0.0.1 (this machine only) or 0.0.0.0 (the network)")
         checks.positive_int("port", self.port, minimum=0)
         if self.port > 65535:
-            raise ConfigError(f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any "
-                              "free port)")
+            raise ConfigError(
+                f"port={checks.shown_value(self.port)} is invalid: it must be in [0, 65535] (0 = any free port)"
+            )
         checks.device_name("device", self.device)
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
-        for key in ("max_new_tokens_limit", "max_prompt_chars", "cache_size", "max_body_bytes", "max_connections",
-                    "max_generations", "max_generations_per_run"):
+        for key in (
+            "max_new_tokens_limit",
+            "max_prompt_chars",
+            "cache_size",
+            "max_body_bytes",
+            "max_connections",
+            "max_generations",
+            "max_generations_per_run",
+        ):
             checks.positive_int(key, getattr(self, key))
         for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
             checks.number_in(key, getattr(self, key), 0, 3600, low_open=True)
         if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
-            raise ConfigError(f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
-                              "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'")
+            raise ConfigError(
+                f"allowed_hosts={list(self.allowed_hosts)} has an empty name: list host names, "
+                "e.g. 'allowed_hosts=[mybox.lan,192.168.1.20]'"
+            )
 
 
 def register_configs() -> None:

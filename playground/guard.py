@@ -27,8 +27,12 @@ def _error_body(message: str) -> bytes:
 async def send_json(send, status: int, message: str, extra_headers: tuple = ()) -> None:
     """Answer with the project's error shape and close the connection (the client may still be sending)."""
     body = _error_body(message)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close"), *extra_headers]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *extra_headers,
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -44,8 +48,9 @@ class _SlowReader(Exception):
 class BodyGuard:
     def __init__(self, app, max_bytes: int, timeout: float, send_timeout: float = 30.0):
         self.app, self.max_bytes, self.timeout, self.send_timeout = app, max_bytes, timeout, send_timeout
-        self.too_large = (f"the request body is larger than this server takes ({max_bytes} bytes; serve.py "
-                          "max_body_bytes=...)")
+        self.too_large = (
+            f"the request body is larger than this server takes ({max_bytes} bytes; serve.py max_body_bytes=...)"
+        )
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
@@ -59,8 +64,9 @@ class BodyGuard:
         except _TooLarge:
             return await send_json(send, 413, self.too_large)
         except TimeoutError:
-            return await send_json(send, 408, f"the request body did not arrive within {self.timeout:g} s "
-                                              "(serve.py body_timeout_s=...)")
+            return await send_json(
+                send, 408, f"the request body did not arrive within {self.timeout:g} s (serve.py body_timeout_s=...)"
+            )
         if disconnected:
             return None
         replayed = False
@@ -130,8 +136,13 @@ class _LingeringTransport:
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
 
     async def busy(scope: dict, receive, send) -> None:
-        await send_json(send, 503, f"the server has {max_connections} connections open, its limit "
-                                   "(serve.py max_connections=...); try again shortly", ((b"retry-after", b"1"),))
+        await send_json(
+            send,
+            503,
+            f"the server has {max_connections} connections open, its limit "
+            "(serve.py max_connections=...); try again shortly",
+            ((b"retry-after", b"1"),),
+        )
 
     class GuardedH11Protocol(H11Protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -155,8 +166,10 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             if self.cycle is not None and self.cycle.response_started:
                 return super().send_400_response(msg)
             body = _error_body(f"not a valid HTTP request ({msg.rstrip('.')})")
-            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-                                 b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body
+            )
             self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -182,9 +195,16 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
 def server_config(app, header_timeout_s: float, keep_alive_s: float, max_connections: int) -> uvicorn.Config:
     """The guarded protocol, no WebSocket (the page has none), errors only logged (so no client fills the log)."""
-    return uvicorn.Config(app, http=guarded_protocol(header_timeout_s, max_connections), ws="none",
-                          timeout_keep_alive=keep_alive_s, log_level="error", access_log=False, lifespan="off",
-                          timeout_graceful_shutdown=3)
+    return uvicorn.Config(
+        app,
+        http=guarded_protocol(header_timeout_s, max_connections),
+        ws="none",
+        timeout_keep_alive=keep_alive_s,
+        log_level="error",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=3,
+    )
 
 
 class GenerationSlots:
@@ -198,11 +218,19 @@ class GenerationSlots:
     def take(self, run: str) -> Iterator[None]:
         """A slot for `run`, held until the block ends; ApiError 503 when none is free."""
         if sum(self.busy.values()) >= self.total:
-            raise ApiError(503, None, f"the server is busy: {self.total} generations in progress, its limit "
-                                      "(serve.py max_generations=...); try again shortly")
+            raise ApiError(
+                503,
+                None,
+                f"the server is busy: {self.total} generations in progress, its limit "
+                "(serve.py max_generations=...); try again shortly",
+            )
         if self.busy[run] >= self.per_run:
-            raise ApiError(503, "run", f"run {run!r} is busy: {self.per_run} generations in progress on it, the "
-                                       "limit (serve.py max_generations_per_run=...); try again shortly")
+            raise ApiError(
+                503,
+                "run",
+                f"run {run!r} is busy: {self.per_run} generations in progress on it, the "
+                "limit (serve.py max_generations_per_run=...); try again shortly",
+            )
         self.busy[run] += 1
         try:
             yield

@@ -38,9 +38,11 @@ def allowed_host_names(bind_host: str, allowed_hosts: list[str]) -> frozenset[st
     if ANY in allowed_hosts:
         return None
     if not is_loopback(bind_host) and not allowed_hosts:
-        raise ConfigError(f"host={bind_host} lets other machines connect, so the Host names they will use must be "
-                          "listed: e.g. python serve.py host=0.0.0.0 'allowed_hosts=[mybox.lan,192.168.1.20]' "
-                          "(or 'allowed_hosts=[*]' to answer any name, which allows DNS rebinding)")
+        raise ConfigError(
+            f"host={bind_host} lets other machines connect, so the Host names they will use must be "
+            "listed: e.g. python serve.py host=0.0.0.0 'allowed_hosts=[mybox.lan,192.168.1.20]' "
+            "(or 'allowed_hosts=[*]' to answer any name, which allows DNS rebinding)"
+        )
     names = set(LOOPBACK_NAMES) | {normalized(h) for h in allowed_hosts}
     if normalized(bind_host) not in ("0.0.0.0", "::", ""):  # one address, not all of them
         names.add(normalized(bind_host))
@@ -55,7 +57,7 @@ def host_of(header: bytes) -> str | None:
         return None
     if value.startswith("["):
         end = value.find("]")
-        rest = value[end + 1:]
+        rest = value[end + 1 :]
         if end < 0 or (rest and not (rest.startswith(":") and (rest[1:].isdigit() or rest == ":"))):
             return None
         return normalized(value[: end + 1])
@@ -81,5 +83,9 @@ class HostGuard:
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         shown = headers[0].decode("latin-1")[:100] if headers else "(none)"
-        await send_json(send, 400, f"this server does not answer for Host {shown!r} (it answers "
-                                   f"{', '.join(sorted(self.names))}; serve.py allowed_hosts=... adds names)")
+        await send_json(
+            send,
+            400,
+            f"this server does not answer for Host {shown!r} (it answers "
+            f"{', '.join(sorted(self.names))}; serve.py allowed_hosts=... adds names)",
+        )

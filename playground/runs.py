@@ -40,8 +40,9 @@ def shown(name: str) -> str:
 def relative_message(message: str, path: Path, name: str) -> str:
     """An error message about the checkpoint `path` naming the run instead: no server path leaves the server."""
     text = " ".join(message.split())
-    for p in sorted({str(path), str(path.resolve()), str(path.parent), str(path.parent.resolve())}, key=len,
-                    reverse=True):
+    for p in sorted(
+        {str(path), str(path.resolve()), str(path.parent), str(path.parent.resolve())}, key=len, reverse=True
+    ):
         text = text.replace(f"{p}/{CKPT_NAME}", f"run {name!r}").replace(p, f"run {name!r}")
     return text
 
@@ -120,23 +121,35 @@ def summarize(name: str, path: Path | RunFile, weights: str | None = None) -> Ru
     evaluated = ckpt.training is not None and math.isfinite(ckpt.training.val_loss)
     val_bpc = round(ckpt.training.val_loss * ckpt.tokens_per_char / math.log(2), 4) if evaluated else None
     kind = ckpt.tokenizer.get("kind", "char") if isinstance(ckpt.tokenizer, dict) else None
-    return RunInfo(name, ckpt.step, str(recipe), val_bpc, kind, ckpt.model_config.context_length,
-                   weights=used.kind, average_updates=used.updates, checkpoint=where.name,
-                   chosen=chosen.chosen if chosen is not None else None)
+    return RunInfo(
+        name,
+        ckpt.step,
+        str(recipe),
+        val_bpc,
+        kind,
+        ckpt.model_config.context_length,
+        weights=used.kind,
+        average_updates=used.updates,
+        checkpoint=where.name,
+        chosen=chosen.chosen if chosen is not None else None,
+    )
 
 
 class RunRegistry:
-
-    def __init__(self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL,
-                 weights: str | None = None):
+    def __init__(
+        self, runs_dir: str | Path, ckpt: str | None = None, ttl: float = DISCOVERY_TTL, weights: str | None = None
+    ):
         self.runs_dir = Path(runs_dir).expanduser()
         self.weights = weights  # serve.py's weights=: which set each run's summary names
         self.fixed: Path | None = None  # the ckpt= checkpoint, when one was given
         self.fixed_file = False  # whether ckpt= named a checkpoint file (read as named) rather than a run folder
         if ckpt not in (None, ""):
             refuse_two_models(ckpt)  # a folder holding a run's checkpoint and an exported model
-            self.fixed = (exported_folder(ckpt) / RECORD if is_exported(ckpt)  # export.py's folder
-                          else resolve_checkpoint(ckpt, self.runs_dir)).resolve()
+            self.fixed = (
+                exported_folder(ckpt) / RECORD
+                if is_exported(ckpt)  # export.py's folder
+                else resolve_checkpoint(ckpt, self.runs_dir)
+            ).resolve()
             self.fixed_file = not Path(ckpt).expanduser().is_dir()
         self.ttl = ttl
         self._summaries: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
@@ -182,8 +195,9 @@ class RunRegistry:
             return name, self.fixed
         missing = ApiError(404, "run", f"no run named {shown(name)} under runs_dir (GET /api/runs lists them)")
         parts = PurePosixPath(name).parts
-        if (name != ROOT_NAME and (name.startswith("/") or "\\" in name or "\0" in name
-                                   or any(p in ("..", ".") for p in parts))):
+        if name != ROOT_NAME and (
+            name.startswith("/") or "\\" in name or "\0" in name or any(p in ("..", ".") for p in parts)
+        ):
             raise missing
         try:
             real = (self.runs_dir / name / CKPT_NAME).resolve()

@@ -47,7 +47,6 @@ class TokenRecord:
 
 
 class Continuation:
-
     def __init__(self, cached: CachedRun, params: Params):
         self.cached, self.params = cached, params
         run = cached.run
@@ -65,8 +64,17 @@ class Continuation:
         generator = torch.Generator(device=device).manual_seed(params.seed)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         # Jamo spelling rules: the text re-encodes to the tokens sampled, so `pos` holds for attention requests.
-        self._steps = stream(run.model, idx, params.max_new_tokens, params.temperature, params.top_k,
-                                       params.top_p, True, generator, grammar=token_grammar(self.tokenizer))
+        self._steps = stream(
+            run.model,
+            idx,
+            params.max_new_tokens,
+            params.temperature,
+            params.top_k,
+            params.top_p,
+            True,
+            generator,
+            grammar=token_grammar(self.tokenizer),
+        )
         self._decoder = self.tokenizer.stream_decoder()
         self._stages = getattr(self.tokenizer, "kind", None) == "hangul"  # ids 1..11172 are the syllables
         self._pending: list[TokenRecord] = []
@@ -79,17 +87,27 @@ class Continuation:
     def _record(self, token_id: int, logits: Tensor) -> TokenRecord:
         probs = self._sampler.probs(logits[None])[0]
         if not bool(torch.isfinite(probs).all()):
-            raise SamplingError(f"run {self.cached.name!r} gave probabilities that are not finite numbers "
-                                "(NaN or infinity): its weights are broken; train it again")
+            raise SamplingError(
+                f"run {self.cached.name!r} gave probabilities that are not finite numbers "
+                "(NaN or infinity): its weights are broken; train it again"
+            )
         probs_top, ids_top = torch.topk(probs, min(TOP_ALTERNATIVES + 1, probs.numel()))
-        top = [{"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
-               for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True) if i != token_id and q > 0]
+        top = [
+            {"text": self.tokenizer.decode([i]), "prob": round(float(q), 6)}
+            for q, i in zip(probs_top.tolist(), ids_top.tolist(), strict=True)
+            if i != token_id and q > 0
+        ]
         stages = syllable_stages(probs, token_id) if self._stages and is_syllable_id(token_id) else None
         return TokenRecord(token_id, float(probs[token_id]), top[:TOP_ALTERNATIVES], stages)
 
     def _event(self, text: str, tokens: list[TokenRecord], pos: int) -> dict:
-        event = {"text": text, "prob": round(math.prod(t.prob for t in tokens), 6), "top": tokens[0].top, "pos": pos,
-                 "n_tokens": len(tokens)}
+        event = {
+            "text": text,
+            "prob": round(math.prod(t.prob for t in tokens), 6),
+            "top": tokens[0].top,
+            "pos": pos,
+            "n_tokens": len(tokens),
+        }
         if len(tokens) == 1 and tokens[0].stages is not None:
             event["stages"] = tokens[0].stages
         self.pieces.append(text)
@@ -103,12 +121,18 @@ class Continuation:
         if len(ids) > 1 and self.tokenizer.decode(ids) != piece and self.tokenizer.decode(ids[:-1]) == piece:
             keep = 1  # a jamo initial that closed the previous syllable starts the next one
         tokens = self._pending[: len(ids) - keep]
-        self._pending = self._pending[len(ids) - keep:]
+        self._pending = self._pending[len(ids) - keep :]
         pos = self.prompt_tokens + self.generated - len(ids)  # index of the event's first token in the sequence
         start = 0
         for i, ch in enumerate(piece):
-            end = next((k for k in range(start + 1, len(tokens)) if i < len(piece) - 1
-                        and self.tokenizer.decode([t.id for t in tokens[start:k]]) == ch), None)
+            end = next(
+                (
+                    k
+                    for k in range(start + 1, len(tokens))
+                    if i < len(piece) - 1 and self.tokenizer.decode([t.id for t in tokens[start:k]]) == ch
+                ),
+                None,
+            )
             if end is None:  # the last character, or one no run of tokens spells alone: the rest together
                 self._ready.append(self._event(piece[i:], tokens[start:], pos + start))
                 break
@@ -140,11 +164,18 @@ class Continuation:
 
     def summary(self) -> dict:
         completion = "".join(self.pieces)
-        return {"run": self.cached.name, "weights": self.cached.run.weights.kind,
-                "checkpoint": self.cached.run.path.name,  # best.pt or ckpt.pt: playground/runs.py chose it
-                "text": self.params.prompt + completion, "completion": completion,
-                "context": self.context, "prompt_tokens": self.prompt_tokens, "new_tokens": self.generated,
-                "seed": self.params.seed, "unknown_chars": self.unknown}
+        return {
+            "run": self.cached.name,
+            "weights": self.cached.run.weights.kind,
+            "checkpoint": self.cached.run.path.name,  # best.pt or ckpt.pt: playground/runs.py chose it
+            "text": self.params.prompt + completion,
+            "completion": completion,
+            "context": self.context,
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.generated,
+            "seed": self.params.seed,
+            "unknown_chars": self.unknown,
+        }
 
     def close(self) -> None:
         """Stop sampling (a client went away); the model is left as it was."""

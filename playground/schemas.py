@@ -63,8 +63,10 @@ def _unicode(v: str | None, info: ValidationInfo) -> str | None:
         try:
             v.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"{info.field_name} has a lone surrogate (U+{ord(v[e.start]):04X} at character "
-                             f"{e.start}), which is not a character: send valid Unicode text") from None
+            raise ValueError(
+                f"{info.field_name} has a lone surrogate (U+{ord(v[e.start]):04X} at character "
+                f"{e.start}), which is not a character: send valid Unicode text"
+            ) from None
     return v
 
 
@@ -93,11 +95,19 @@ class GenerateRequest(_Strict):
     def check_limits(self, max_new_tokens_limit: int, max_prompt_chars: int) -> None:
         """The server's caps, which depend on its config."""
         if self.max_new_tokens > max_new_tokens_limit:
-            raise ApiError(422, "max_new_tokens", f"max_new_tokens must be <= {max_new_tokens_limit} on this "
-                           f"server (serve.py max_new_tokens_limit=...), got {self.max_new_tokens}")
+            raise ApiError(
+                422,
+                "max_new_tokens",
+                f"max_new_tokens must be <= {max_new_tokens_limit} on this "
+                f"server (serve.py max_new_tokens_limit=...), got {self.max_new_tokens}",
+            )
         if len(self.prompt) > max_prompt_chars:
-            raise ApiError(422, "prompt", f"prompt is too long: {len(self.prompt)} characters, this server takes "
-                           f"at most {max_prompt_chars} (serve.py max_prompt_chars=...)")
+            raise ApiError(
+                422,
+                "prompt",
+                f"prompt is too long: {len(self.prompt)} characters, this server takes "
+                f"at most {max_prompt_chars} (serve.py max_prompt_chars=...)",
+            )
 
 
 class AttentionRequest(_Strict):

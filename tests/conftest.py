@@ -13,10 +13,14 @@ from tests.helpers import SHARED_CORPUS  # noqa: E402
 
 
 def pytest_addoption(parser) -> None:
-    parser.addoption("--cpu-bf16", choices=("0", "1", "other"), default=None,
-                     help="set KOCHAR_CPU_BF16 (common/device.py) for the run: 1 takes the CPU's bfloat16 path, 0 its "
-                          "float32 path, other the path a plain run on this machine does not take (`make test` runs "
-                          "the cpu_precision tests so, proving both paths on any CPU)")
+    parser.addoption(
+        "--cpu-bf16",
+        choices=("0", "1", "other"),
+        default=None,
+        help="set KOCHAR_CPU_BF16 (common/device.py) for the run: 1 takes the CPU's bfloat16 path, 0 its "
+        "float32 path, other the path a plain run on this machine does not take (`make test` runs "
+        "the cpu_precision tests so, proving both paths on any CPU)",
+    )
 
 
 def pytest_configure(config) -> None:
@@ -74,7 +78,7 @@ def small_corpus(tmp_path) -> Path:
     """A few KB of Korean text written for the tests (ours, not from any corpus)."""
     text = (
         "오늘은 비가 조금 내렸다. 우산을 챙기지 않아서 편의점에 들러 하나 샀다.\n"
-        "버스를 기다리는 동안 친구에게 문자를 보냈다. \"곧 도착해!\"\n"
+        '버스를 기다리는 동안 친구에게 문자를 보냈다. "곧 도착해!"\n'
         "저녁에는 된장찌개를 끓였다. 두부 반 모와 애호박, 양파를 넣었다.\n"
         "Wi-Fi가 자꾸 끊겨서 공유기를 다시 켰더니 괜찮아졌다. 오후 9시 30분.\n"
     )

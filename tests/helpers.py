@@ -25,14 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_CORPUS = ROOT.parent / "shared" / "corpora" / "koconovel_dev.txt"
 
 # A tiny model on the CPU, evaluated cheaply: every run of the robustness tests starts from these.
-TINY = ("model=tiny", "device=cpu", "train.batch_size=2", "train.eval_steps=1", "train.sample_chars=0",
-        "train.log_interval=1", "train.sample_tokens=0", "train.attention_tokens=0")
+TINY = (
+    "model=tiny",
+    "device=cpu",
+    "train.batch_size=2",
+    "train.eval_steps=1",
+    "train.sample_chars=0",
+    "train.log_interval=1",
+    "train.sample_tokens=0",
+    "train.attention_tokens=0",
+)
 
 # Our own sentences (written for these tests, from no corpus); about 300 characters, all of them in CP949.
 KOREAN = (
     "봄이 오면 강가에 벚꽃이 핀다. 아이들은 자전거를 타고 둑길을 달린다.\n"
     "할머니는 마루에 앉아 콩나물을 다듬으며 라디오를 들으셨다.\n"
-    "\"내일은 비가 온대요.\" 동생이 창밖을 보며 말했다.\n"
+    '"내일은 비가 온대요." 동생이 창밖을 보며 말했다.\n'
     "우리는 시장에서 떡볶이와 순대를 사 먹고, 버스를 두 번 갈아타고 집으로 돌아왔다.\n"
     "밤하늘에 별이 총총하고 멀리서 개 짖는 소리가 들렸다. 시계는 11시 45분을 가리켰다.\n"
     "겨울 방학에는 눈사람을 만들고 썰매를 탔다. 손이 꽁꽁 얼어도 웃음이 끊이지 않았다.\n"
@@ -90,14 +98,14 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: f
     warm = _warm_python(args, environment)
     if warm is not None:
         return warm.run(command, cwd or ROOT, timeout, environment)
-    return subprocess.run(command, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=environment)
+    return subprocess.run(command, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
     """Start `python <script> args...` without waiting (stdout and stderr piped, text mode)."""
-    return subprocess.Popen(_command(args), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(env))
+    return subprocess.Popen(
+        _command(args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env)
+    )
 
 
 def cli_all(*commands: tuple[str, ...], env: dict | None = None) -> list:
@@ -178,8 +186,16 @@ def tiny_model(attention: str = "fused", seed: int = 0, **settings):
     from model import AttentionLanguageModel
 
     torch.manual_seed(seed)
-    config = dict(vocab_size=50, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2,
-                  dropout=0.0, attention=attention)
+    config = dict(
+        vocab_size=50,
+        context_length=16,
+        embedding_size=32,
+        head_size=32,
+        num_heads=4,
+        num_blocks=2,
+        dropout=0.0,
+        attention=attention,
+    )
     return AttentionLanguageModel(**{**config, **settings}).eval()
 
 
@@ -198,8 +214,15 @@ def train_compiled(tmp_path: Path, *overrides: str):
     from inference.checkpoint import load_checkpoint
 
     run = tmp_path / "run"
-    r = cli("train.py", "model=tiny", "train.compile=true", *overrides, f"hydra.run.dir={run}",
-            f"data.cache_dir={tmp_path / 'cache'}", timeout=600)
+    r = cli(
+        "train.py",
+        "model=tiny",
+        "train.compile=true",
+        *overrides,
+        f"hydra.run.dir={run}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     said = [line for line in r.stdout.splitlines() if line.startswith("compile: ")]
     assert said[0].startswith("compile: inductor") and "(train.compile=true" in said[0], r.stdout
@@ -249,8 +272,17 @@ def config_object(name: str = "train", *overrides: str):
 def train_job(tmp_path: Path, *overrides: str):
     """A TrainJob for a tiny, quickly evaluated CPU run whose token cache stays under tmp_path."""
     pinned = () if any(o.startswith("train.compile=") for o in overrides) else ("train.compile=false",)
-    return config_object("train", "model=tiny", "train.batch_size=4", "train.eval_steps=2", "train.sample_chars=0",
-                         "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", *pinned, *overrides)
+    return config_object(
+        "train",
+        "model=tiny",
+        "train.batch_size=4",
+        "train.eval_steps=2",
+        "train.sample_chars=0",
+        "device=cpu",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *pinned,
+        *overrides,
+    )
 
 
 # A tiny training that only a signal or a fault stops (crash-safety and fault tests).
@@ -266,8 +298,9 @@ def small_disk(folder: Path, size: str = "64k", read_only: bool = False):
     folder.mkdir(parents=True, exist_ok=True)
     options = f"size={size}" + (",ro" if read_only else "")
     try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
-                           timeout=30)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         r = None
     if r is None or r.returncode:

@@ -11,8 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def make(attention="fused", **options):
-    return tiny_model(attention, vocab_size=300, context_length=64, embedding_size=128, head_size=128,
-                      **options).cuda()
+    return tiny_model(attention, vocab_size=300, context_length=64, embedding_size=128, head_size=128, **options).cuda()
 
 
 def test_heads_and_fused_agree_under_bf16_autocast():
@@ -49,8 +48,14 @@ def test_cached_generation_matches_uncached_under_bf16_autocast_on_cuda():
 
 
 def test_train_on_cuda_with_bf16_and_compile(tmp_path):
-    run, payload = train_compiled(tmp_path, "device=cuda", "train.dtype=auto", "train.max_steps=20",
-                                  "train.eval_interval=10", "train.eval_steps=2")
+    run, payload = train_compiled(
+        tmp_path,
+        "device=cuda",
+        "train.dtype=auto",
+        "train.max_steps=20",
+        "train.eval_interval=10",
+        "train.eval_steps=2",
+    )
     assert payload.step == 20
     g = cli("generate.py", f"ckpt={run}", "prompt=안녕", "max_new_tokens=20", "device=cuda")
     assert g.returncode == 0 and g.stdout.startswith("안녕"), g.stderr
@@ -58,9 +63,20 @@ def test_train_on_cuda_with_bf16_and_compile(tmp_path):
 
 def test_the_hangul_model_trains_with_held_rows_and_samples_on_cuda(tmp_path, corpus):
     run = tmp_path / "run"
-    r = cli("train.py", "model=tiny", "device=cuda", "train.dtype=auto", "data.tokenizer=hangul",
-            "model.embedding=jamo", "model.head=jamo", f"data.path={corpus}", "train.max_steps=20",
-            "train.eval_interval=10", "train.eval_steps=2", f"hydra.run.dir={run}")
+    r = cli(
+        "train.py",
+        "model=tiny",
+        "device=cuda",
+        "train.dtype=auto",
+        "data.tokenizer=hangul",
+        "model.embedding=jamo",
+        "model.head=jamo",
+        f"data.path={corpus}",
+        "train.max_steps=20",
+        "train.eval_interval=10",
+        "train.eval_steps=2",
+        f"hydra.run.dir={run}",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     g = cli("generate.py", f"ckpt={run}", "prompt=똠양꿍", "max_new_tokens=20", "device=cuda", "top_p=0.9")
     assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
@@ -76,9 +92,16 @@ def graph_run(tmp_path, monkeypatch, name, way, *overrides, steps=16):
 
     if way is not None:
         monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (way, "test"))
-    job = train_job(tmp_path, "device=cuda", f"data.path={ROOT / 'data' / 'corpus' / 'ko_default.txt'}",
-                    f"train.max_steps={steps}", "train.eval_interval=5", "train.log_interval=2", "model.dropout=0",
-                    *overrides)
+    job = train_job(
+        tmp_path,
+        "device=cuda",
+        f"data.path={ROOT / 'data' / 'corpus' / 'ko_default.txt'}",
+        f"train.max_steps={steps}",
+        "train.eval_interval=5",
+        "train.log_interval=2",
+        "model.dropout=0",
+        *overrides,
+    )
     result = trainer.train(job, tmp_path / name)
     monkeypatch.undo()
     return result, load_checkpoint(tmp_path / name / "ckpt.pt")
@@ -88,14 +111,19 @@ def close_weights(a, b, rtol):
     return all(torch.allclose(v.float(), b.model[k].float(), rtol=rtol, atol=rtol) for k, v in a.model.items())
 
 
-@pytest.mark.parametrize("overrides,rtol", [
-    (("train.dtype=float32",), 1e-4),
-    (("train.dtype=bfloat16", "train.grad_accum_steps=2"), 3e-2),
-    (("train.dtype=float16",), 3e-2),  # the loss scaler's step runs after each replay
-    (("train.dtype=float32", "train.optimizer=muon"), 1e-4),  # Muon runs after each replay
-], ids=["fp32", "bf16-accumulation", "fp16-scaler", "muon"])
+@pytest.mark.parametrize(
+    "overrides,rtol",
+    [
+        (("train.dtype=float32",), 1e-4),
+        (("train.dtype=bfloat16", "train.grad_accum_steps=2"), 3e-2),
+        (("train.dtype=float16",), 3e-2),  # the loss scaler's step runs after each replay
+        (("train.dtype=float32", "train.optimizer=muon"), 1e-4),  # Muon runs after each replay
+    ],
+    ids=["fp32", "bf16-accumulation", "fp16-scaler", "muon"],
+)
 def test_the_graph_trains_as_the_eager_step_with_evaluations_and_checkpoints_between_replays(
-        tmp_path, monkeypatch, overrides, rtol):
+    tmp_path, monkeypatch, overrides, rtol
+):
     from training.runner.plan import EAGER, Way
 
     eager, eager_ckpt = graph_run(tmp_path, monkeypatch, "eager", EAGER, *overrides)
@@ -111,8 +139,15 @@ def test_a_graphed_run_resumes_and_dropout_stays_random(tmp_path, monkeypatch):
 
     whole, whole_ckpt = graph_run(tmp_path, monkeypatch, "whole", Way(graph=True), "train.dtype=float32", steps=16)
     graph_run(tmp_path, monkeypatch, "part", Way(graph=True), "train.dtype=float32", steps=8)
-    resumed, resumed_ckpt = graph_run(tmp_path, monkeypatch, "part", Way(graph=True), "train.dtype=float32",
-                                      f"train.resume={tmp_path / 'part'}", steps=16)
+    resumed, resumed_ckpt = graph_run(
+        tmp_path,
+        monkeypatch,
+        "part",
+        Way(graph=True),
+        "train.dtype=float32",
+        f"train.resume={tmp_path / 'part'}",
+        steps=16,
+    )
     assert resumed.step == 16 and resumed.val_loss == pytest.approx(whole.val_loss, rel=1e-3)
     # A replay moves the generator on as the eager kernels would: the same masks, step for step (frozen masks would
     # part the runs at once)
@@ -140,8 +175,10 @@ def test_a_capture_that_fails_on_the_card_leaves_the_run_going(tmp_path, monkeyp
 
     monkeypatch.setattr(CudaGraph, "capture", refuse)
     result, _ = graph_run(tmp_path, monkeypatch, "fallback", Way(graph=True), "train.dtype=bfloat16")
-    assert result.step == 16 and "could not be built (RuntimeError: capture refused by the test)" in \
-        capsys.readouterr().out
+    assert (
+        result.step == 16
+        and "could not be built (RuntimeError: capture refused by the test)" in capsys.readouterr().out
+    )
 
 
 def test_auto_graphs_a_time_budgeted_run(tmp_path):
@@ -204,8 +241,9 @@ def test_cuda_sampling_takes_the_graph_by_default_and_gives_the_seeds_text(exact
     idx = torch.randint(0, 300, (1, 5), device="cuda")
     ids = [t for t, _ in stream(m, idx, 50, 0.8, generator=torch.Generator(device="cuda").manual_seed(1))]
     assert "captured as a CUDA graph" in capsys.readouterr().err
-    eager = [t for t, _ in stream(m, idx, 50, 0.8, generator=torch.Generator(device="cuda").manual_seed(1),
-                                  decoder="static")]
+    eager = [
+        t for t, _ in stream(m, idx, 50, 0.8, generator=torch.Generator(device="cuda").manual_seed(1), decoder="static")
+    ]
     assert torch.equal(torch.cat(ids), torch.cat(eager))
 
 
@@ -259,8 +297,11 @@ def test_a_failed_capture_says_so_and_samples_eagerly_on_cuda():
     r = subprocess.run([sys.executable, "-c", FAILING_CAPTURE], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-3000:]
     err = [line for line in r.stderr.splitlines() if line.startswith("sampling:")]
-    assert len(err) == 1 and err[0].startswith("sampling: not captured as a CUDA graph (") \
-        and err[0].endswith("); running it eagerly"), r.stderr[-3000:]
+    assert (
+        len(err) == 1
+        and err[0].startswith("sampling: not captured as a CUDA graph (")
+        and err[0].endswith("); running it eagerly")
+    ), r.stderr[-3000:]
 
 
 def test_the_gpu_sampling_benchmark_on_cuda():

@@ -44,8 +44,16 @@ from pathlib import Path
 
 HEADER = struct.Struct("!I")  # length of the JSON request that follows the three descriptors
 # torch._dynamo too: building a model on the meta device (the checkpoint checks do) imports it
-PRELOADED = ("torch", "torch._dynamo", "numpy", "tqdm", "omegaconf", "hydra", "hydra.core.config_store",
-             "torch.utils.tensorboard")
+PRELOADED = (
+    "torch",
+    "torch._dynamo",
+    "numpy",
+    "tqdm",
+    "omegaconf",
+    "hydra",
+    "hydra.core.config_store",
+    "torch.utils.tensorboard",
+)
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -150,19 +158,22 @@ class WarmPython:
     def __init__(self, env: dict[str, str]):
         self.env = env
         self.path = str(Path(tempfile.mkdtemp(prefix="kochar-warm-")) / "socket")
-        self.server = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, env=env)
+        self.server = subprocess.Popen(
+            [sys.executable, __file__, self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         said = self.server.stdout.readline().strip()
         if said != b"ready":
-            raise RuntimeError(f"the warm interpreter did not start ({said.decode() or 'no word'}, exit code "
-                               f"{self.server.wait()})")
+            raise RuntimeError(
+                f"the warm interpreter did not start ({said.decode() or 'no word'}, exit code {self.server.wait()})"
+            )
 
     def serves(self, env: dict[str, str]) -> bool:
         """Whether a command with `env` reads at start what the server read: every variable but NOT_AT_START."""
         return _startup(env) == _startup(self.env)
 
-    def run(self, command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         """Like subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)."""
         env = self.env if env is None else env
         if not self.serves(env):

@@ -10,8 +10,18 @@ from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer
 from tokenizer.jamo import KoreanJamoTokenizer
 from tokenizer.syllable_block import KoreanHangulTokenizer
 
-__all__ = ["KoreanCharTokenizer", "KoreanHangulTokenizer", "KoreanJamoTokenizer", "TOKENIZER_KINDS", "Tokenizer",
-           "UNK_ID", "UNK_TOKEN", "StreamDecoder", "build_tokenizer", "tokenizer_from_dict"]
+__all__ = [
+    "KoreanCharTokenizer",
+    "KoreanHangulTokenizer",
+    "KoreanJamoTokenizer",
+    "TOKENIZER_KINDS",
+    "Tokenizer",
+    "UNK_ID",
+    "UNK_TOKEN",
+    "StreamDecoder",
+    "build_tokenizer",
+    "tokenizer_from_dict",
+]
 
 _CLASSES = {cls.kind: cls for cls in (KoreanCharTokenizer, KoreanJamoTokenizer, KoreanHangulTokenizer)}
 TOKENIZER_KINDS = tuple(_CLASSES)

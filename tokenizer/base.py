@@ -73,8 +73,10 @@ def vocabulary_format(d: object, expected: str, described: str) -> dict:
         raise UserError(f"not a kochar-gpt {described} tokenizer vocabulary (a JSON {type(d).__name__}, not an object)")
     if d.get("format") != expected:
         found = d.get("format")
-        raise UserError(f"not a kochar-gpt {described} tokenizer vocabulary (tokenizer.format is "
-                        f"{str(found)[:60]!r}, not {expected})")
+        raise UserError(
+            f"not a kochar-gpt {described} tokenizer vocabulary (tokenizer.format is "
+            f"{str(found)[:60]!r}, not {expected})"
+        )
     return d
 
 

@@ -37,9 +37,11 @@ _CONJOINING_L, _CONJOINING_V, _CONJOINING_T = 0x1100, 0x1161, 0x11A7  # final 1 
 def _part_tables() -> tuple[list[str], np.ndarray]:
     """(name of each part token, the compatibility jamo each part shows as when it stands alone)."""
     names, shown = [], []
-    for base, count, kind, prefix in ((_CONJOINING_L, NUM_INITIALS, "L", "HANGUL CHOSEONG "),
-                                      (_CONJOINING_V, NUM_MEDIALS, "V", "HANGUL JUNGSEONG "),
-                                      (_CONJOINING_T, NUM_FINALS, "T", "HANGUL JONGSEONG ")):
+    for base, count, kind, prefix in (
+        (_CONJOINING_L, NUM_INITIALS, "L", "HANGUL CHOSEONG "),
+        (_CONJOINING_V, NUM_MEDIALS, "V", "HANGUL JUNGSEONG "),
+        (_CONJOINING_T, NUM_FINALS, "T", "HANGUL JONGSEONG "),
+    ):
         for k in range(count):
             if kind == "T" and k == 0:
                 names.append("<T none>")
@@ -99,8 +101,11 @@ def text_from_jamo_codes(codes: np.ndarray) -> str:
     final = np.zeros(len(starts), dtype=np.int64)
     closed = closed_start[starts]
     final[closed] = codes[starts[closed] + 2] - FINAL_BASE
-    out[starts] = (SYLLABLE_FIRST + ((codes[starts] - INITIAL_BASE) * NUM_MEDIALS
-                                     + codes[starts + 1] - MEDIAL_BASE) * NUM_FINALS + final)
+    out[starts] = (
+        SYLLABLE_FIRST
+        + ((codes[starts] - INITIAL_BASE) * NUM_MEDIALS + codes[starts + 1] - MEDIAL_BASE) * NUM_FINALS
+        + final
+    )
     out[consumed] = -1
     return text_from_code_points(out[out >= 0])
 
@@ -129,7 +134,7 @@ class KoreanJamoTokenizer(JsonVocabulary):
         extra = [c for c in dict.fromkeys(_token_code(name) for name in added) if c not in known]
         self._codes = np.array(base + extra, dtype=np.int64)  # tokens added by fine-tuning come last
         self.tokens: list[str] = [_code_name(int(c)) for c in self._codes]
-        self.added: list[str] = self.tokens[len(base):]
+        self.added: list[str] = self.tokens[len(base) :]
         ids = np.arange(1, len(self._codes) + 1, dtype=np.int32)
         is_char = self._codes < PART_BASE
         chars = self._codes[is_char]
@@ -169,8 +174,13 @@ class KoreanJamoTokenizer(JsonVocabulary):
         return Counter({chr(int(c)): int(k) for c, k in zip(missing, n, strict=True)})
 
     def to_dict(self) -> dict:
-        d = {"format": FORMAT, "version": 1, "kind": self.kind, "unk": UNK_TOKEN,
-             "tokens": self.tokens[: len(self.tokens) - len(self.added)]}
+        d = {
+            "format": FORMAT,
+            "version": 1,
+            "kind": self.kind,
+            "unk": UNK_TOKEN,
+            "tokens": self.tokens[: len(self.tokens) - len(self.added)],
+        }
         return {**d, "added": self.added} if self.added else d
 
     @classmethod
@@ -180,8 +190,9 @@ class KoreanJamoTokenizer(JsonVocabulary):
         for key, names in (("tokens", tokens), ("added", added)):
             for i, name in enumerate(names):
                 if len(name) != 1 and name not in _PART_BY_NAME:
-                    raise UserError(f"tokenizer.{key}[{i}] must be a character or a jamo part such as '<L ᄀ>', "
-                                    f"found {name[:40]!r}")
+                    raise UserError(
+                        f"tokenizer.{key}[{i}] must be a character or a jamo part such as '<L ᄀ>', found {name[:40]!r}"
+                    )
         return cls(tokens, added)
 
     def extended(self, chunks: Iterable[str]) -> KoreanJamoTokenizer:

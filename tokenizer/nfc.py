@@ -35,4 +35,3 @@ def nfc_unsafe_code_points() -> np.ndarray:
                 unsafe.add(cp)
             unsafe.update(int(part, 16) for part in d.split()[1:])  # can follow a starter and compose with it
     return np.array(sorted(unsafe), dtype=np.uint32)
-

@@ -36,7 +36,7 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
 
     def _base_chars(self) -> list[str]:
         """The corpus's characters other than syllables (the syllables are always there)."""
-        return self.chars[NUM_SYLLABLES: len(self.chars) - len(self.added)]
+        return self.chars[NUM_SYLLABLES : len(self.chars) - len(self.added)]
 
     def char_vocabulary(self) -> frozenset[str] | None:
         """Every character a `char` tokenizer of the same text would hold, or None if the record is missing."""
@@ -61,6 +61,7 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
 
     def _grown(self, new: list[str], seen: set[int]) -> KoreanHangulTokenizer:
         grown = super()._grown(new, seen)
-        grown.seen_syllables = None if self.seen_syllables is None else \
-            self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
+        grown.seen_syllables = (
+            None if self.seen_syllables is None else self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
+        )
         return grown

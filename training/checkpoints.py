@@ -53,13 +53,33 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
     if not all_finite(s.raw_model) or s.average is not None and not all_finite(s.average.model):
         state.watch.refuse_unfinite(state.step, "the model weights")
     average = s.average
-    training = TrainingState(state.step, s.optimizer.state_dict(), s.scaler.state_dict(), state.best_val_loss,
-                             state.val_loss, state.elapsed(), capture_rng(), s.sampler.state_dict(), s.dist.world_size,
-                             average.updates if average else 0, state.early.record())
-    config = {**asdict(s.job), **({"init_from": s.init_record} if s.init_record else {}),
-              **({"measured": s.measured} if s.measured else {})}
-    ckpt = Checkpoint(s.raw_model.config, strip_compile_prefix(dense_state_dict(s.raw_model)), s.tokenizer.to_dict(),
-                      s.tokens_per_char, config, training, average.dense_state() if average else None)
+    training = TrainingState(
+        state.step,
+        s.optimizer.state_dict(),
+        s.scaler.state_dict(),
+        state.best_val_loss,
+        state.val_loss,
+        state.elapsed(),
+        capture_rng(),
+        s.sampler.state_dict(),
+        s.dist.world_size,
+        average.updates if average else 0,
+        state.early.record(),
+    )
+    config = {
+        **asdict(s.job),
+        **({"init_from": s.init_record} if s.init_record else {}),
+        **({"measured": s.measured} if s.measured else {}),
+    }
+    ckpt = Checkpoint(
+        s.raw_model.config,
+        strip_compile_prefix(dense_state_dict(s.raw_model)),
+        s.tokenizer.to_dict(),
+        s.tokens_per_char,
+        config,
+        training,
+        average.dense_state() if average else None,
+    )
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
         if also:
@@ -75,13 +95,21 @@ def open_resume(job: TrainJob, run_dir: Path, is_main: bool) -> Checkpoint | Non
     if job.train.resume:
         return usable(load_checkpoint(resolve_checkpoint(job.train.resume, key="train.resume")))
     if is_main and (run_dir / CKPT_NAME).exists() and not job.train.overwrite:
-        raise UserError(f"{run_dir} already holds a checkpoint; pass train.resume={shell_path(run_dir)} to continue "
-                        "it, train.overwrite=true to start over, or another hydra.run.dir")
+        raise UserError(
+            f"{run_dir} already holds a checkpoint; pass train.resume={shell_path(run_dir)} to continue "
+            "it, train.overwrite=true to start over, or another hydra.run.dir"
+        )
     return None
 
 
-def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, sampler: BatchSampler,
-                     world_size: int, resumed: Checkpoint, model: torch.nn.Module) -> dict:
+def restore_training(
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    sampler: BatchSampler,
+    world_size: int,
+    resumed: Checkpoint,
+    model: torch.nn.Module,
+) -> dict:
     """Load the optimizer, the loss scaler, the sampler and the random-number states of `resumed`; returns the loop
     state's fields it restores (step, best validation, time trained, the early-stopping count)."""
     saved = resumed.training
@@ -102,13 +130,19 @@ def restore_training(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradSca
             part = "random-number"
             restore_rng(saved.rng)
         part = "step"
-        return {"step": int(saved.step), "best_val_loss": float(saved.best_val_loss),
-                "elapsed_before": float(saved.elapsed_seconds), "last_log": (time.perf_counter(), int(saved.step)),
-                "early": EarlyStop.restored(saved.early_stop)}
+        return {
+            "step": int(saved.step),
+            "best_val_loss": float(saved.best_val_loss),
+            "elapsed_before": float(saved.elapsed_seconds),
+            "last_log": (time.perf_counter(), int(saved.step)),
+            "early": EarlyStop.restored(saved.early_stop),
+        }
     except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
-        raise UserError(f"checkpoint {resumed.path} has an unusable {part} state ({type(e).__name__}: "
-                        f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
-                        "sampled (generate.py) and scored (evaluate.py), or start a new run") from None
+        raise UserError(
+            f"checkpoint {resumed.path} has an unusable {part} state ({type(e).__name__}: "
+            f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
+            "sampled (generate.py) and scored (evaluate.py), or start a new run"
+        ) from None
 
 
 def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
@@ -127,8 +161,10 @@ def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
         n += 1
         kept = run_dir / f"ckpt.step{step}.{n}.pt"
     atomic_rename(current, kept)
-    return (f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
-            f"(step {step}) is kept as {kept.name}")
+    return (
+        f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
+        f"(step {step}) is kept as {kept.name}"
+    )
 
 
 def capture_rng() -> dict:

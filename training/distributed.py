@@ -97,7 +97,8 @@ def cleanup(info: DistInfo) -> None:
 def _peer_gone(e: BaseException) -> bool:
     text = str(e).lower()
     return isinstance(e, (dist.DistError, ConnectionError)) or any(
-        s in text for s in ("connection closed by peer", "connection reset", "broken pipe", "gloo"))
+        s in text for s in ("connection closed by peer", "connection reset", "broken pipe", "gloo")
+    )
 
 
 @contextlib.contextmanager
@@ -113,6 +114,9 @@ def peer_loss_is_one_line(run_dir: str) -> Iterator[None]:
         close_bars()
         hint = f"; the last checkpoint in {run_dir} is intact: resume with train.resume={shell_path(run_dir)}"
         where = hint if rank == 0 else ""
-        print(f"error: rank {rank} lost contact with another rank, which stopped or crashed ({first}){where}",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: rank {rank} lost contact with another rank, which stopped or crashed ({first}){where}",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(1)  # the process group cannot be shut down cleanly without the peer

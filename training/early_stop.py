@@ -76,11 +76,13 @@ def refuse_idle_patience(job, state: LoopState, max_steps: int | None, resumed: 
     n, left = int(t.early_stop), evaluations_left(state.step, max_steps, t.eval_interval)
     if can_act(state.early, state.best_val_loss, n, left):
         return
-    raise ConfigError(f"train.early_stop={n} cannot act in this run: it stops a run after {n} evaluations in a row "
-                      f"without a better validation loss (the first finds the best, the last never stops a run), "
-                      f"and this run makes {left} evaluation"
-                      f"{'s' if left != 1 else ''} (every train.eval_interval={t.eval_interval} steps up to step "
-                      f"{max_steps}); drop train.early_stop, or evaluate more often (a lower train.eval_interval)")
+    raise ConfigError(
+        f"train.early_stop={n} cannot act in this run: it stops a run after {n} evaluations in a row "
+        f"without a better validation loss (the first finds the best, the last never stops a run), "
+        f"and this run makes {left} evaluation"
+        f"{'s' if left != 1 else ''} (every train.eval_interval={t.eval_interval} steps up to step "
+        f"{max_steps}); drop train.early_stop, or evaluate more often (a lower train.eval_interval)"
+    )
 
 
 def patience(value: str | None, max_steps: int | None) -> int | None:
@@ -103,8 +105,12 @@ class EarlyStop:
 
     def record(self) -> dict:
         """What the checkpoint keeps (plain data: checkpoints load with weights_only=True)."""
-        return {"best_step": self.best_step, "stale": self.stale, "stopped_at": self.stopped_at,
-                "limits": dict(self.limits)}
+        return {
+            "best_step": self.best_step,
+            "stale": self.stale,
+            "stopped_at": self.stopped_at,
+            "limits": dict(self.limits),
+        }
 
     @classmethod
     def restored(cls, record: object) -> EarlyStop:
@@ -112,11 +118,23 @@ class EarlyStop:
         r = record if isinstance(record, dict) else {}
         whole = lambda v: v if isinstance(v, int) and not isinstance(v, bool) else None  # noqa: E731
         limits = r.get("limits") if isinstance(r.get("limits"), dict) else {}
-        return cls(None, whole(r.get("best_step")), whole(r.get("stale")) or 0, whole(r.get("stopped_at")),
-                   {k: v for k, v in limits.items() if k in LIMITS and (v is None or isinstance(v, int | float))})
+        return cls(
+            None,
+            whole(r.get("best_step")),
+            whole(r.get("stale")) or 0,
+            whole(r.get("stopped_at")),
+            {k: v for k, v in limits.items() if k in LIMITS and (v is None or isinstance(v, int | float))},
+        )
 
-    def count(self, step: int, val_loss: float, best_before: float, tokens_per_char: float, last: bool,
-              agree=lambda stop: stop) -> bool:
+    def count(
+        self,
+        step: int,
+        val_loss: float,
+        best_before: float,
+        tokens_per_char: float,
+        last: bool,
+        agree=lambda stop: stop,
+    ) -> bool:
         """Count the evaluation at `step` (`best_before`: the best validation before it); True when the run stops
         here. `agree` makes every rank's decision the same (any_rank); it is called on every rank or on none."""
         improved = val_loss < best_before
@@ -141,16 +159,24 @@ class EarlyStop:
         if self.patience is None:
             return "train.early_stop is null now"
         if self.stale < self.patience:
-            return f"train.early_stop={self.patience} allows {self.patience - self.stale} more evaluation(s) without " \
-                   "a better validation loss"
+            return (
+                f"train.early_stop={self.patience} allows {self.patience - self.stale} more evaluation(s) without "
+                "a better validation loss"
+            )
         return None
 
 
 def observe(s: Session, state: LoopState, last: bool) -> None:
     """At an evaluation, before `state.best_val_loss` takes it in and its checkpoint is written: count it, and
     decide on every rank together whether the run stops here (`state.early.stopped_at`)."""
-    state.early.count(state.step, state.val_loss, state.best_val_loss, s.tokens_per_char, last,
-                      lambda stop: distributed.any_rank(stop, s.dist, s.device))
+    state.early.count(
+        state.step,
+        state.val_loss,
+        state.best_val_loss,
+        s.tokens_per_char,
+        last,
+        lambda stop: distributed.any_rank(stop, s.dist, s.device),
+    )
 
 
 def stops_here(state: LoopState) -> bool:
@@ -172,10 +198,12 @@ def start(s: Session, state: LoopState) -> bool:
     if e.stopped_at is not None:
         why = e.going_on(now)
         if why is None:
-            s.say(f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
-                    f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
-                    "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
-                    "train on")
+            s.say(
+                f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
+                f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
+                "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
+                "train on"
+            )
             state.stopped, e.said = EARLY, True
             return False
         s.say(f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
@@ -183,11 +211,16 @@ def start(s: Session, state: LoopState) -> bool:
     e.limits = now
     left = evaluations_left(state.step, s.max_steps, t.eval_interval)
     if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
-        how = "auto: this run's length is set by time or passes, not train.max_steps" if t.early_stop == "auto" \
+        how = (
+            "auto: this run's length is set by time or passes, not train.max_steps"
+            if t.early_stop == "auto"
             else f"train.early_stop={t.early_stop}"
-        s.say(f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
-                f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
-                f"above the best ({how}; train.early_stop=null turns it off)")
+        )
+        s.say(
+            f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
+            f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
+            f"above the best ({how}; train.early_stop=null turns it off)"
+        )
     return True
 
 
@@ -205,9 +238,11 @@ def closing(s: Session, state: LoopState) -> str:
         return ""
     e, lines = state.early, []
     if state.stopped == EARLY and e.stopped_at == state.step and not e.said:
-        lines.append(f"early stop at step {state.step}: {e.stale} evaluations in a row without a better validation "
-                     f"loss (the best: step {e.best_step}, val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt "
-                     f"are kept, and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised")
+        lines.append(
+            f"early stop at step {state.step}: {e.stale} evaluations in a row without a better validation "
+            f"loss (the best: step {e.best_step}, val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt "
+            f"are kept, and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised"
+        )
     if math.isfinite(state.best_val_loss):
         lines += closing_lines(s.run_dir, s.tokens_per_char)
     return "\n".join(lines)
@@ -227,8 +262,10 @@ def closing_lines(run_dir: Path, tokens_per_char: float) -> list[str]:
         return []
     bpc = lambda loss: bits_per_char(loss, tokens_per_char)  # noqa: E731 - a local shorthand
     worse = bpc(last.val_loss) - bpc(best.val_loss)
-    return [f"validation turned: the best was step {best.step}, val loss {best.val_loss:.4f} "
-            f"({bpc(best.val_loss):.4f} bpc); the last, step {last.step}, {last.val_loss:.4f} "
-            f"({bpc(last.val_loss):.4f} bpc, {worse:.3f} bpc worse)",
-            f"{READERS} read {BEST_NAME} (the best) from this run; ckpt={shell_path(run_dir / CKPT_NAME)} reads the "
-            "last weights"]
+    return [
+        f"validation turned: the best was step {best.step}, val loss {best.val_loss:.4f} "
+        f"({bpc(best.val_loss):.4f} bpc); the last, step {last.step}, {last.val_loss:.4f} "
+        f"({bpc(last.val_loss):.4f} bpc, {worse:.3f} bpc worse)",
+        f"{READERS} read {BEST_NAME} (the best) from this run; ckpt={shell_path(run_dir / CKPT_NAME)} reads the "
+        "last weights",
+    ]

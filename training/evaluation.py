@@ -30,8 +30,16 @@ def bits_per_char(loss_nats_per_token: float, tokens_per_char: float = 1.0) -> f
 
 
 @torch.no_grad()
-def estimate_loss(model: nn.Module, tokens: np.ndarray, context_length: int, batch_size: int, steps: int,
-                  device: torch.device, autocast_ctx, seed: int = 0) -> float:
+def estimate_loss(
+    model: nn.Module,
+    tokens: np.ndarray,
+    context_length: int,
+    batch_size: int,
+    steps: int,
+    device: torch.device,
+    autocast_ctx,
+    seed: int = 0,
+) -> float:
     """Mean loss over `steps` batches drawn with a fixed seed: the same batches at every evaluation."""
     was_training = model.training
     model.eval()
@@ -57,8 +65,9 @@ def estimate(s: Session, model: nn.Module, split: str) -> float:
     """Mean loss of `model` on the same fixed batches of the `train` or `val` split at every evaluation."""
     t = s.job.train
     tokens, seed = (s.train_tokens, s.job.seed + 1) if split == "train" else (s.val_tokens, s.job.seed + 2)
-    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, eval_batches(s), s.device,
-                         s.autocast, seed=seed)
+    return estimate_loss(
+        model, tokens, s.raw_model.context_length, t.batch_size, eval_batches(s), s.device, s.autocast, seed=seed
+    )
 
 
 def evaluate(s: Session) -> tuple[float, float]:
@@ -87,6 +96,8 @@ def eval_note(s: Session) -> str | None:
     if t.eval_steps <= cap:
         return None
     split = "validation" if len(s.val_tokens) <= len(s.train_tokens) else "training"
-    return (f"note: train.eval_steps={t.eval_steps} asks for more batches than the splits hold: the {split} split "
-            f"has {_distinct_windows(s):,} distinct windows of {s.raw_model.context_length} tokens, which {cap} "
-            f"batches of train.batch_size={t.batch_size} draw; each evaluation scores {cap} batches per split")
+    return (
+        f"note: train.eval_steps={t.eval_steps} asks for more batches than the splits hold: the {split} split "
+        f"has {_distinct_windows(s):,} distinct windows of {s.raw_model.context_length} tokens, which {cap} "
+        f"batches of train.batch_size={t.batch_size} draw; each evaluation scores {cap} batches per split"
+    )

@@ -44,13 +44,21 @@ class InitSource:
 
     def record(self) -> dict:
         chosen = {"chosen": self.file.chosen, "val_loss": self.file.fields()["val_loss"]} if self.file else {}
-        return {"from": str(self.checkpoint.path), "step": self.checkpoint.step, "added_tokens": len(self.added),
-                **chosen, **self.used.fields()}
+        return {
+            "from": str(self.checkpoint.path),
+            "step": self.checkpoint.step,
+            "added_tokens": len(self.added),
+            **chosen,
+            **self.used.fields(),
+        }
 
     def line(self) -> str:
         shown = "".join(self.added[:20]).replace("\n", "\\n") + ("..." if len(self.added) > 20 else "")
-        added = f"; {len(self.added)} character(s) it never saw were added to the vocabulary ({shown})" \
-            if self.added else "; the new text holds no character it had not seen"
+        added = (
+            f"; {len(self.added)} character(s) it never saw were added to the vocabulary ({shown})"
+            if self.added
+            else "; the new text holds no character it had not seen"
+        )
         source = self.file.words() if self.file else f"{self.checkpoint.path} (step {self.checkpoint.step})"
         return f"init_from {source}: a new run from its weights: {self.used.words()}{added}"
 
@@ -84,8 +92,10 @@ def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
     if typed is not None and "data.tokenizer" in typed and job.data.tokenizer != kind:
         conflicts.append(f"data.tokenizer={job.data.tokenizer} (the source has {kind})")
     if conflicts:
-        raise UserError(f"train.init_from={job.train.init_from} fixes the architecture, but this command line "
-                        f"changes it: {'; '.join(conflicts)}; drop those overrides")
+        raise UserError(
+            f"train.init_from={job.train.init_from} fixes the architecture, but this command line "
+            f"changes it: {'; '.join(conflicts)}; drop those overrides"
+        )
     keep = {k: getattr(job.model, k) for k in ("dropout", "attention")}
     job.model = replace(source.model_config, vocab_size=None, **keep)
     job.data.tokenizer = kind
@@ -99,7 +109,7 @@ def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSourc
     added: list[str] = []
     if corpus.num_unknown:
         bigger = tokenizer.extended(corpus_files(corpus.path).chunks())
-        added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])):]
+        added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])) :]
         corpus = load_corpus(job.data.path, bigger, job.data.cache_dir)
     chosen = run_file(job.train.init_from) if job.train.init_from else None  # its headers are read once: cached
     return corpus, InitSource(source, added, used, chosen if chosen and chosen.path == source.path else None)

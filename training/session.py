@@ -136,20 +136,25 @@ def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | No
         tokenizer = tokenizer_from_dict(resumed.tokenizer) if resumed else None
         corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
     if resumed is not None and corpus.num_unknown:
-        raise UserError(f"the corpus {corpus.path} has {corpus.num_unknown} characters outside the vocabulary of "
-                        f"{resumed.path}; resume with the data.path the run was trained on (or start a new run "
-                        f"from it with train.init_from={shell_path(resumed.path)})")
+        raise UserError(
+            f"the corpus {corpus.path} has {corpus.num_unknown} characters outside the vocabulary of "
+            f"{resumed.path}; resume with the data.path the run was trained on (or start a new run "
+            f"from it with train.init_from={shell_path(resumed.path)})"
+        )
     C, vf = job.model.context_length if resumed is None else resumed.model_config.context_length, job.data.val_fraction
     if len(corpus.tokens) < min_corpus_tokens(C, vf):
         per_char = len(corpus.tokens) / max(1, corpus.num_chars)  # users think in characters, not tokens
-        raise UserError(f"the corpus {corpus.path} is too short: {corpus.num_chars} characters, but "
-                        f"model.context_length={C} with data.val_fraction={vf} needs at least "
-                        f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters")
+        raise UserError(
+            f"the corpus {corpus.path} is too short: {corpus.num_chars} characters, but "
+            f"model.context_length={C} with data.val_fraction={vf} needs at least "
+            f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters"
+        )
     return corpus, init
 
 
-def build_model(job: TrainJob, vocab_size: int, resumed: Checkpoint | None,
-                init: InitSource | None = None) -> AttentionLanguageModel:
+def build_model(
+    job: TrainJob, vocab_size: int, resumed: Checkpoint | None, init: InitSource | None = None
+) -> AttentionLanguageModel:
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
@@ -170,8 +175,14 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
 
 
-def commit_run_dir(job: TrainJob, run_dir: Path, resumed: Checkpoint | None, changed: list[str],
-                   dist: distributed.DistInfo, lines: tuple[str | None, ...] = ()) -> None:
+def commit_run_dir(
+    job: TrainJob,
+    run_dir: Path,
+    resumed: Checkpoint | None,
+    changed: list[str],
+    dist: distributed.DistInfo,
+    lines: tuple[str | None, ...] = (),
+) -> None:
     """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed."""
     if not dist.is_main:
         return
@@ -217,16 +228,29 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
     refuse_long_warmup(job, resumed, max_steps)  # training/settings/idle.py, once epochs are steps
-    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype,
-                              measured.get("precision", {}).get("tokens_per_sec"))
+    auto = apply_auto_dropout(
+        job,
+        raw_model,
+        max_steps,
+        train_tokens,
+        tokens_per_step,
+        dist,
+        device,
+        dtype,
+        measured.get("precision", {}).get("tokens_per_sec"),
+    )
     # after auto: it may set the weight decays the optimizer is made with
     optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
     average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    sampler = BatchSampler(train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank,
-                           t.input_noise)
-    state = LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)) \
-        if resumed else LoopState(last_log=(time.perf_counter(), 0))
+    sampler = BatchSampler(
+        train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank, t.input_noise
+    )
+    state = (
+        LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model))
+        if resumed
+        else LoopState(last_log=(time.perf_counter(), 0))
+    )
     refuse_idle_patience(job, state, max_steps, resumed is not None, typed_command_line())
     if dist.rank:
         torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
@@ -241,13 +265,39 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
     if dist.is_main:
         corpus.tokenizer.save(run_dir / "vocab.json")
-    logger.watch(raw_model, corpus.tokenizer, list(t.sample_prompts), t.sample_tokens,
-                 val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(), job.seed)
-    session = Session(job, run_dir, dist, device, dtype, corpus.tokenizer, train_tokens, val_tokens,
-                      len(corpus.tokens) / max(1, corpus.num_chars), raw_model, model, optimizer, scaler, sampler,
-                      logger, max_steps, t.lr_decay_steps or max_steps, tokens_per_step, limit, auto,
-                      init.record() if init else (resumed.config.get("init_from") if resumed else None), average,
-                      measured or (resumed.config.get("measured", {}) if resumed else {}))
+    logger.watch(
+        raw_model,
+        corpus.tokenizer,
+        list(t.sample_prompts),
+        t.sample_tokens,
+        val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(),
+        job.seed,
+    )
+    session = Session(
+        job,
+        run_dir,
+        dist,
+        device,
+        dtype,
+        corpus.tokenizer,
+        train_tokens,
+        val_tokens,
+        len(corpus.tokens) / max(1, corpus.num_chars),
+        raw_model,
+        model,
+        optimizer,
+        scaler,
+        sampler,
+        logger,
+        max_steps,
+        t.lr_decay_steps or max_steps,
+        tokens_per_step,
+        limit,
+        auto,
+        init.record() if init else (resumed.config.get("init_from") if resumed else None),
+        average,
+        measured or (resumed.config.get("measured", {}) if resumed else {}),
+    )
     return session, state
 
 
@@ -278,13 +328,20 @@ def nothing_left_line(s: Session, state: LoopState) -> str | None:
         return None
     if s.max_steps is not None and state.step >= s.max_steps:
         if s.step_limit == "max_epochs":
-            epochs = f"train.max_epochs={t.max_epochs}" if t.max_epochs is not None else \
-                f"the default of {DEFAULT_EPOCHS:g} passes (train.max_epochs=null)"
+            epochs = (
+                f"train.max_epochs={t.max_epochs}"
+                if t.max_epochs is not None
+                else f"the default of {DEFAULT_EPOCHS:g} passes (train.max_epochs=null)"
+            )
             limit, more = f"{epochs}, {s.max_steps} steps over this training split,", "train.max_epochs"
         else:
             limit, more = f"train.max_steps={s.max_steps}", "train.max_steps"
     else:
-        limit, more = f"train.max_seconds={t.max_seconds:g}, used up ({state.elapsed_before:.0f} s trained),", \
-            "train.max_seconds"
-    return (f"nothing to train: the checkpoint resumed is at step {state.step}, and {limit} ends the run there; it is "
-            f"evaluated as it stands (raise {more} to train on)")
+        limit, more = (
+            f"train.max_seconds={t.max_seconds:g}, used up ({state.elapsed_before:.0f} s trained),",
+            "train.max_seconds",
+        )
+    return (
+        f"nothing to train: the checkpoint resumed is at step {state.step}, and {limit} ends the run there; it is "
+        f"evaluated as it stands (raise {more} to train on)"
+    )

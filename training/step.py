@@ -79,8 +79,9 @@ def learning_rate(s: Session, state: LoopState) -> float:
     no step limit at all, the clock alone."""
     t = s.job.train
     if s.decay_steps is None:
-        return lr_at_fraction(state.step, state.elapsed() / t.max_seconds, t.lr, t.min_lr, t.warmup_steps,
-                              t.lr_schedule)
+        return lr_at_fraction(
+            state.step, state.elapsed() / t.max_seconds, t.lr, t.min_lr, t.warmup_steps, t.lr_schedule
+        )
     progress = state.step
     if t.max_seconds:
         progress = max(state.step, s.decay_steps * state.elapsed() / t.max_seconds)

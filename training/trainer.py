@@ -40,9 +40,12 @@ from training.settings.config import TrainJob
 from training.step import StepResult
 
 COMPLETED = ("max_steps", "max_epochs", "max_seconds", EARLY)
-LIMIT_WORDS = {"max_steps": "train.max_steps reached", "max_epochs": "the passes over the data (train.max_epochs) done",
-               "max_seconds": "the time budget train.max_seconds used",
-               EARLY: "validation stopped improving (train.early_stop)"}
+LIMIT_WORDS = {
+    "max_steps": "train.max_steps reached",
+    "max_epochs": "the passes over the data (train.max_epochs) done",
+    "max_seconds": "the time budget train.max_seconds used",
+    EARLY: "validation stopped improving (train.early_stop)",
+}
 
 
 @dataclass
@@ -133,8 +136,10 @@ def stop(s: Session, state: LoopState, bar: tqdm | None, signal_name: str) -> No
         save(s, state, CKPT_NAME)
     if bar is not None:
         bar.close()
-    s.say(f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "  # every rank got it
-          f"train.resume={shell_path(s.run_dir)}")
+    s.say(
+        f"stopped by {state.stopped} at step {state.step}; checkpoint saved, resume with "  # every rank got it
+        f"train.resume={shell_path(s.run_dir)}"
+    )
 
 
 def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> None:
@@ -147,8 +152,15 @@ def log_step(s: Session, state: LoopState, result: StepResult, bar: tqdm) -> Non
     last_time, last_step = state.last_log
     state.tokens_per_sec = (state.step - last_step) * s.tokens_per_step / max(1e-9, now - last_time)
     state.last_log = (now, state.step)
-    s.logger.scalars(state.step, {"train/loss": loss, "train/lr": result.lr, "train/grad_norm": grad_norm,
-                                  "train/tokens_per_sec": state.tokens_per_sec})
+    s.logger.scalars(
+        state.step,
+        {
+            "train/loss": loss,
+            "train/lr": result.lr,
+            "train/grad_norm": grad_norm,
+            "train/tokens_per_sec": state.tokens_per_sec,
+        },
+    )
     bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{state.tokens_per_sec:,.0f}", refresh=False)
 
 
@@ -158,8 +170,12 @@ def validate(s: Session, state: LoopState, last: bool = False) -> None:
     state.watch.check(state.step)
     with stop_at_once():
         train_est, val_loss = evaluate(s)
-        scalars = {"val/loss": val_loss, "val/bpc": bits_per_char(val_loss, s.tokens_per_char),
-                   "train/eval_loss": train_est, "val/best_loss": min(state.best_val_loss, val_loss)}
+        scalars = {
+            "val/loss": val_loss,
+            "val/bpc": bits_per_char(val_loss, s.tokens_per_char),
+            "train/eval_loss": train_est,
+            "val/best_loss": min(state.best_val_loss, val_loss),
+        }
         if s.average is not None:  # the average is what val/loss scores; the raw weights beside it
             scalars["val/loss_raw"] = estimate(s, s.eval_model, "val")
     state.watch.check_evaluation(state.step, val_loss, train_est)  # finite losses, weights too large to score
@@ -210,20 +226,49 @@ def finish(s: Session, state: LoopState, seconds: float) -> TrainResult:
                 s.logger.text("samples/final", sample, state.step)
     except Interrupted as e:  # a signal cuts the final evaluation and the sample short; the checkpoint is written
         stop(s, state, None, e.signal_name)
-    s.logger.text("run/stopped", f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
-                  f"({LIMIT_WORDS.get(state.stopped, 'a signal')})", state.step)
+    s.logger.text(
+        "run/stopped",
+        f"{state.stopped} at step {state.step} after {state.elapsed():.0f} s "
+        f"({LIMIT_WORDS.get(state.stopped, 'a signal')})",
+        state.step,
+    )
     val_bpc = bits_per_char(state.val_loss, s.tokens_per_char)
-    metrics = {"hparam/val_loss": state.val_loss, "hparam/val_bpc": val_bpc,
-               "hparam/best_val_loss": state.best_val_loss, "hparam/tokens_per_sec": state.tokens_per_sec,
-               "hparam/params": num_parameters(s.raw_model)}
+    metrics = {
+        "hparam/val_loss": state.val_loss,
+        "hparam/val_bpc": val_bpc,
+        "hparam/best_val_loss": state.best_val_loss,
+        "hparam/tokens_per_sec": state.tokens_per_sec,
+        "hparam/params": num_parameters(s.raw_model),
+    }
     auto = {"dropout_passes": s.auto_dropout.passes} if s.auto_dropout else {}
     auto.update({f"{dtype}_step_ms": ms for dtype, ms in s.measured.get("precision", {}).get("step_ms", {}).items()})
-    s.logger.hparams({"model": asdict(s.raw_model.config), "data": asdict(s.job.data), "train": asdict(t),
-                      "seed": s.job.seed, "recipe": s.job.recipe, "auto": auto, "init": s.init_record or {}},
-                     metrics, state.step)
+    s.logger.hparams(
+        {
+            "model": asdict(s.raw_model.config),
+            "data": asdict(s.job.data),
+            "train": asdict(t),
+            "seed": s.job.seed,
+            "recipe": s.job.recipe,
+            "auto": auto,
+            "init": s.init_record or {},
+        },
+        metrics,
+        state.step,
+    )
     s.logger.close()
     distributed.cleanup(s.dist)
     train_loss = math.nan if state.watch.last is None else float(state.watch.last)
-    return TrainResult(s.run_dir, state.step, train_loss, state.val_loss, val_bpc, state.best_val_loss,
-                       state.tokens_per_sec, seconds, state.stopped, sample, s.average.summary() if s.average else "",
-                       early_stop.closing(s, state))
+    return TrainResult(
+        s.run_dir,
+        state.step,
+        train_loss,
+        state.val_loss,
+        val_bpc,
+        state.best_val_loss,
+        state.tokens_per_sec,
+        seconds,
+        state.stopped,
+        sample,
+        s.average.summary() if s.average else "",
+        early_stop.closing(s, state),
+    )

@@ -5,5 +5,15 @@ from data.prepare.catalog import KOCONOVEL, NSMC, REGISTRY, CorpusSource, Remote
 from data.prepare.command import main
 from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
 
-__all__ = ["BASE_URL_ENV", "KOCONOVEL", "NSMC", "REGISTRY", "CorpusSource", "RemoteFile", "default_cache_dir",
-           "download", "main", "prepare"]
+__all__ = [
+    "BASE_URL_ENV",
+    "KOCONOVEL",
+    "NSMC",
+    "REGISTRY",
+    "CorpusSource",
+    "RemoteFile",
+    "default_cache_dir",
+    "download",
+    "main",
+    "prepare",
+]

@@ -11,26 +11,43 @@ from data.download import MIN_SPEED, SLOW_SECONDS
 from data.prepare.catalog import REGISTRY
 from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
 
-DESCRIPTION = ("Download a public Korean corpus into a local cache and turn it into training text: one file, or "
-               "with --files a folder of one file per document. Prints the data.path=... override.")
+DESCRIPTION = (
+    "Download a public Korean corpus into a local cache and turn it into training text: one file, or "
+    "with --files a folder of one file per document. Prints the data.path=... override."
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m data.prepare", description=DESCRIPTION)
     p.add_argument("name", nargs="?", help=f"the corpus to prepare: {', '.join(REGISTRY)}")
     p.add_argument("--cache-dir", help=f"where corpora are kept (default {default_cache_dir()})")
-    p.add_argument("--base-url", help="download from a mirror: an http(s):// or file:// URL, or a local folder "
-                                      f"(or set {BASE_URL_ENV})")
-    p.add_argument("--force", action="store_true",
-                   help="download every file again, and trust anew each one that validates")
+    p.add_argument(
+        "--base-url",
+        help=f"download from a mirror: an http(s):// or file:// URL, or a local folder (or set {BASE_URL_ENV})",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="download every file again, and trust anew each one that validates"
+    )
     p.add_argument("--list", action="store_true", help="list the corpora this command knows")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--min-speed", type=float, metavar="KB_PER_S", default=MIN_SPEED / 1024,
-                   help=f"give up on a mirror that sends less than this for {SLOW_SECONDS} s (default %(default)g)")
-    p.add_argument("--max-file-mb", type=float, metavar="MB",
-                   help="refuse a file larger than this (default: the corpus's own bound, from --list)")
-    p.add_argument("--files", action="store_true",
-                   help="write one text file per document into a folder (data.path can name the folder)")
+    p.add_argument(
+        "--min-speed",
+        type=float,
+        metavar="KB_PER_S",
+        default=MIN_SPEED / 1024,
+        help=f"give up on a mirror that sends less than this for {SLOW_SECONDS} s (default %(default)g)",
+    )
+    p.add_argument(
+        "--max-file-mb",
+        type=float,
+        metavar="MB",
+        help="refuse a file larger than this (default: the corpus's own bound, from --list)",
+    )
+    p.add_argument(
+        "--files",
+        action="store_true",
+        help="write one text file per document into a folder (data.path can name the folder)",
+    )
     return p.parse_args(argv)
 
 
@@ -38,8 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     if args.list:
         for s in REGISTRY.values():
-            print(f"{s.name}: {s.description}\n    license: {s.license}\n    cite: {s.citation}\n"
-                  f"    largest file accepted: {s.max_file_mb:g} MB (--max-file-mb)")
+            print(
+                f"{s.name}: {s.description}\n    license: {s.license}\n    cite: {s.citation}\n"
+                f"    largest file accepted: {s.max_file_mb:g} MB (--max-file-mb)"
+            )
         return
     if not args.name:
         raise UserError(f"name the corpus to prepare: python -m data.prepare {'|'.join(REGISTRY)} (or --list)")
@@ -49,10 +68,20 @@ def main(argv: list[str] | None = None) -> None:
     for option, value in (("--min-speed", args.min_speed), ("--max-file-mb", args.max_file_mb)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UserError(f"{option} {value:g} is invalid: it must be a positive number")
-    path = prepare(source, args.cache_dir, args.base_url, args.force, progress=not args.quiet, files=args.files,
-                   min_speed_kb=args.min_speed, max_file_mb=args.max_file_mb)
+    path = prepare(
+        source,
+        args.cache_dir,
+        args.base_url,
+        args.force,
+        progress=not args.quiet,
+        files=args.files,
+        min_speed_kb=args.min_speed,
+        max_file_mb=args.max_file_mb,
+    )
     size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
     what = f"{len(list(path.iterdir()))} files, " if path.is_dir() else ""
-    print(f"{source.name}: {path} ({what}{size:,} bytes). License {source.license}; cite {source.citation}",
-          file=sys.stderr)
+    print(
+        f"{source.name}: {path} ({what}{size:,} bytes). License {source.license}; cite {source.citation}",
+        file=sys.stderr,
+    )
     print(f"data.path={path}")

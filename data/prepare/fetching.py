@@ -51,8 +51,10 @@ def _write(path: Path, data: str) -> None:
     try:
         atomic_write(path, data)
     except OSError as e:
-        raise UserError(f"cannot write {path}: {os_error_cause(e)}; free space there or pass --cache-dir=<a writable "
-                        "folder on another disk>") from None
+        raise UserError(
+            f"cannot write {path}: {os_error_cause(e)}; free space there or pass --cache-dir=<a writable "
+            "folder on another disk>"
+        ) from None
 
 
 def _content(source: CorpusSource, remote: RemoteFile, file: Path) -> str:
@@ -83,13 +85,20 @@ def _reuse(source: CorpusSource, remote: RemoteFile, local: Path, expected: str 
         raise UserError(f"{local} matches its recorded checksum but {e}; pass --force to download it again") from None
 
 
-def _fetch(source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None,
-           limits: Limits) -> tuple[str, str]:
+def _fetch(
+    source: CorpusSource, remote: RemoteFile, url: str, local: Path, expected: str | None, limits: Limits
+) -> tuple[str, str]:
     """Download `remote` to `local`; return (its text, its sha256)."""
     found: list[str] = []
     hint = "; pass --force to accept the new file" if expected and not remote.sha256 else ""
-    digest = download(url, local, expected, validate=lambda part: found.append(_content(source, remote, part)),
-                      mismatch_hint=hint, limits=limits)
+    digest = download(
+        url,
+        local,
+        expected,
+        validate=lambda part: found.append(_content(source, remote, part)),
+        mismatch_hint=hint,
+        limits=limits,
+    )
     return found[-1], digest
 
 
@@ -101,36 +110,50 @@ def _base_url(source: CorpusSource, base_url: str | None) -> str:
     return source.base_url.rstrip("/") + "/"
 
 
-def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url: str | None = None,
-            force: bool = False, progress: bool = True, files: bool = False, min_speed_kb: float | None = None,
-            max_file_mb: float | None = None) -> Path:
+def prepare(
+    source: CorpusSource,
+    cache_dir: str | Path | None = None,
+    base_url: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    files: bool = False,
+    min_speed_kb: float | None = None,
+    max_file_mb: float | None = None,
+) -> Path:
     """Download (or re-use) and validate every file of `source`, then write the prepared text; returns its path."""
-    limits = Limits(max_bytes=int((max_file_mb or source.max_file_mb) * (1 << 20)),
-                    min_speed=(min_speed_kb * 1024) if min_speed_kb is not None else MIN_SPEED)
+    limits = Limits(
+        max_bytes=int((max_file_mb or source.max_file_mb) * (1 << 20)),
+        min_speed=(min_speed_kb * 1024) if min_speed_kb is not None else MIN_SPEED,
+    )
     if files and not source.documents:
-        raise UserError(f"{source.name} is one stream of short texts, not documents: --files is for corpora of "
-                        "documents (koconovel); drop --files")
+        raise UserError(
+            f"{source.name} is one stream of short texts, not documents: --files is for corpora of "
+            "documents (koconovel); drop --files"
+        )
     folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / source.name
     raw = folder / "raw"
     try:
         raw.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the corpus cache folder {folder}: {e.strerror or e} (pass --cache-dir)") \
-            from None
+        raise UserError(
+            f"cannot create the corpus cache folder {folder}: {e.strerror or e} (pass --cache-dir)"
+        ) from None
     base = _base_url(source, base_url)
     sums_file = folder / "SHA256SUMS"
     sums = _read_sums(sums_file)
     texts, counts = [], {"new": 0, "replaced": 0}
-    bar = tqdm(source.files, desc=f"{source.name}", unit="file", disable=not progress, file=sys.stderr,
-               dynamic_ncols=True)
+    bar = tqdm(
+        source.files, desc=f"{source.name}", unit="file", disable=not progress, file=sys.stderr, dynamic_ncols=True
+    )
     for remote in bar:
         local = raw / remote.path
         recorded = sums.get(remote.path)
         expected = remote.sha256 or recorded
         text, digest = None if force else _reuse(source, remote, local, expected), None
         if text is None:  # --force trusts anew what validates, unless the registry pins it
-            text, digest = _fetch(source, remote, base + quote(remote.path), local,
-                                  remote.sha256 if force else expected, limits)
+            text, digest = _fetch(
+                source, remote, base + quote(remote.path), local, remote.sha256 if force else expected, limits
+            )
         elif not expected:
             digest = file_sha256(local)  # a kept copy never recorded, which has just validated
         if digest and not remote.sha256 and digest != recorded:
@@ -140,16 +163,24 @@ def prepare(source: CorpusSource, cache_dir: str | Path | None = None, base_url:
         texts.append(text)
     bar.close()
     if counts["new"]:
-        print(f"first download of {counts['new']} file(s) without a pinned checksum: they validated, and their "
-              f"sha256 are recorded in {sums_file}; later downloads must match them", file=sys.stderr)
+        print(
+            f"first download of {counts['new']} file(s) without a pinned checksum: they validated, and their "
+            f"sha256 are recorded in {sums_file}; later downloads must match them",
+            file=sys.stderr,
+        )
     if counts["replaced"]:
-        warnings.warn(f"--force: the recorded sha256 of {counts['replaced']} file(s) in {sums_file} changed to "
-                      "those of the new downloads, which validated", stacklevel=2)
+        warnings.warn(
+            f"--force: the recorded sha256 of {counts['replaced']} file(s) in {sums_file} changed to "
+            "those of the new downloads, which validated",
+            stacklevel=2,
+        )
     output = write_documents(folder, source, texts) if files else folder / source.output
     if not files:
         _write(output, normalize(source.separator.join(t.strip("\n") for t in texts)) + "\n")
-    _write(folder / "SOURCE.txt",
-           f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n")
+    _write(
+        folder / "SOURCE.txt",
+        f"{source.description}\n\nLicense: {source.license}\nCite: {source.citation}\nFrom: {base}\n",
+    )
     return output
 
 

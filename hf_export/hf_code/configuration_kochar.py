@@ -9,10 +9,29 @@ except ImportError:  # transformers 4.x
 class KocharConfig(PreTrainedConfig):
     model_type = "kochar_gpt"
 
-    def __init__(self, vocab_size=100, context_length=128, embedding_size=128, head_size=128, num_heads=4,
-                 num_blocks=4, position="learned", norm="layernorm", mlp="gelu", qk_norm=False, mlp_hidden=512,
-                 tie_weights=False, embedding="token", head="softmax", jamo_initials="linear", attention_gate=False,
-                 value_embedding=False, unet_skips=False, logit_softcap=0.0, **kwargs):
+    def __init__(
+        self,
+        vocab_size=100,
+        context_length=128,
+        embedding_size=128,
+        head_size=128,
+        num_heads=4,
+        num_blocks=4,
+        position="learned",
+        norm="layernorm",
+        mlp="gelu",
+        qk_norm=False,
+        mlp_hidden=512,
+        tie_weights=False,
+        embedding="token",
+        head="softmax",
+        jamo_initials="linear",
+        attention_gate=False,
+        value_embedding=False,
+        unet_skips=False,
+        logit_softcap=0.0,
+        **kwargs,
+    ):
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.max_position_embeddings = context_length

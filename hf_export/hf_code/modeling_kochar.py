@@ -14,8 +14,14 @@ from .configuration_kochar import KocharConfig
 ROPE_BASE = 10000.0
 GATE_CHANNELS = 12  # a head gate reads this many channels of its block's input
 # The kinds of each setting this code computes; any other is refused when the model is built, never computed.
-KINDS = {"position": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "relu2", "swiglu"),
-         "embedding": ("token", "jamo"), "head": ("softmax", "jamo"), "jamo_initials": ("pairs", "linear")}
+KINDS = {
+    "position": ("learned", "rope"),
+    "norm": ("layernorm", "rmsnorm"),
+    "mlp": ("gelu", "relu2", "swiglu"),
+    "embedding": ("token", "jamo"),
+    "head": ("softmax", "jamo"),
+    "jamo_initials": ("pairs", "linear"),
+}
 # The hangul tokenizer's ids: 1..11172 are the syllables, id - 1 = (initial * 21 + medial) * 28 + final.
 N_L, N_V, N_T, N_SYL = 19, 21, 28, 11172
 N_PARTS = N_L + N_V + N_T
@@ -76,8 +82,10 @@ def _norm(kind, size):
 def _check_kinds(c):
     for key, kinds in KINDS.items():
         if getattr(c, key) not in kinds:
-            raise ValueError(f"{key}={getattr(c, key)!r}: this folder's modeling code computes only "
-                             f"{', '.join(kinds)}; export the run with the kochar-gpt version that trained it")
+            raise ValueError(
+                f"{key}={getattr(c, key)!r}: this folder's modeling code computes only "
+                f"{', '.join(kinds)}; export the run with the kochar-gpt version that trained it"
+            )
 
 
 def _rope(x, cos, sin):
@@ -199,7 +207,7 @@ class KocharForCausalLM(PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids, attention_mask=None, labels=None, last_only=False, **kwargs):
         # attention_mask is accepted for generate()'s sake; unpadded batches (all ones) are what this computes
-        idx = input_ids[:, -self.config.context_length:]  # the window the model sees
+        idx = input_ids[:, -self.config.context_length :]  # the window the model sees
         x = self.token_embedding(idx)
         if self.jamo_embedding is not None:
             x = x + self.jamo_embedding(idx)

@@ -17,8 +17,11 @@ UNK, UNK_SHOWN = "<unk>", "\ufffd"
 
 def _parts():
     names, shown = [], {}
-    for base, count, kind, prefix in ((0x1100, N_L, "L", "HANGUL CHOSEONG "), (0x1161, N_V, "V", "HANGUL JUNGSEONG "),
-                                      (0x11A7, N_T, "T", "HANGUL JONGSEONG ")):
+    for base, count, kind, prefix in (
+        (0x1100, N_L, "L", "HANGUL CHOSEONG "),
+        (0x1161, N_V, "V", "HANGUL JUNGSEONG "),
+        (0x11A7, N_T, "T", "HANGUL JONGSEONG "),
+    ):
         for k in range(count):
             if kind == "T" and k == 0:
                 names.append("<T none>")
@@ -28,7 +31,7 @@ def _parts():
             name = f"<{kind} {jamo}>"
             names.append(name)
             shown[name] = unicodedata.lookup("HANGUL LETTER " + unicodedata.name(jamo).removeprefix(prefix))
-    return names[:N_L], names[N_L:N_L + N_V], names[N_L + N_V:], shown
+    return names[:N_L], names[N_L : N_L + N_V], names[N_L + N_V :], shown
 
 
 INITIALS, MEDIALS, FINALS, SHOWN = _parts()

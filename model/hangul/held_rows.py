@@ -29,7 +29,7 @@ def _kept_rows(table: Tensor, reachable: Tensor, first: int) -> Tensor:
     every row that is not zero, and every row outside the syllables' range."""
     keep = table.detach().ne(0).any(dim=1)
     outside = torch.ones_like(keep)
-    outside[first:first + NUM_SYLLABLES] = False
+    outside[first : first + NUM_SYLLABLES] = False
     reachable = reachable.long()
     ids = reachable[(reachable >= FIRST_ID) & (reachable < FIRST_ID + NUM_SYLLABLES)].to(keep.device)
     keep[ids - FIRST_ID + first] = True
@@ -69,8 +69,9 @@ class HeldJamoEmbedding(_HeldRows, JamoEmbedding):
 
     def __init__(self, dense: JamoEmbedding, kept: Tensor):
         full = dense.weight.detach()
-        nn.Embedding.__init__(self, len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device,
-                              dtype=full.dtype)  # not JamoEmbedding's: the jamo table is taken over, not made
+        nn.Embedding.__init__(
+            self, len(kept) + 1, full.shape[1], padding_idx=len(kept), device=full.device, dtype=full.dtype
+        )  # not JamoEmbedding's: the jamo table is taken over, not made
         self.parts = dense.parts
         self.register_buffer("table", dense.table, persistent=False)
         with torch.no_grad():

@@ -55,5 +55,5 @@ class JamoEmbedding(nn.Embedding):
     @torch.no_grad()
     def finish_init(self) -> None:
         """After the model's initialisation: a syllable starts as its jamo, its own row (a residual) at zero."""
-        self.weight[FIRST_ID:FIRST_ID + NUM_SYLLABLES].zero_()
+        self.weight[FIRST_ID : FIRST_ID + NUM_SYLLABLES].zero_()
         self.parts.weight[NUM_PARTS].zero_()  # the padding row of non-syllables

@@ -13,27 +13,35 @@ from tests.helpers import KOREAN, cli
 
 
 def test_the_table_gives_the_gain_of_fine_tuning_over_seeds():
-    results = [{"side": "finetune", "seed": 1, "steps": 10, "heldout_bpc": 4.0},
-               {"side": "scratch", "seed": 1, "steps": 10, "heldout_bpc": 5.0},
-               {"side": "finetune", "seed": 2, "steps": 12, "heldout_bpc": 4.2},
-               {"side": "scratch", "seed": 2, "steps": 12, "heldout_bpc": 5.4}]
+    results = [
+        {"side": "finetune", "seed": 1, "steps": 10, "heldout_bpc": 4.0},
+        {"side": "scratch", "seed": 1, "steps": 10, "heldout_bpc": 5.0},
+        {"side": "finetune", "seed": 2, "steps": 12, "heldout_bpc": 4.2},
+        {"side": "scratch", "seed": 2, "steps": 12, "heldout_bpc": 5.4},
+    ]
     text = table(results)
     assert "| finetune | 2 | 4.100 | 11 |" in text and "| scratch | 2 | 5.200 | 11 |" in text
     assert "fine-tuning gains 1.100 bits per character" in text
 
 
 def test_a_failed_side_is_left_out_of_the_means():
-    text = table([{"side": "finetune", "seed": 1, "error": "boom"},
-                  {"side": "scratch", "seed": 1, "steps": 3, "heldout_bpc": 5.0}])
+    text = table(
+        [
+            {"side": "finetune", "seed": 1, "error": "boom"},
+            {"side": "scratch", "seed": 1, "steps": 3, "heldout_bpc": 5.0},
+        ]
+    )
     assert "| finetune | 0 | — | 0 |" in text and "gains" not in text
 
 
 def test_finetune_refuses_missing_inputs_in_one_line(tmp_path):
     target = tmp_path / "t.txt"
     target.write_text(KOREAN, encoding="utf-8")
-    for args in (["--target", str(tmp_path / "nope.txt"), "--source-run", str(tmp_path)],
-                 ["--target", str(target)],
-                 ["--target", str(target), "--source-run", str(tmp_path), "--seconds", "0"]):
+    for args in (
+        ["--target", str(tmp_path / "nope.txt"), "--source-run", str(tmp_path)],
+        ["--target", str(target)],
+        ["--target", str(target), "--source-run", str(tmp_path), "--seconds", "0"],
+    ):
         r = cli("-m", "benchmarks.finetune", *args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 

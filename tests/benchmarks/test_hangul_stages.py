@@ -28,7 +28,7 @@ def _model(vocab: int, **kw) -> AttentionLanguageModel:
 
 def _windows(tok, text: str, L: int) -> torch.Tensor:
     ids = torch.from_numpy(tok.encode(text, normalized=True).astype("int64"))
-    return torch.stack([ids[s:s + L + 1] for s in range(0, len(ids) - L - 1, L)])
+    return torch.stack([ids[s : s + L + 1] for s in range(0, len(ids) - L - 1, L)])
 
 
 def test_the_staged_heads_own_stages_are_what_it_reports():
@@ -59,8 +59,9 @@ def test_a_softmax_heads_stages_add_up_to_its_loss():
         total = m.token_losses(w[:, :-1], t).double()[keep]
     stages = out["bits_initial"] + out["bits_medial"] + out["bits_final"]
     assert out["syllables"] + out["others"] == int(keep.sum())
-    assert (stages * out["syllables"] + out["bits_other"] * out["others"]) / int(keep.sum()) == \
-        pytest.approx(total.mean().item() / math.log(2), abs=1e-3)
+    assert (stages * out["syllables"] + out["bits_other"] * out["others"]) / int(keep.sum()) == pytest.approx(
+        total.mean().item() / math.log(2), abs=1e-3
+    )
     assert out["bpc"] == pytest.approx(total.mean().item() / math.log(2), abs=2e-4)
     assert min(out["bits_initial"], out["bits_medial"], out["bits_final"]) > 0
 

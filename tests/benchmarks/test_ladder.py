@@ -11,7 +11,7 @@ from benchmarks.heldout import split_heldout, tail_boundary
 from benchmarks.ladder_report import markdown, summarise
 from tests.helpers import KOREAN, cli
 
-FAKE_NANOGPT = '''
+FAKE_NANOGPT = """
 import torch
 from dataclasses import dataclass
 from torch import nn
@@ -41,7 +41,7 @@ class GPT(nn.Module):
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay)
-'''
+"""
 
 
 def test_tail_is_cut_at_a_blank_line_when_there_are_documents():
@@ -83,8 +83,15 @@ def test_a_lever_is_compared_with_its_recipe_on_the_same_seeds_only():
     def run(rung, seed, bpc, steps=10):
         return {"corpus": "c", "rung": rung, "seed": seed, "heldout_bpc": bpc, "steps": steps}
 
-    results = [run("modern", 1, 4.5), run("modern", 2, 4.7), run("modern+x", 1, 4.4, 5), run("modern+x", 2, 4.65),
-               run("modern+x", 3, 1.0), run("lecture+y", 1, 5.0), {"corpus": "c", "rung": "modern+z", "error": "boom"}]
+    results = [
+        run("modern", 1, 4.5),
+        run("modern", 2, 4.7),
+        run("modern+x", 1, 4.4, 5),
+        run("modern+x", 2, 4.65),
+        run("modern+x", 3, 1.0),
+        run("lecture+y", 1, 5.0),
+        {"corpus": "c", "rung": "modern+z", "error": "boom"},
+    ]
     rows = {row["rung"]: row for row in paired(results)["c"]}
     assert set(rows) == {"modern+x"}  # lecture+y has no recipe run to pair with; seed 3 of modern+x neither
     x = rows["modern+x"]
@@ -100,11 +107,26 @@ def test_ladder_runs_rungs_and_the_peer_then_resumes(tmp_path):
     (nanogpt / "model.py").write_text(FAKE_NANOGPT, encoding="utf-8")
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join([KOREAN] * 12), encoding="utf-8")
-    args = ("-m", "benchmarks.ladder", "--corpus", f"tiny={corpus}", "--steps", "3", "--seeds", "1",
-            "--rungs", "lecture,modern", "--nanogpt", str(nanogpt), "--out", str(tmp_path / "out"),
-            "--variant", "modern+avg=modern:train.average=ema model.attention_gate=true",
-            "--set", "model=tiny train.eval_steps=1 train.sample_chars=0 train.sample_tokens=0 "
-            "train.attention_tokens=0")
+    args = (
+        "-m",
+        "benchmarks.ladder",
+        "--corpus",
+        f"tiny={corpus}",
+        "--steps",
+        "3",
+        "--seeds",
+        "1",
+        "--rungs",
+        "lecture,modern",
+        "--nanogpt",
+        str(nanogpt),
+        "--out",
+        str(tmp_path / "out"),
+        "--variant",
+        "modern+avg=modern:train.average=ema model.attention_gate=true",
+        "--set",
+        "model=tiny train.eval_steps=1 train.sample_chars=0 train.sample_tokens=0 train.attention_tokens=0",
+    )
     r = cli(*args, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
@@ -168,7 +190,11 @@ def test_a_machine_that_changed_speed_is_called_out():
 
     steady = machine_line([{"max_load": 1.0, "max_busy": 0.0, "reference": [200.0, 210.0]}])
     assert "200 to 210 GFLOP/s" in steady and "with care" not in steady
-    slowed = machine_line([{"max_load": 1.0, "max_busy": 0.0, "reference": [250.0]},
-                           {"max_load": 1.0, "max_busy": 0.0, "reference": [160.0, 170.0]}])
+    slowed = machine_line(
+        [
+            {"max_load": 1.0, "max_busy": 0.0, "reference": [250.0]},
+            {"max_load": 1.0, "max_busy": 0.0, "reference": [160.0, 170.0]},
+        ]
+    )
     assert "changed by 56%" in slowed and "with care" in slowed
     assert "GFLOP/s" not in machine_line([{"max_load": 1.0, "max_busy": None}])  # results from before the check

@@ -21,37 +21,64 @@ def corpus(tmp_path):
 
 
 REFUSED = {  # extra arguments: the one line
-    ("--variant", "modern+x=modern:train.nope=1"):
-        "error: --variant modern+x cannot run: unknown config key train.nope; check its spelling (--help lists every "
-        "key); nothing was run",
-    ("--variant", "modern+x=modern:train.lr=abc"):
-        "error: --variant modern+x cannot run: train.lr=abc is invalid: it must be a number; nothing was run",
-    ("--variant", "lecture+dip=lecture:train.muon_weight_decay_schedule=dip"):
-        "error: --variant lecture+dip cannot run: train.muon_weight_decay_schedule=dip cannot act in this run: it acts "
-        "only with train.optimizer=muon, and this run has train.optimizer=adamw; drop "
-        "train.muon_weight_decay_schedule, or set train.optimizer=muon; nothing was run",
-    ("--set", "model.num_heads=3"):
-        "error: the rung lecture with --set 'model.num_heads=3' cannot run: model.head_size=128 is not divisible by "
-        "model.num_heads=3; pick a head_size that is a multiple of num_heads; nothing was run",
+    (
+        "--variant",
+        "modern+x=modern:train.nope=1",
+    ): "error: --variant modern+x cannot run: unknown config key train.nope; check its spelling (--help lists every "
+    "key); nothing was run",
+    (
+        "--variant",
+        "modern+x=modern:train.lr=abc",
+    ): "error: --variant modern+x cannot run: train.lr=abc is invalid: it must be a number; nothing was run",
+    (
+        "--variant",
+        "lecture+dip=lecture:train.muon_weight_decay_schedule=dip",
+    ): "error: --variant lecture+dip cannot run: train.muon_weight_decay_schedule=dip cannot act in this run: it acts "
+    "only with train.optimizer=muon, and this run has train.optimizer=adamw; drop "
+    "train.muon_weight_decay_schedule, or set train.optimizer=muon; nothing was run",
+    (
+        "--set",
+        "model.num_heads=3",
+    ): "error: the rung lecture with --set 'model.num_heads=3' cannot run: model.head_size=128 is not divisible by "
+    "model.num_heads=3; pick a head_size that is a multiple of num_heads; nothing was run",
     ("--seconds", "inf"): "error: --seconds=inf is invalid: it must be a finite number > 0",
     ("--seconds", "nan"): "error: --seconds=nan is invalid: it must be a finite number > 0",
     ("--steps", "0"): "error: --steps=0 is invalid: it must be a positive integer",
     ("--heldout", "1.5"): "error: --heldout=1.5 is invalid: it must be a finite number in (0, 1)",
     ("--heldout", "0"): "error: --heldout=0 is invalid: it must be a finite number in (0, 1)",
-    ("--seconds", "60", "--steps", "10"):
-        "error: --seconds 60 and --steps 10 are two budgets; give one (every run of a campaign gets the same)",
-    ("--set", "train.max_steps=5"):
-        "error: --set 'train.max_steps=5' sets train.max_steps, a second budget beside the campaign's (--seconds or "
-        "--steps); give the budget once, with --seconds or --steps",
-    ("--variant", "modern+long=modern:train.max_seconds=900"):
-        "error: --variant modern+long sets train.max_seconds, a second budget beside the campaign's",
+    (
+        "--seconds",
+        "60",
+        "--steps",
+        "10",
+    ): "error: --seconds 60 and --steps 10 are two budgets; give one (every run of a campaign gets the same)",
+    (
+        "--set",
+        "train.max_steps=5",
+    ): "error: --set 'train.max_steps=5' sets train.max_steps, a second budget beside the campaign's (--seconds or "
+    "--steps); give the budget once, with --seconds or --steps",
+    (
+        "--variant",
+        "modern+long=modern:train.max_seconds=900",
+    ): "error: --variant modern+long sets train.max_seconds, a second budget beside the campaign's",
     ("--set", "seed=3"): "error: --set 'seed=3' sets seed, which the ladder sets for each run",
 }
 
 
 def _ladder(corpus, out, *extra: str) -> tuple[str, ...]:
-    return ("-m", "benchmarks.ladder", "--corpus", f"c={corpus}", "--rungs", "lecture", "--seeds", "1",
-            "--out", str(out), *extra)
+    return (
+        "-m",
+        "benchmarks.ladder",
+        "--corpus",
+        f"c={corpus}",
+        "--rungs",
+        "lecture",
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def test_every_mistake_is_one_line_before_the_first_run(corpus, tmp_path):
@@ -67,7 +94,8 @@ def test_two_corpora_under_one_name_and_other_campaigns_fractions_are_refused(co
     twice, finetune, hangul = cli_all(
         (*_ladder(corpus, tmp_path / "out"), "--corpus", f"c={corpus}"),
         ("-m", "benchmarks.finetune", "--source-run", str(tmp_path), "--target", str(corpus), "--heldout", "2"),
-        ("-m", "benchmarks.hangul_compare", "--corpus", f"c={corpus}", "--seconds", "inf"))
+        ("-m", "benchmarks.hangul_compare", "--corpus", f"c={corpus}", "--seconds", "inf"),
+    )
     assert assert_one_line_error(twice) == "error: --corpus: the name c is given 2 times; give each corpus its own"
     assert assert_one_line_error(finetune) == "error: --heldout=2 is invalid: it must be a finite number in (0, 1)"
     assert assert_one_line_error(hangul) == "error: --seconds=inf is invalid: it must be a finite number > 0"
@@ -83,18 +111,34 @@ def test_a_corpus_train_py_refuses_is_refused_the_same_way(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("row,needle", [
-    ({"heldout": 0.1}, "measured with --heldout 0.1 on a text of fingerprint {print}; this campaign asks --heldout "
-                       "0.05 of a text of fingerprint {print}"),
-    ({"corpus_sha256": "0123456789ab"}, "on a text of fingerprint 0123456789ab; this campaign asks"),
-    ({"heldout": None}, "that do not record their held-out fraction and corpus fingerprint"),
-])
+@pytest.mark.parametrize(
+    "row,needle",
+    [
+        (
+            {"heldout": 0.1},
+            "measured with --heldout 0.1 on a text of fingerprint {print}; this campaign asks --heldout "
+            "0.05 of a text of fingerprint {print}",
+        ),
+        ({"corpus_sha256": "0123456789ab"}, "on a text of fingerprint 0123456789ab; this campaign asks"),
+        ({"heldout": None}, "that do not record their held-out fraction and corpus fingerprint"),
+    ],
+)
 def test_a_continued_campaign_on_another_split_is_refused(corpus, tmp_path, row, needle):
     out = tmp_path / "out"
     out.mkdir()
     fingerprint = corpus_fingerprint(corpus)
-    old = {"corpus": "c", "rung": "lecture", "seed": 1337, "budget": "300 s", "set": "", "heldout": 0.05,
-           "corpus_sha256": fingerprint, "heldout_bpc": 4.0, "steps": 10, **row}
+    old = {
+        "corpus": "c",
+        "rung": "lecture",
+        "seed": 1337,
+        "budget": "300 s",
+        "set": "",
+        "heldout": 0.05,
+        "corpus_sha256": fingerprint,
+        "heldout_bpc": 4.0,
+        "steps": 10,
+        **row,
+    }
     (out / "results.jsonl").write_text(json.dumps({k: v for k, v in old.items() if v is not None}) + "\n")
     r = cli(*_ladder(corpus, out))
     assert_one_line_error(r, f"--out {out} holds results of the corpus 'c'", needle.format(print=fingerprint))
@@ -108,8 +152,12 @@ def test_a_run_that_fails_makes_the_exit_non_zero(tmp_path):
     r = cli(*_ladder(short, out, "--steps", "1", "--heldout", "0.5", "--set", "model=tiny"), timeout=600)
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 run(s) failed, so the table lacks them: the first, lecture seed 1337 on c: the "
-                           "corpus ") and "is too short" in last
+    assert (
+        last.startswith(
+            "error: 1 run(s) failed, so the table lacks them: the first, lecture seed 1337 on c: the corpus "
+        )
+        and "is too short" in last
+    )
     row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert row["error"].startswith("error: the corpus") and row["heldout"] == 0.5 and row["budget"] == "1 steps"
     assert row["corpus_sha256"] == corpus_fingerprint(short)

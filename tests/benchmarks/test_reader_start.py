@@ -24,12 +24,15 @@ def test_a_reader_starts_without_torch_dynamo_and_is_timed(tmp_path):
     assert timed["imports_torch_dynamo"] is False
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--root", "/nonexistent/checkout"], "--root /nonexistent/checkout: no generate.py there"),
-    (["--baseline", "/"], "--baseline /: no generate.py there"),
-    (["--run", "/nonexistent/run"], "--run /nonexistent/run: no such run"),
-    (["--repeat", "0"], "--repeat=0 is invalid: it must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--root", "/nonexistent/checkout"], "--root /nonexistent/checkout: no generate.py there"),
+        (["--baseline", "/"], "--baseline /: no generate.py there"),
+        (["--run", "/nonexistent/run"], "--run /nonexistent/run: no such run"),
+        (["--repeat", "0"], "--repeat=0 is invalid: it must be a positive integer"),
+    ],
+)
 def test_its_mistakes_are_one_line(args, needle):
     with pytest.raises(UserError, match=needle):
         parse_args(args)

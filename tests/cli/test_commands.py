@@ -29,8 +29,17 @@ def test_train_then_generate(tmp_path):
     assert g1.stdout.startswith("안녕") and len(g1.stdout.strip()) == 52
     assert re.search("[가-힣]", g1.stdout[2:])
     assert g1.stdout == g2.stdout  # same seed, same text
-    g3 = cli("generate.py", f"ckpt={run / 'best.pt'}", "prompt=안녕", "max_new_tokens=50", "seed=2",
-                    "num_samples=2", "use_cache=false", "top_k=5", "top_p=0.9")
+    g3 = cli(
+        "generate.py",
+        f"ckpt={run / 'best.pt'}",
+        "prompt=안녕",
+        "max_new_tokens=50",
+        "seed=2",
+        "num_samples=2",
+        "use_cache=false",
+        "top_k=5",
+        "top_p=0.9",
+    )
     assert g3.returncode == 0, g3.stderr
     assert g3.stdout.count("안녕") >= 2
 
@@ -49,6 +58,8 @@ def test_default_run_directory_is_named_by_time_and_overrides(tmp_path):
 def test_invalid_config_is_refused_before_any_work(tmp_path):
     r = cli("train.py", "model.head_size=30", "model.num_heads=4", f"hydra.run.dir={tmp_path / 'x'}")
     assert r.returncode == 2
-    assert r.stderr.strip() == ("error: model.head_size=30 is not divisible by model.num_heads=4; "
-                                "pick a head_size that is a multiple of num_heads")
+    assert r.stderr.strip() == (
+        "error: model.head_size=30 is not divisible by model.num_heads=4; "
+        "pick a head_size that is a multiple of num_heads"
+    )
     assert not (tmp_path / "x" / "ckpt.pt").exists()

@@ -30,42 +30,69 @@ def _hydra_value(override: str):
 
 # -- paths on the command line ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("typed,expected", [
-    ("data.path=~/novels.txt", f"{HOME}/novels.txt"),
-    ("data.path=$HOME/novels.txt", f"{HOME}/novels.txt"),
-    ("data.path=${HOME}/novels.txt", f"{HOME}/novels.txt"),
-    ("data.path='~/my novels.txt'", f"{HOME}/my novels.txt"),  # quoted for Hydra by the user: still expanded
-    ("data.cache_dir=~", HOME),
-    ("hydra.run.dir=~/runs/소설", f"{HOME}/runs/소설"),
-    ("ckpt=runs/2026-11-22_17-14-32_data.path=x,model=tiny,train.max_steps=100",  # an old-style folder name
-     "runs/2026-11-22_17-14-32_data.path=x,model=tiny,train.max_steps=100"),
-    ("train.resume=/tmp/my run (2)/ckpt.pt", "/tmp/my run (2)/ckpt.pt"),
-    ("train.resume=runs/it's", "runs/it's"),
-    ("ckpt=runs/2026-11-22_17-14-32_model-tiny+train.lr-0.003", "runs/2026-11-22_17-14-32_model-tiny+train.lr-0.003"),
-    ("data.path=null", None),
-])
+
+@pytest.mark.parametrize(
+    "typed,expected",
+    [
+        ("data.path=~/novels.txt", f"{HOME}/novels.txt"),
+        ("data.path=$HOME/novels.txt", f"{HOME}/novels.txt"),
+        ("data.path=${HOME}/novels.txt", f"{HOME}/novels.txt"),
+        ("data.path='~/my novels.txt'", f"{HOME}/my novels.txt"),  # quoted for Hydra by the user: still expanded
+        ("data.cache_dir=~", HOME),
+        ("hydra.run.dir=~/runs/소설", f"{HOME}/runs/소설"),
+        (
+            "ckpt=runs/2026-11-22_17-14-32_data.path=x,model=tiny,train.max_steps=100",  # an old-style folder name
+            "runs/2026-11-22_17-14-32_data.path=x,model=tiny,train.max_steps=100",
+        ),
+        ("train.resume=/tmp/my run (2)/ckpt.pt", "/tmp/my run (2)/ckpt.pt"),
+        ("train.resume=runs/it's", "runs/it's"),
+        (
+            "ckpt=runs/2026-11-22_17-14-32_model-tiny+train.lr-0.003",
+            "runs/2026-11-22_17-14-32_model-tiny+train.lr-0.003",
+        ),
+        ("data.path=null", None),
+    ],
+)
 def test_path_values_mean_what_was_typed(typed, expected):
     (override,) = prepare_overrides([typed])
     assert _hydra_value(override) == expected
 
 
 def test_only_path_keys_are_rewritten_and_sweeps_split():
-    assert expand_path_overrides(["prompt=~/x", "train.lr=0.1", "--cfg", "job"]) == ["prompt=~/x", "train.lr=0.1",
-                                                                                     "--cfg", "job"]
+    assert expand_path_overrides(["prompt=~/x", "train.lr=0.1", "--cfg", "job"]) == [
+        "prompt=~/x",
+        "train.lr=0.1",
+        "--cfg",
+        "job",
+    ]
     swept = expand_path_overrides(["-m", "data.path=~/a.txt,~/b.txt"])[1]
     assert PARSER.parse_override(swept).is_sweep_override()
-    assert [str(v) for v in PARSER.parse_override(swept).sweep_string_iterator()] == [f"{HOME}/a.txt",
-                                                                                      f"{HOME}/b.txt"]
+    assert [str(v) for v in PARSER.parse_override(swept).sweep_string_iterator()] == [f"{HOME}/a.txt", f"{HOME}/b.txt"]
     assert prepare_overrides(["prompt=안녕"]) == ["prompt='안녕'"]  # Hangul values are still quoted for Hydra
 
 
-@pytest.mark.parametrize("value", ["a", "it's", 'say "hi"', "back\\slash", "ends\\", "quote\\'d", "${oops}",
-                                   "a b,c=d[e]{f}(g)", "소설 1.txt", "$HOME", "~"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a",
+        "it's",
+        'say "hi"',
+        "back\\slash",
+        "ends\\",
+        "quote\\'d",
+        "${oops}",
+        "a b,c=d[e]{f}(g)",
+        "소설 1.txt",
+        "$HOME",
+        "~",
+    ],
+)
 def test_hydra_quote_round_trips(value):
     assert _hydra_value(f"ckpt={hydra_quote(value)}") == value
 
 
 # -- run-folder names --------------------------------------------------------------------------------------
+
 
 def test_names_fit_the_file_system_in_bytes_and_stay_distinct(tmp_path):
     corpus = "가" * 66 + ".txt"  # 202 bytes in UTF-8: a legal file name, over the old 150-character cut in bytes
@@ -83,6 +110,7 @@ def test_names_fit_the_file_system_in_bytes_and_stay_distinct(tmp_path):
 
 
 # -- failures in one line ------------------------------------------------------------------------------------
+
 
 def test_an_unexpected_failure_is_one_line_naming_the_traceback_file(tmp_path, capsys, monkeypatch):
     from cli.entry import run_cli
@@ -119,6 +147,7 @@ def test_hydra_failing_to_make_the_run_folder_is_one_line(tmp_path, where):
 
 # -- the progress bar ----------------------------------------------------------------------------------------
 
+
 class Clock:
     def __init__(self):
         self.now = 0.0
@@ -150,13 +179,15 @@ def test_the_bar_counts_toward_the_limit_that_will_stop_the_run(budget, binds):
 
 # -- --help --------------------------------------------------------------------------------------------------
 
+
 def _key_lines(text: str) -> list[str]:
     return text.split("Keys (key=default, then its meaning):\n", 1)[1].split("\n\n", 1)[0].splitlines()
 
 
 def test_each_script_helps_with_its_own_keys():
-    train, generate, evaluate = cli_all(("train.py", "model=tiny", "--help"), ("generate.py", "--help"),
-                                        ("evaluate.py", "--help"))
+    train, generate, evaluate = cli_all(
+        ("train.py", "model=tiny", "--help"), ("generate.py", "--help"), ("evaluate.py", "--help")
+    )
     for r, script in ((train, "train.py"), (generate, "generate.py"), (evaluate, "evaluate.py")):
         assert r.returncode == 0 and r.stderr == "", r.stderr
         examples = r.stdout.split("Most common:\n", 1)[1].split("\n\n", 1)[0].splitlines()
@@ -172,6 +203,7 @@ def test_each_script_helps_with_its_own_keys():
 
 # -- failed starts leave nothing in runs/ ---------------------------------------------------------------------
 
+
 @pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_a_failed_start_leaves_no_run_folder(tmp_path):
     cases = (("data.path=missing.txt",), ("model.dropout=1.5",), ("train.lr=abc",), ("model.heads=4",))
@@ -182,6 +214,7 @@ def test_a_failed_start_leaves_no_run_folder(tmp_path):
 
 
 # -- the first hour, through a real shell ---------------------------------------------------------------------
+
 
 def _bash(line: str, cwd: Path, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -216,9 +249,11 @@ def test_train_sample_evaluate_and_resume_by_pasting_what_was_printed(first_hour
     folder = Path(run)
     assert folder.parent == work / "runs" and (folder / "ckpt.pt").is_file()
     assert len(folder.name.encode()) <= 255 and "한국어소설" in folder.name and "model-tiny" in folder.name
-    for line in (f"{py}/generate.py ckpt={run} prompt=봄이 max_new_tokens=5",
-                 f"{py}/evaluate.py ckpt={run}/best.pt data.path=~/{name} progress=false",
-                 f"{py}/train.py train.resume={run} train.max_steps=9"):
+    for line in (
+        f"{py}/generate.py ckpt={run} prompt=봄이 max_new_tokens=5",
+        f"{py}/evaluate.py ckpt={run}/best.pt data.path=~/{name} progress=false",
+        f"{py}/train.py train.resume={run} train.max_steps=9",
+    ):
         r = _bash(line, work, home)
         assert r.returncode == 0, f"{line}\n{r.stderr[-2000:]}"
     assert "step 9" in r.stdout and _printed_run(r.stdout) == run
@@ -233,8 +268,15 @@ def test_train_sample_evaluate_and_resume_by_pasting_what_was_printed(first_hour
 def test_the_resume_hint_after_ctrl_c_pastes_back(first_hour):
     home, work, name = first_hour
     env = {**os.environ, "HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, str(ROOT / "train.py"), f"data.path={home / name}", *TINY, "train.max_steps=100000",
-            "train.eval_interval=100000", "train.lr_decay_steps=1000"]
+    args = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"data.path={home / name}",
+        *TINY,
+        "train.max_steps=100000",
+        "train.eval_interval=100000",
+        "train.lr_decay_steps=1000",
+    ]
     proc = subprocess.Popen(args, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list((work / "runs").glob("*/events.out.tfevents.*")) and time.monotonic() < deadline:
@@ -252,8 +294,9 @@ def test_the_resume_hint_after_ctrl_c_pastes_back(first_hour):
     assert f"step {step + 2}" in r.stdout
 
 
-@pytest.mark.parametrize("overrides,name", [((), "sweep"), (("experiment=width",), "width"),
-                                            (("+experiment=heads",), "heads")])
+@pytest.mark.parametrize(
+    "overrides,name", [((), "sweep"), (("experiment=width",), "width"), (("+experiment=heads",), "heads")]
+)
 def test_a_sweep_folder_names_its_experiment_or_says_sweep(overrides, name):
     from hydra import compose, initialize_config_dir
 

@@ -20,8 +20,9 @@ def make(*args: str) -> subprocess.CompletedProcess:
     # Under `make test` the outer make's flags would reach this one through the environment.
     outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "TORCH_SPEC")
     env = {k: v for k, v in os.environ.items() if k not in outer}
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def defined_targets() -> set[str]:
@@ -68,8 +69,10 @@ def test_unknown_torch_build_is_one_error():
     assert "TORCH=gpu is not a known build" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("target,marks", [("test", "cpu_precision and not serial"),
-                                          ("test-fast", "cpu_precision and not slow and not serial")])
+@pytest.mark.parametrize(
+    "target,marks",
+    [("test", "cpu_precision and not serial"), ("test-fast", "cpu_precision and not slow and not serial")],
+)
 def test_the_tests_run_again_on_the_cpu_precision_path_this_machine_does_not_take(tmp_path, target, marks):
     """Both CPU precision paths are proven on any machine (docs/en/training.md#precision-and-compile)."""
     lines = make("-n", target, f"VENV={tmp_path / 'venv'}").stdout.splitlines()

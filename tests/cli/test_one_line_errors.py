@@ -34,8 +34,11 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "corpus_missing": (TRAIN, ("data.path={d}/nope.txt",), ("corpus file not found", "nope.txt")),
     "corpus_is_empty_folder": (TRAIN, ("data.path={d}/adir",), ("folder with no text files", "holds nothing")),
     "corpus_empty": (TRAIN, ("data.path={d}/empty.txt",), ("empty",)),
-    "corpus_too_short": (TRAIN, ("data.path={d}/short.txt",),
-                         ("too short", "7 characters", f"needs at least {NEEDED}")),
+    "corpus_too_short": (
+        TRAIN,
+        ("data.path={d}/short.txt",),
+        ("too short", "7 characters", f"needs at least {NEEDED}"),
+    ),
     "corpus_binary": (TRAIN, ("data.path={d}/binary.bin",), ("tried UTF-8", "UTF-16", "CP949")),
     # config values
     "size_not_positive": (TRAIN, ("model.context_length=0",), ("model.context_length=0", "positive integer")),
@@ -59,12 +62,21 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "resume_missing": (TRAIN, ("train.resume={d}/no_such_run",), ("checkpoint not found", "no_such_run")),
     "resume_truncated": (TRAIN, ("train.resume={d}/truncated",), ("truncated or corrupt",)),
     "resume_foreign": (TRAIN, ("train.resume={d}/foreign_torch",), ("not a kochar-gpt checkpoint",)),
-    "resume_without_optimizer": (TRAIN, ("train.resume={d}/no_optimizer",),  # refused after the model is built
-                                 ("lacks the training state's optimizer", "cannot be resumed", "generate.py")),
-    "resume_vocabulary_mismatch": (TRAIN, ("train.resume={d}/run_for_resume", "data.path={d}/latin.txt"),
-                                   ("outside the vocabulary", "data.path")),
-    "run_dir_exists": (TRAIN, ("data.path={d}/corpus.txt",), ("already holds a checkpoint", "train.resume=",
-                                                               "train.overwrite=true")),
+    "resume_without_optimizer": (
+        TRAIN,
+        ("train.resume={d}/no_optimizer",),  # refused after the model is built
+        ("lacks the training state's optimizer", "cannot be resumed", "generate.py"),
+    ),
+    "resume_vocabulary_mismatch": (
+        TRAIN,
+        ("train.resume={d}/run_for_resume", "data.path={d}/latin.txt"),
+        ("outside the vocabulary", "data.path"),
+    ),
+    "run_dir_exists": (
+        TRAIN,
+        ("data.path={d}/corpus.txt",),
+        ("already holds a checkpoint", "train.resume=", "train.overwrite=true"),
+    ),
     # sampling arguments
     "max_new_tokens_negative": (GENERATE, ("ckpt={run}", "max_new_tokens=-1"), ("max_new_tokens", ">= 0")),
     "top_p_out_of_range": (GENERATE, ("ckpt={run}", "top_p=1.5"), ("top_p", "(0, 1]")),
@@ -92,8 +104,10 @@ def _make_files(d: Path) -> Path:
     assert r.returncode == 0, r.stderr
     shutil.copytree(run, d / "run_for_resume")
     ckpt = (run / "ckpt.pt").read_bytes()
-    for name, data in (("truncated", ckpt[: len(ckpt) // 2]),
-                       ("foreign", b"this is not a checkpoint, only some bytes\n" * 40)):
+    for name, data in (
+        ("truncated", ckpt[: len(ckpt) // 2]),
+        ("foreign", b"this is not a checkpoint, only some bytes\n" * 40),
+    ):
         (d / name).mkdir()
         (d / name / "ckpt.pt").write_bytes(data)
     (d / "foreign_torch").mkdir()
@@ -120,8 +134,11 @@ def _run_case(name: str, d: Path, run: Path):
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> dict:
     """Run the selected cases, two processes at a time (this machine has two cores)."""
-    selected = {item.callspec.params.get("case") for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.params.get("case")
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    }
     d = tmp_path_factory.mktemp("errors")
     run = _make_files(d)
     names = [n for n in CASES if n in selected]
@@ -129,15 +146,17 @@ def results(request, tmp_path_factory) -> dict:
         futures = {n: pool.submit(_run_case, n, d, run) for n in names}
         if "unseen_prompt" in selected:
             futures["unseen_prompt"] = pool.submit(
-                cli, *GENERATE, f"ckpt={run}", f"prompt={UNSEEN_PROMPT}", "max_new_tokens=10", "seed=3")
+                cli, *GENERATE, f"ckpt={run}", f"prompt={UNSEEN_PROMPT}", "max_new_tokens=10", "seed=3"
+            )
     out = {n: f.result() for n, f in futures.items()}
     out["dir"] = d
     return out
 
 
 @slow
-@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.cpu_precision) if name in AFTER_PRECISION
-                                  else name for name in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(name, marks=pytest.mark.cpu_precision) if name in AFTER_PRECISION else name for name in CASES]
+)
 def test_error_case(case, results):
     if case == "device_cuda_absent" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -203,11 +222,16 @@ def test_unreadable_corpus_message(tmp_path, monkeypatch):
         load_corpus(corpus, cache_dir=tmp_path / "cache")
 
 
-@pytest.mark.parametrize("data,needle", [
-    ("정상적인 글".encode() + b"\xff\xfe\xff" * 50 + b"\x80abc" * 50,
-     "tried UTF-8, UTF-8 with BOM, UTF-16 with BOM, CP949"),
-    (b"", "empty"),
-])
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (
+            "정상적인 글".encode() + b"\xff\xfe\xff" * 50 + b"\x80abc" * 50,
+            "tried UTF-8, UTF-8 with BOM, UTF-16 with BOM, CP949",
+        ),
+        (b"", "empty"),
+    ],
+)
 def test_undecodable_and_empty_corpus_messages(tmp_path, data, needle):
     from common.errors import UserError
     from data.corpus import load_corpus
@@ -236,8 +260,9 @@ def test_values_of_the_wrong_type_are_refused_while_composing(tmp_path):
     from tests.helpers import cli_all
 
     runs = [tmp_path / f"run{i}" for i in range(len(NOT_NUMBERS))]
-    results = cli_all(*[(*TRAIN, override, f"hydra.run.dir={run}") for (override, _), run in zip(NOT_NUMBERS, runs,
-                                                                                                    strict=True)])
+    results = cli_all(
+        *[(*TRAIN, override, f"hydra.run.dir={run}") for (override, _), run in zip(NOT_NUMBERS, runs, strict=True)]
+    )
     for (_, needle), r, run in zip(NOT_NUMBERS, results, runs, strict=True):
         assert_one_line_error(r, needle)
         assert not run.exists()
@@ -258,15 +283,23 @@ def test_checkpoint_files_that_are_not_checkpoints(tmp_path):
         load_checkpoint(tmp_path / "list.pt")
 
 
-@pytest.mark.parametrize("report,expected", [
-    ("In 'train': Could not find 'model/nope'\n\nAvailable options in 'model':\n\tbase\n\tsmall\n\ttiny\n"
-     "Config search path:\n\tprovider=hydra, path=pkg://hydra.conf\n",
-     "In 'train': Could not find 'model/nope'; Available options in 'model': base, small, tiny "
-     "(--help lists the config groups and keys)"),
-    ("Could not override 'train.lr'.\nTo append to your config use +train.lr=1\nKey 'lr' is not in struct\n"
-     "    full_key: train.lr\n    object_type=dict\n\nSet the environment variable HYDRA_FULL_ERROR=1 for a "
-     "complete stack trace.\n", "unknown config key train.lr; check its spelling"),
-])
+@pytest.mark.parametrize(
+    "report,expected",
+    [
+        (
+            "In 'train': Could not find 'model/nope'\n\nAvailable options in 'model':\n\tbase\n\tsmall\n\ttiny\n"
+            "Config search path:\n\tprovider=hydra, path=pkg://hydra.conf\n",
+            "In 'train': Could not find 'model/nope'; Available options in 'model': base, small, tiny "
+            "(--help lists the config groups and keys)",
+        ),
+        (
+            "Could not override 'train.lr'.\nTo append to your config use +train.lr=1\nKey 'lr' is not in struct\n"
+            "    full_key: train.lr\n    object_type=dict\n\nSet the environment variable HYDRA_FULL_ERROR=1 for a "
+            "complete stack trace.\n",
+            "unknown config key train.lr; check its spelling",
+        ),
+    ],
+)
 def test_hydra_reports_fold_into_one_line(report, expected):
     from cli.entry import hydra_report_line
 
@@ -287,10 +320,19 @@ def test_an_inductor_cache_folder_that_cannot_be_made_is_one_line_naming_the_var
     """PyTorch makes inductor's folder as soon as its compiler is imported (building the optimizer imports it), so
     a run refuses an unusable one at start, whatever train.compile says."""
     (tmp_path / "afile").write_text("not a folder")
-    r = cli(*TRAIN, f"data.path={Path('data/corpus/ko_default.txt').resolve()}", f"train.compile={compile_setting}",
-            f"hydra.run.dir={tmp_path / 'run'}", env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "afile" / "cache")})
-    assert_one_line_error(r, f"TORCHINDUCTOR_CACHE_DIR='{tmp_path / 'afile' / 'cache'}' cannot be used",
-                          "a part of the path is a file", "unset it")
+    r = cli(
+        *TRAIN,
+        f"data.path={Path('data/corpus/ko_default.txt').resolve()}",
+        f"train.compile={compile_setting}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "afile" / "cache")},
+    )
+    assert_one_line_error(
+        r,
+        f"TORCHINDUCTOR_CACHE_DIR='{tmp_path / 'afile' / 'cache'}' cannot be used",
+        "a part of the path is a file",
+        "unset it",
+    )
 
 
 @slow
@@ -303,5 +345,9 @@ def test_inductors_default_cache_folder_that_cannot_be_made_is_one_line_naming_t
     proc = start(*TRAIN, f"hydra.run.dir={tmp_path / 'run'}", env={"TMPDIR": str(tmp_path)})  # a fresh interpreter
     out, err = proc.communicate(timeout=300)
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    assert_one_line_error(r, "TORCHINDUCTOR_CACHE_DIR's default folder", "it is a file, not a folder",
-                          "set TORCHINDUCTOR_CACHE_DIR to a folder you can write")
+    assert_one_line_error(
+        r,
+        "TORCHINDUCTOR_CACHE_DIR's default folder",
+        "it is a file, not a folder",
+        "set TORCHINDUCTOR_CACHE_DIR to a folder you can write",
+    )

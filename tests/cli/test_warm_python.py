@@ -66,8 +66,9 @@ def probe(tmp_path) -> Path:
 
 
 def both(warm: WarmPython, command: list[str], cwd: Path):
-    fresh = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60, env=warm.env,
-                           stdin=subprocess.DEVNULL)
+    fresh = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=60, env=warm.env, stdin=subprocess.DEVNULL
+    )
     return fresh, warm.run(command, cwd, 60)
 
 
@@ -75,7 +76,10 @@ def both(warm: WarmPython, command: list[str], cwd: Path):
 def test_a_script_runs_as_a_fresh_interpreter_runs_it(warm, probe, code):
     fresh, warmed = both(warm, [sys.executable, str(probe / "probe.py"), code, "둘째"], probe)
     assert (warmed.returncode, _no_pids(warmed.stdout), warmed.stderr) == (
-        fresh.returncode, _no_pids(fresh.stdout), fresh.stderr)
+        fresh.returncode,
+        _no_pids(fresh.stdout),
+        fresh.stderr,
+    )
     assert warmed.returncode == int(code)
     assert f"argv ['{code}', '둘째'] name __main__ path0 True" in warmed.stdout
     assert f"cwd {probe} env 값 stdin ''" in warmed.stdout and "ours imported []" in warmed.stdout
@@ -85,7 +89,10 @@ def test_a_script_runs_as_a_fresh_interpreter_runs_it(warm, probe, code):
 def test_a_module_runs_as_python_dash_m_runs_it(warm, probe):
     fresh, warmed = both(warm, [sys.executable, "-m", "probe", "0"], probe)
     assert (warmed.returncode, _no_pids(warmed.stdout), warmed.stderr) == (
-        fresh.returncode, _no_pids(fresh.stdout), fresh.stderr)
+        fresh.returncode,
+        _no_pids(fresh.stdout),
+        fresh.stderr,
+    )
     assert "path0 True" in warmed.stdout
 
 

@@ -46,7 +46,7 @@ def test_split_is_the_last_fraction(small_corpus, tmp_path):
     train, val = c.split(0.1)
     assert len(train) + len(val) == len(c.tokens)
     assert abs(len(val) - 0.1 * len(c.tokens)) <= 1
-    assert np.array_equal(val, c.tokens[len(train):])
+    assert np.array_equal(val, c.tokens[len(train) :])
 
 
 def test_embedded_corpus_is_substantial():

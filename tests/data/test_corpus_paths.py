@@ -16,7 +16,7 @@ from common.errors import UserError
 from data.corpus_files import corpus_files
 from tests.helpers import KOREAN, ROOT, TINY, _env, assert_one_line_error, cli
 
-DOCS = [KOREAN[i * 90:(i + 1) * 90] for i in range(3)]
+DOCS = [KOREAN[i * 90 : (i + 1) * 90] for i in range(3)]
 
 
 @pytest.fixture
@@ -45,10 +45,13 @@ def test_a_link_back_to_the_parent_reads_each_file_once(folder):
 def test_links_laid_out_to_explode_a_glob_do_not_hang_it(folder):
     for name in ("up", "up2", "up3"):
         os.symlink(folder, folder / "sub" / name)
-    code = ("import sys; from data.corpus_files import corpus_files; "
-            "print(len(corpus_files(sys.argv[1] + '/**/*.txt').files))")
-    r = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60, env=_env(None))
+    code = (
+        "import sys; from data.corpus_files import corpus_files; "
+        "print(len(corpus_files(sys.argv[1] + '/**/*.txt').files))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=60, env=_env(None)
+    )
     assert r.returncode == 0 and r.stdout.strip() == "4", r.stderr[-1000:]
 
 
@@ -69,27 +72,40 @@ def _socket(tmp_path):
     return tmp_path / "s.txt", "a socket"
 
 
-STREAMS = {"fifo": _fifo, "link_to_fifo": _link_to_fifo, "socket": _socket,
-           "device": lambda t: (os.devnull, "a character device")}
+STREAMS = {
+    "fifo": _fifo,
+    "link_to_fifo": _link_to_fifo,
+    "socket": _socket,
+    "device": lambda t: (os.devnull, "a character device"),
+}
 
 
 @pytest.mark.parametrize("case", STREAMS)
 def test_a_corpus_that_is_not_a_regular_file_is_one_line_without_waiting(tmp_path, case):
     path, kind = STREAMS[case](tmp_path)
-    code = ("import sys; from common.errors import UserError; from data.corpus import load_corpus\n"
-            "try:\n    load_corpus(sys.argv[1], cache_dir=sys.argv[2])\n"
-            "except UserError as e:\n    print(e)")
-    r = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "cache")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60, env=_env(None))
+    code = (
+        "import sys; from common.errors import UserError; from data.corpus import load_corpus\n"
+        "try:\n    load_corpus(sys.argv[1], cache_dir=sys.argv[2])\n"
+        "except UserError as e:\n    print(e)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "cache")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(None),
+    )
     assert f"is {kind}" in r.stdout and "not a regular file" in r.stdout, r.stdout + r.stderr[-1000:]
 
 
 @pytest.mark.cpu_precision  # a start's output, on either CPU precision path (`make test` runs both)
 def test_a_process_substitution_is_one_line(tmp_path):
-    command = (f"{sys.executable} train.py {' '.join(TINY)} train.max_steps=1 hydra.run.dir={tmp_path / 'run'} "
-               f"data.path=<(printf '봄이 오면 강가에 벚꽃이 핀다.\\n%.0s' $(seq 80))")
-    r = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env=_env(None))
+    command = (
+        f"{sys.executable} train.py {' '.join(TINY)} train.max_steps=1 hydra.run.dir={tmp_path / 'run'} "
+        f"data.path=<(printf '봄이 오면 강가에 벚꽃이 핀다.\\n%.0s' $(seq 80))"
+    )
+    r = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env(None))
     assert_one_line_error(r, "process substitution", "not a regular file")
 
 

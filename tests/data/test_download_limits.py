@@ -69,7 +69,7 @@ def test_a_file_larger_than_the_corpus_can_be_is_refused(tmp_path):
 
 
 def test_an_endless_body_is_stopped_at_the_bound(tmp_path):
-    with Trickle(10 ** 12, 65536, 0.0, seconds=30, announce=False) as srv, pytest.raises(UserError) as e:
+    with Trickle(10**12, 65536, 0.0, seconds=30, announce=False) as srv, pytest.raises(UserError) as e:
         download(srv.url, tmp_path / "f.txt", limits=Limits(max_bytes=1_000_000))
     assert "sent more than 1,000,000 bytes" in str(e.value)
     assert not list(tmp_path.iterdir())

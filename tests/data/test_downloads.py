@@ -17,18 +17,29 @@ from tests.helpers import cli
 
 
 def _record(n: int) -> bytes:
-    docs = [{"doc_id": f"{n}_{i}", "text": f"{n}번 편지의 {i}번째 줄: 잘 지내니? 이곳은 벌써 눈이 온다."}
-            for i in range(3)]
+    docs = [
+        {"doc_id": f"{n}_{i}", "text": f"{n}번 편지의 {i}번째 줄: 잘 지내니? 이곳은 벌써 눈이 온다."} for i in range(3)
+    ]
     return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs).encode("utf-8")
 
 
 GOOD = {"/a.jsonl": _record(1), "/b.jsonl": _record(2)}
-MINI = CorpusSource("mini", "test", "CC0", "nobody", "https://example.invalid/",
-                    (RemoteFile("a.jsonl"), RemoteFile("b.jsonl")), KOCONOVEL.extract, "mini.txt")
+MINI = CorpusSource(
+    "mini",
+    "test",
+    "CC0",
+    "nobody",
+    "https://example.invalid/",
+    (RemoteFile("a.jsonl"), RemoteFile("b.jsonl")),
+    KOCONOVEL.extract,
+    "mini.txt",
+)
 
 BAD_BODIES = {  # name: (body served for b.jsonl, what the one error line says)
-    "html_page": (b"<!DOCTYPE html>\n<html><head><title>404</title></head><body>Not Found</body></html>\n",
-                  "it is an HTML or XML page"),
+    "html_page": (
+        b"<!DOCTYPE html>\n<html><head><title>404</title></head><body>Not Found</body></html>\n",
+        "it is an HTML or XML page",
+    ),
     "html_no_doctype": (b"\n  <html><body>Mirror under maintenance</body></html>", "it is an HTML or XML page"),
     "truncated_mid_record": (_record(2)[: _record(2).index(b'"text"', 100)], "b.jsonl line 2 is not a KoCoNovel"),
     "truncated_mid_character": (_record(2)[:-30], "it ends in the middle of a character"),
@@ -43,8 +54,12 @@ BAD_BODIES = {  # name: (body served for b.jsonl, what the one error line says)
 
 
 def _mini_text() -> str:
-    return "\n\n".join(
-        "\n".join(json.loads(line)["text"] for line in body.decode().splitlines()) for body in GOOD.values()) + "\n"
+    return (
+        "\n\n".join(
+            "\n".join(json.loads(line)["text"] for line in body.decode().splitlines()) for body in GOOD.values()
+        )
+        + "\n"
+    )
 
 
 def _sums(cache: Path) -> str:
@@ -107,8 +122,16 @@ def test_force_recovers_from_a_bad_file_an_older_version_recorded(tmp_path):
             out = prepare(MINI, tmp_path / "cache", base_url=srv.url, force=True, progress=False)
     assert out.read_text(encoding="utf-8") == _mini_text()
     assert f"{hashlib.sha256(GOOD['/a.jsonl']).hexdigest()}  a.jsonl" in _sums(tmp_path / "cache")
-    pinned = CorpusSource("mini", "t", "CC0", "x", "https://example.invalid/",
-                          (RemoteFile("a.jsonl", hashlib.sha256(_record(7)).hexdigest()),), KOCONOVEL.extract, "m.txt")
+    pinned = CorpusSource(
+        "mini",
+        "t",
+        "CC0",
+        "x",
+        "https://example.invalid/",
+        (RemoteFile("a.jsonl", hashlib.sha256(_record(7)).hexdigest()),),
+        KOCONOVEL.extract,
+        "m.txt",
+    )
     with FileServer(dict(GOOD)) as srv, pytest.raises(UserError, match="checksum mismatch") as info:
         prepare(pinned, tmp_path / "cache", base_url=srv.url, force=True, progress=False)
     assert "--force" not in str(info.value)  # --force never overrides a checksum the registry pins
@@ -122,17 +145,22 @@ def test_a_local_folder_works_as_base_url(tmp_path, monkeypatch):
     out = prepare(MINI, tmp_path / "c1", base_url=str(mirror), progress=False)
     assert out.read_text(encoding="utf-8") == _mini_text()
     monkeypatch.chdir(tmp_path)
-    assert prepare(MINI, tmp_path / "c2", base_url="my mirror/", progress=False).read_text(encoding="utf-8") \
+    assert (
+        prepare(MINI, tmp_path / "c2", base_url="my mirror/", progress=False).read_text(encoding="utf-8")
         == _mini_text()
+    )
     monkeypatch.setenv(BASE_URL_ENV, str(mirror))
     assert prepare(MINI, tmp_path / "c3", progress=False).exists()
 
 
-@pytest.mark.parametrize("base,needle", [
-    ("no/such/folder", "--base-url no/such/folder is neither a URL nor an existing folder"),
-    ("ftp://mirror.example/corpora", "ftp:// is not supported"),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "base,needle",
+    [
+        ("no/such/folder", "--base-url no/such/folder is neither a URL nor an existing folder"),
+        ("ftp://mirror.example/corpora", "ftp:// is not supported"),
+        ("", None),
+    ],
+)
 def test_a_base_url_that_is_neither_url_nor_folder_is_one_line(tmp_path, monkeypatch, base, needle):
     monkeypatch.chdir(tmp_path)
     if needle is None:  # an empty --base-url means the registry's own URL, as before
@@ -149,13 +177,34 @@ def test_cli_with_a_folder_and_with_a_missing_path(tmp_path):
     for path, body in _fake_koconovel().items():
         (mirror / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (mirror / path.lstrip("/")).write_bytes(body)
-    r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path / "c"), "--base-url", str(mirror),
-                   "--quiet", timeout=120)
+    r = cli(
+        "-m",
+        "data.prepare",
+        "koconovel",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--base-url",
+        str(mirror),
+        "--quiet",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
-    assert Path(r.stdout.strip().splitlines()[-1].removeprefix("data.path=")).read_text(encoding="utf-8") \
+    assert (
+        Path(r.stdout.strip().splitlines()[-1].removeprefix("data.path=")).read_text(encoding="utf-8")
         == _expected_text()
-    r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path / "c"), "--base-url",
-                   str(tmp_path / "nowhere"), "--quiet")
+    )
+    r = cli(
+        "-m",
+        "data.prepare",
+        "koconovel",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--base-url",
+        str(tmp_path / "nowhere"),
+        "--quiet",
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip() == f"error: --base-url {tmp_path / 'nowhere'} is neither a URL nor an existing folder; " \
-                               "pass an http(s):// or file:// URL, or the folder that holds the files"
+    assert (
+        r.stderr.strip() == f"error: --base-url {tmp_path / 'nowhere'} is neither a URL nor an existing folder; "
+        "pass an http(s):// or file:// URL, or the folder that holds the files"
+    )

@@ -75,8 +75,20 @@ def test_tiny_runs_on_every_encoding_learn_the_same_thing(tmp_path):
     names = ["utf8", "cp949_crlf", "utf8_bom_nfd_crlf", "utf16_nfd"]
     paths = _write_variants(tmp_path, names)
     runs = {name: tmp_path / f"run_{name}" for name in names}
-    results = cli_all(*(("train.py", *TINY, "model.context_length=16", "train.max_steps=2", "train.eval_interval=2",
-                         f"data.path={paths[n]}", f"hydra.run.dir={runs[n]}") for n in names))
+    results = cli_all(
+        *(
+            (
+                "train.py",
+                *TINY,
+                "model.context_length=16",
+                "train.max_steps=2",
+                "train.eval_interval=2",
+                f"data.path={paths[n]}",
+                f"hydra.run.dir={runs[n]}",
+            )
+            for n in names
+        )
+    )
     for name, r in zip(names, results, strict=True):
         assert r.returncode == 0, f"{name}: {r.stderr}"
     vocab = {name: (runs[name] / "vocab.json").read_bytes() for name in names}

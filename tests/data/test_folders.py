@@ -14,7 +14,7 @@ from data.corpus import load_corpus
 from data.corpus_files import corpus_files
 from tests.helpers import KOREAN, SHARED_CORPUS, TINY, cli
 
-DOCS = [KOREAN[i * 90:(i + 1) * 90].strip("\n") + "\n" for i in range(4)]
+DOCS = [KOREAN[i * 90 : (i + 1) * 90].strip("\n") + "\n" for i in range(4)]
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_folder_reads_like_its_files_joined_by_blank_lines(folder, tmp_path):
     assert corpus.tokenizer.decode(corpus.tokens) == joined
     assert corpus.files == ["00.txt", "01.txt", "02.txt", "03.txt"]
     starts = corpus.doc_starts
-    assert corpus.tokenizer.decode(corpus.tokens[starts[2]:starts[3]]).startswith(DOCS[2][:10])
+    assert corpus.tokenizer.decode(corpus.tokens[starts[2] : starts[3]]).startswith(DOCS[2][:10])
 
 
 def test_adding_removing_or_changing_a_file_rebuilds_the_cache(folder, tmp_path):
@@ -72,8 +72,11 @@ def test_val_files_hold_out_whole_documents(folder, tmp_path):
     train, val = corpus.split(0.1, ["01.txt"])
     assert corpus.tokenizer.decode(val) == (DOCS[1] * 3).rstrip("\n") + "\n\n"
     assert len(train) + len(val) == len(corpus.tokens)
-    for bad, why in ((4, "between 1 and 3"), (["nope.txt"], "not among"), (["00.txt", "01.txt", "02.txt", "03.txt"],
-                                                                           "not all")):
+    for bad, why in (
+        (4, "between 1 and 3"),
+        (["nope.txt"], "not among"),
+        (["00.txt", "01.txt", "02.txt", "03.txt"], "not all"),
+    ):
         with pytest.raises(UserError, match=why):
             corpus.split(0.1, bad)
 
@@ -93,9 +96,14 @@ NOTHING = {
     "binary_named_txt": (lambda d: (d.mkdir(), (d / "a.txt").write_bytes(b"\0\1\2\3" * 50)), "a.txt"),
     "glob_matches_nothing": (None, "matches no file"),
     "link_loop": (lambda d: os.symlink(d, d), "link loop"),
-    "bad_byte_in_second_file": (lambda d: (d.mkdir(), (d / "a.txt").write_text("가나다\n", encoding="utf-8"),
-                                           (d / "b.txt").write_bytes("라마".encode() + b"\xff\xfe" * 3 + b"\n")),
-                                "b.txt"),
+    "bad_byte_in_second_file": (
+        lambda d: (
+            d.mkdir(),
+            (d / "a.txt").write_text("가나다\n", encoding="utf-8"),
+            (d / "b.txt").write_bytes("라마".encode() + b"\xff\xfe" * 3 + b"\n"),
+        ),
+        "b.txt",
+    ),
 }
 
 
@@ -107,8 +115,14 @@ def test_folders_that_hold_nothing_usable_are_one_line(tmp_path, case):
         target = tmp_path / "nowhere" / "*.txt"
     else:
         make(target)
-    r = cli("train.py", *TINY, f"data.path={target}", f"hydra.run.dir={tmp_path / 'run'}", "train.max_steps=1",
-            f"data.cache_dir={tmp_path / 'cache'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"data.path={target}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "train.max_steps=1",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )
     assert r.returncode == 2, r.stderr[-1500:]
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error:") and why in r.stderr, r.stderr
 
@@ -121,8 +135,15 @@ def test_a_folder_symlinked_into_itself_is_walked_once(folder):
 @pytest.mark.slow
 def test_train_and_evaluate_a_folder(folder, tmp_path):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, f"data.path={folder}", "data.val_files=1", f"hydra.run.dir={run}",
-            "train.max_steps=3", f"data.cache_dir={tmp_path / 'cache'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"data.path={folder}",
+        "data.val_files=1",
+        f"hydra.run.dir={run}",
+        "train.max_steps=3",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     r = cli("evaluate.py", f"ckpt={run}", f"data.path={folder}", "device=cpu")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -131,8 +131,10 @@ def test_file_url(tmp_path):
 
 # -- a whole corpus: a fake KoCoNovel tree of our own sentences --------------------------------------------
 def _jsonl(novel: int) -> bytes:
-    docs = [{"doc_id": f"{novel}_{i}", "text": f"{novel}번째 이야기의 {i}번째 단락이다.\n\"그래요?\" 하고 물었다."}
-            for i in range(2)]
+    docs = [
+        {"doc_id": f"{novel}_{i}", "text": f'{novel}번째 이야기의 {i}번째 단락이다.\n"그래요?" 하고 물었다.'}
+        for i in range(2)
+    ]
     return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs).encode("utf-8")
 
 
@@ -141,8 +143,9 @@ def _fake_koconovel() -> dict[str, bytes]:
 
 
 def _expected_text() -> str:
-    novels = ["\n".join(f"{n}번째 이야기의 {i}번째 단락이다.\n\"그래요?\" 하고 물었다." for i in range(2))
-              for n in range(1, 51)]
+    novels = [
+        "\n".join(f'{n}번째 이야기의 {i}번째 단락이다.\n"그래요?" 하고 물었다.' for i in range(2)) for n in range(1, 51)
+    ]
     return "\n\n".join(novels) + "\n"
 
 
@@ -200,11 +203,27 @@ def test_pinned_checksum_in_the_registry_is_enforced(tmp_path):
     src.write_bytes(_jsonl(1))
     good = hashlib.sha256(_jsonl(1)).hexdigest()
     base = (tmp_path / "mirror").as_uri()
-    source = CorpusSource("mini", "test", "CC0", "nobody", "https://example.invalid/", (RemoteFile("a.jsonl", good),),
-                          KOCONOVEL.extract, "mini.txt")
+    source = CorpusSource(
+        "mini",
+        "test",
+        "CC0",
+        "nobody",
+        "https://example.invalid/",
+        (RemoteFile("a.jsonl", good),),
+        KOCONOVEL.extract,
+        "mini.txt",
+    )
     assert prepare(source, tmp_path / "cache", base_url=base, progress=False).read_text().startswith("1번째")
-    wrong = CorpusSource("mini2", "test", "CC0", "nobody", "https://example.invalid/",
-                         (RemoteFile("a.jsonl", "f" * 64),), KOCONOVEL.extract, "mini2.txt")
+    wrong = CorpusSource(
+        "mini2",
+        "test",
+        "CC0",
+        "nobody",
+        "https://example.invalid/",
+        (RemoteFile("a.jsonl", "f" * 64),),
+        KOCONOVEL.extract,
+        "mini2.txt",
+    )
     with pytest.raises(UserError, match="checksum mismatch"):
         prepare(wrong, tmp_path / "cache", base_url=base, progress=False)
     assert not (tmp_path / "cache" / "mini2" / "mini2.txt").exists()
@@ -213,16 +232,16 @@ def test_pinned_checksum_in_the_registry_is_enforced(tmp_path):
 def test_malformed_source_file_is_a_user_error(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.jsonl").write_text("not json\n", encoding="utf-8")
-    source = CorpusSource("bad", "t", "CC0", "x", "https://example.invalid/", (RemoteFile("a.jsonl"),),
-                          KOCONOVEL.extract, "bad.txt")
+    source = CorpusSource(
+        "bad", "t", "CC0", "x", "https://example.invalid/", (RemoteFile("a.jsonl"),), KOCONOVEL.extract, "bad.txt"
+    )
     with pytest.raises(UserError, match="a.jsonl line 1 is not a KoCoNovel text record"):
         prepare(source, tmp_path / "c", base_url=(tmp_path / "m").as_uri(), progress=False)
 
 
 def test_cli_prints_the_data_path_to_train_on(tmp_path):
     with FileServer(_fake_koconovel()) as srv:
-        r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path), "--base-url", srv.url,
-                       timeout=120)
+        r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path), "--base-url", srv.url, timeout=120)
         assert r.returncode == 0, r.stderr
         line = r.stdout.strip().splitlines()[-1]
         assert line == f"data.path={tmp_path / 'koconovel' / 'koconovel.txt'}"
@@ -230,7 +249,15 @@ def test_cli_prints_the_data_path_to_train_on(tmp_path):
         assert "CC BY-SA 4.0" in r.stderr
     r = cli("-m", "data.prepare", "nope", "--cache-dir", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: unknown corpus 'nope'")
-    r = cli("-m", "data.prepare", "koconovel", "--cache-dir", str(tmp_path / "new"), "--base-url",
-                   "http://127.0.0.1:9", "--quiet")
+    r = cli(
+        "-m",
+        "data.prepare",
+        "koconovel",
+        "--cache-dir",
+        str(tmp_path / "new"),
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--quiet",
+    )
     assert r.returncode == 2 and r.stderr.startswith("error: cannot download http://127.0.0.1:9/data/jsonl/")
     assert "Traceback" not in r.stderr

@@ -36,18 +36,25 @@ def test_reviews_one_per_line_folded_deduplicated_nfc(tmp_path):
         out = prepare(NSMC, tmp_path, srv.url, progress=False)
     assert out == tmp_path / "nsmc" / "nsmc.txt"
     assert out.read_text(encoding="utf-8").splitlines() == [
-        "정말 재밌어요 ㅋㅋㅋ", "배우들 연기가 어색했다", "또 보고 싶은 영화", "한번 더 본다"]
+        "정말 재밌어요 ㅋㅋㅋ",
+        "배우들 연기가 어색했다",
+        "또 보고 싶은 영화",
+        "한번 더 본다",
+    ]
     assert "CC0 1.0" in (tmp_path / "nsmc" / "SOURCE.txt").read_text(encoding="utf-8")
     assert "ratings.txt" in (tmp_path / "nsmc" / "SHA256SUMS").read_text()  # trust on first use, then checked
 
 
-@pytest.mark.parametrize("body, why", [
-    ("<!DOCTYPE html><html>rate limited</html>", "HTML"),
-    ("document\tlabel\n1\t0\n", "header"),
-    ("id\tdocument\tlabel\nabc\t리뷰\t1\n", "line 2"),
-    ("id\tdocument\tlabel\n7\t리뷰\t5\n", "line 2"),
-    ("id\tdocument\tlabel\n7\t\t1\n", "no review"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        ("<!DOCTYPE html><html>rate limited</html>", "HTML"),
+        ("document\tlabel\n1\t0\n", "header"),
+        ("id\tdocument\tlabel\nabc\t리뷰\t1\n", "line 2"),
+        ("id\tdocument\tlabel\n7\t리뷰\t5\n", "line 2"),
+        ("id\tdocument\tlabel\n7\t\t1\n", "no review"),
+    ],
+)
 def test_a_bad_file_is_refused_and_not_kept(tmp_path, body, why):
     with FileServer({"/ratings.txt": body.encode("utf-8")}) as srv, pytest.raises(UserError, match=why):
         prepare(NSMC, tmp_path, srv.url, progress=False)

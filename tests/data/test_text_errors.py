@@ -73,8 +73,7 @@ BAD_UTF8 = {
     "cp949_line.txt": (KO * 4 + "옛날 옛적에".encode("cp949") + b"\n" + KO * 4, len(KO * 4)),
     "latin1.txt": (KO * 4 + "caf\xe9".encode("latin-1") + KO, len(KO * 4) + 3),
     "cut_short.txt": (KO * 4 + "끝".encode()[:1], len(KO * 4)),
-    "past_first_block.txt": (KO * (BLOCK // len(KO) + 3) + b"\xed\xa0\x80" + KO,
-                             len(KO * (BLOCK // len(KO) + 3))),
+    "past_first_block.txt": (KO * (BLOCK // len(KO) + 3) + b"\xed\xa0\x80" + KO, len(KO * (BLOCK // len(KO) + 3))),
 }
 
 

@@ -18,7 +18,7 @@ from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 
 TEXT = (
     "새벽 다섯 시, 골목 끝 빵집에 불이 켜졌다. 주인 아저씨는 밀가루를 체에 치며 라디오를 들었다.\n"
-    "\"오늘은 단팥빵을 두 판 더 굽자.\" 아주머니가 말했다. 창밖으로 첫차가 지나갔다.\n"
+    '"오늘은 단팥빵을 두 판 더 굽자." 아주머니가 말했다. 창밖으로 첫차가 지나갔다.\n'
     "學校 가는 아이들이 유리창에 코를 대고 소보로빵을 구경했다. 8시 10분, 가게 문이 열렸다.\n"
 ) * 12
 
@@ -32,9 +32,11 @@ def corpus(tmp_path) -> Path:
 
 def _cache_files(cache: Path) -> dict[str, Path]:
     files = {p.name: p for p in cache.iterdir()}
-    return {"vocab": next(p for n, p in files.items() if n.endswith(".vocab.json")),
-            "meta": next(p for n, p in files.items() if n.endswith(".json") and not n.endswith(".vocab.json")),
-            "tokens": next(p for n, p in files.items() if n.endswith((".uint16", ".uint32")))}
+    return {
+        "vocab": next(p for n, p in files.items() if n.endswith(".vocab.json")),
+        "meta": next(p for n, p in files.items() if n.endswith(".json") and not n.endswith(".vocab.json")),
+        "tokens": next(p for n, p in files.items() if n.endswith((".uint16", ".uint32"))),
+    }
 
 
 def _same(a, b) -> None:
@@ -77,14 +79,25 @@ DAMAGE = {  # name: (which file, how)
     "tokens_zero_block": ("tokens", lambda p, v: p.write_bytes(b"\0" * 64 + p.read_bytes()[64:])),
     "vocab_truncated": ("vocab", lambda p, v: p.write_bytes(p.read_bytes()[:100])),
     "vocab_malformed": ("vocab", lambda p, v: p.write_text("[1, 2", encoding="utf-8")),
-    "vocab_bit_flip": ("vocab", lambda p, v: p.write_text(p.read_text(encoding="utf-8").replace("빵", "방", 1),
-                                                          encoding="utf-8")),
-    "vocab_old_format": ("vocab", lambda p, v: p.write_text(json.dumps(KoreanCharTokenizer.from_text(TEXT).to_dict()),
-                                                            encoding="utf-8")),
+    "vocab_bit_flip": (
+        "vocab",
+        lambda p, v: p.write_text(p.read_text(encoding="utf-8").replace("빵", "방", 1), encoding="utf-8"),
+    ),
+    "vocab_old_format": (
+        "vocab",
+        lambda p, v: p.write_text(json.dumps(KoreanCharTokenizer.from_text(TEXT).to_dict()), encoding="utf-8"),
+    ),
     "vocab_not_a_vocabulary": ("vocab", lambda p, v: _edit_json(p, lambda d: d.update(tokenizer={"chars": 3}))),
-    "vocab_wrong_kind": ("vocab", lambda p, v: _edit_json(p, lambda d: d.update(
-        tokenizer=KoreanJamoTokenizer.from_text(TEXT).to_dict(),
-        fingerprint=KoreanJamoTokenizer.from_text(TEXT).fingerprint()))),
+    "vocab_wrong_kind": (
+        "vocab",
+        lambda p, v: _edit_json(
+            p,
+            lambda d: d.update(
+                tokenizer=KoreanJamoTokenizer.from_text(TEXT).to_dict(),
+                fingerprint=KoreanJamoTokenizer.from_text(TEXT).fingerprint(),
+            ),
+        ),
+    ),
 }
 
 

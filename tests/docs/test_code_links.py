@@ -17,13 +17,32 @@ from tests.notebooks.notebook_tools import LANGUAGES, NAMES, notebook_path, read
 LINE_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s#]+\.py)#L(\d+)\)")
 CODE_TEXT = re.compile(r"`([^`]+)`")
 # What every differences table must cover, each a row with a line link: the words that start its rows.
-ROWS = {"en": ("The MLP's nonlinearity", "The LM head's bias", "Embedding dropout", "What `head_size` means",
-               "How attention runs", "The window in generation", "Initialisation"),
-        "ko": ("MLP의 비선형 함수", "LM 헤드의 편향", "임베딩 드롭아웃", "`head_size`의 뜻", "어텐션 계산",
-               "생성할 때의 윈도", "초기화")}
-TABLES = [("docs/en/lecture.md", "en"), ("docs/ko/lecture.md", "ko"),
-          (notebook_path("en", "03_heads_block_gpt").relative_to(ROOT).as_posix(), "en"),
-          (notebook_path("ko", "03_heads_block_gpt").relative_to(ROOT).as_posix(), "ko")]
+ROWS = {
+    "en": (
+        "The MLP's nonlinearity",
+        "The LM head's bias",
+        "Embedding dropout",
+        "What `head_size` means",
+        "How attention runs",
+        "The window in generation",
+        "Initialisation",
+    ),
+    "ko": (
+        "MLP의 비선형 함수",
+        "LM 헤드의 편향",
+        "임베딩 드롭아웃",
+        "`head_size`의 뜻",
+        "어텐션 계산",
+        "생성할 때의 윈도",
+        "초기화",
+    ),
+}
+TABLES = [
+    ("docs/en/lecture.md", "en"),
+    ("docs/ko/lecture.md", "ko"),
+    (notebook_path("en", "03_heads_block_gpt").relative_to(ROOT).as_posix(), "en"),
+    (notebook_path("ko", "03_heads_block_gpt").relative_to(ROOT).as_posix(), "ko"),
+]
 
 
 def prose(page: str) -> str:
@@ -56,8 +75,10 @@ def test_every_line_link_still_points_at_the_code_it_names(page, text, target, l
         return
     now = [i + 1 for i, text_line in enumerate(lines) if code.group(1) in text_line]
     where = f"it is on line {', '.join(map(str, now))} now" if now else "it is on no line now"
-    pytest.fail(f"{page}: `{code.group(1)}` is no longer on line {line} of {Path(target).as_posix()}: {where}; "
-                "change the link's #L number (or the code it names)")
+    pytest.fail(
+        f"{page}: `{code.group(1)}` is no longer on line {line} of {Path(target).as_posix()}: {where}; "
+        "change the link's #L number (or the code it names)"
+    )
 
 
 @pytest.mark.parametrize("page,lang", TABLES)

@@ -25,8 +25,13 @@ def markdown_pages() -> list[str]:
 
 
 PAGES = markdown_pages()
-SCRIPTS = {"train.py": "train", "generate.py": "generate", "evaluate.py": "evaluate", "serve.py": "serve",
-           "export.py": "export"}
+SCRIPTS = {
+    "train.py": "train",
+    "generate.py": "generate",
+    "evaluate.py": "evaluate",
+    "serve.py": "serve",
+    "export.py": "export",
+}
 # A command for one of the entry scripts: `python train.py ...`, `$ python ...`, `torchrun ... train.py ...`.
 COMMAND = re.compile(r"^(?:\$ )?(?:python3? |torchrun [^\n]*?)(train|generate|evaluate|serve|export)\.py\b")
 FENCED = re.compile(r"^```([a-z]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -68,15 +73,21 @@ def _bash_words(line: str, home) -> list[str]:
     line = line.removeprefix("$ ")
     assert "$(" not in line or "data.prepare" in line, line
     line = line.replace("$(python -m data.prepare koconovel --quiet)", "data.path=/tmp/koconovel.txt")
-    r = subprocess.run(["bash", "-c", "f() { printf '%s\\0' \"$@\"; }; f " + line], capture_output=True, text=True,
-                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, cwd=home, timeout=30)  # `>` writes there
+    r = subprocess.run(
+        ["bash", "-c", "f() { printf '%s\\0' \"$@\"; }; f " + line],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        cwd=home,
+        timeout=30,
+    )  # `>` writes there
     assert r.returncode == 0 and not r.stderr, f"bash cannot run {line!r} as pasted: {r.stderr}"
     return r.stdout.split("\0")[:-1]
 
 
 def _script_args(words: list[str]) -> tuple[str, list[str]]:
     index = next(i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in SCRIPTS)
-    return words[index].rsplit("/", 1)[-1], words[index + 1:]
+    return words[index].rsplit("/", 1)[-1], words[index + 1 :]
 
 
 def _sweep_variants(overrides: list[str]) -> list[list[str]]:
@@ -90,8 +101,9 @@ def _sweep_variants(overrides: list[str]) -> list[list[str]]:
             variants = [v + [text] for v in variants]
             continue
         values = [str(v) for v in o.sweep_string_iterator()]
-        variants = [v + [f"{o.get_key_element()}={values[i]}"] for v, i in
-                    itertools.product(variants, range(len(values)))][:len(variants) * len(values)]
+        variants = [
+            v + [f"{o.get_key_element()}={values[i]}"] for v, i in itertools.product(variants, range(len(values)))
+        ][: len(variants) * len(values)]
     return variants
 
 
@@ -150,13 +162,26 @@ def test_every_readme_command_is_accepted_as_pasted(readme, line, refused, tmp_p
 
 # Every bash block, line by line: valid bash, and a command this file knows how to check.
 # Tools that are not the project's: their lines are only checked to parse as bash.
-OTHER_TOOLS = ((".",), ("python3", "-m", "venv"), ("pip", "install"), ("python", "-m", "pytest"),
-               ("python", "-m", "tensorboard.main"), ("tensorboard",), ("curl",), ("cd",), ("sha256sum",))
+OTHER_TOOLS = (
+    (".",),
+    ("python3", "-m", "venv"),
+    ("pip", "install"),
+    ("python", "-m", "pytest"),
+    ("python", "-m", "tensorboard.main"),
+    ("tensorboard",),
+    ("curl",),
+    ("cd",),
+    ("sha256sum",),
+)
 
 
 def bash_blocks() -> list[tuple[str, str]]:
-    return [(name, body) for name in PAGES
-            for lang, body in FENCED.findall((ROOT / name).read_text(encoding="utf-8")) if lang == "bash"]
+    return [
+        (name, body)
+        for name in PAGES
+        for lang, body in FENCED.findall((ROOT / name).read_text(encoding="utf-8"))
+        if lang == "bash"
+    ]
 
 
 def bash_commands() -> list[tuple[str, list[str]]]:
@@ -220,12 +245,27 @@ def _check_time_budget(args: list[str]) -> None:
         parsed = parse_args(args)
     for spec in parsed.run:
         overrides = spec.partition("=")[2].split()
-        compose_command("train.py", [f"data.path={parsed.corpus}", f"train.max_seconds={parsed.seconds}",
-                                     "train.max_steps=1000000", "train.overwrite=true", *overrides])
+        compose_command(
+            "train.py",
+            [
+                f"data.path={parsed.corpus}",
+                f"train.max_seconds={parsed.seconds}",
+                "train.max_steps=1000000",
+                "train.overwrite=true",
+                *overrides,
+            ],
+        )
 
 
-CAMPAIGNS = ("benchmarks.ladder", "benchmarks.finetune", "benchmarks.corpus_start", "benchmarks.hangul_compare",
-             "benchmarks.reader_start", "benchmarks.gpu_check", "benchmarks.hangul_stages")
+CAMPAIGNS = (
+    "benchmarks.ladder",
+    "benchmarks.finetune",
+    "benchmarks.corpus_start",
+    "benchmarks.hangul_compare",
+    "benchmarks.reader_start",
+    "benchmarks.gpu_check",
+    "benchmarks.hangul_stages",
+)
 
 
 def _check_campaign(module: str, args: list[str]) -> None:
@@ -238,8 +278,7 @@ def _check_campaign(module: str, args: list[str]) -> None:
         compose_command("train.py", ["data.path=/tmp/corpus.txt", *parsed.set.split()])
 
 
-@pytest.mark.parametrize("page,words", BASH_COMMANDS,
-                         ids=[f"{p}:{i}" for i, (p, _) in enumerate(BASH_COMMANDS)])
+@pytest.mark.parametrize("page,words", BASH_COMMANDS, ids=[f"{p}:{i}" for i, (p, _) in enumerate(BASH_COMMANDS)])
 def test_every_bash_command_is_one_we_check(page, words):
     from benchmarks.options import parse_options
 
@@ -272,5 +311,6 @@ def test_every_bash_command_is_one_we_check(page, words):
 
         parse_args(words[2:])  # argparse exits (SystemExit) on an unknown flag
     else:
-        assert any(tuple(words[:len(t)]) == t for t in OTHER_TOOLS), \
+        assert any(tuple(words[: len(t)]) == t for t in OTHER_TOOLS), (
             f"{page}: {line!r} runs a command this test does not know; check it here, or add the tool to OTHER_TOOLS"
+        )

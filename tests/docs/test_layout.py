@@ -28,9 +28,26 @@ ALLOWED = {
 FORBIDDEN = {package: set(ALLOWED) - allowed - {package} for package, allowed in ALLOWED.items()}
 LAYOUT_PAGES = (ROOT / "docs" / "en" / "layout.md", ROOT / "docs" / "ko" / "layout.md")
 # the packages whose every module has a line on the layout pages
-DOCUMENTED = ("common", "cli", "tokenizer", "data", "data/prepare", "model", "model/hangul", "training",
-              "training/runner", "training/settings", "training/guards", "training/optim", "training/reporting",
-              "inference", "hf_format", "hf_export", "playground", "notebooks")
+DOCUMENTED = (
+    "common",
+    "cli",
+    "tokenizer",
+    "data",
+    "data/prepare",
+    "model",
+    "model/hangul",
+    "training",
+    "training/runner",
+    "training/settings",
+    "training/guards",
+    "training/optim",
+    "training/reporting",
+    "inference",
+    "hf_format",
+    "hf_export",
+    "playground",
+    "notebooks",
+)
 
 
 def production_files() -> list[Path]:
@@ -68,9 +85,17 @@ def test_no_file_over_300_lines_and_no_function_over_60(limit_lines, limit_funct
 
 
 def test_os_replace_lives_in_one_helper():
-    users = [p.relative_to(ROOT).as_posix() for p in production_files()
-             if any(isinstance(n, ast.Attribute) and n.attr == "replace" and isinstance(n.value, ast.Name)
-                    and n.value.id == "os" for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))]
+    users = [
+        p.relative_to(ROOT).as_posix()
+        for p in production_files()
+        if any(
+            isinstance(n, ast.Attribute)
+            and n.attr == "replace"
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "os"
+            for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        )
+    ]
     assert users == ["common/atomic_files.py"]
 
 
@@ -121,8 +146,12 @@ def modules_listed(page: Path) -> set[str]:
 
 @pytest.mark.parametrize("page", LAYOUT_PAGES, ids=lambda p: p.parent.name)
 def test_every_module_has_its_line_on_the_layout_pages(page):
-    modules = {p.relative_to(ROOT).as_posix() for package in DOCUMENTED for p in (ROOT / package).glob("*.py")
-               if p.name != "__init__.py"}
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for package in DOCUMENTED
+        for p in (ROOT / package).glob("*.py")
+        if p.name != "__init__.py"
+    }
     listed = modules_listed(page)
     assert not modules - listed, f"add a line for each to {page.relative_to(ROOT)}: {sorted(modules - listed)}"
     assert not listed - modules, f"{page.relative_to(ROOT)} lists modules that do not exist: {sorted(listed - modules)}"

@@ -56,8 +56,9 @@ def _docs(lang: str) -> list[str]:
     return sorted(p.name for p in (ROOT / "docs" / lang).glob("*.md"))
 
 
-RELATIVE = [(page, target) for page in PAGES for target in links(page)
-            if target and not re.match(r"[a-z][a-z0-9+.-]*:", target)]  # http:, https:, mailto: go out
+RELATIVE = [
+    (page, target) for page in PAGES for target in links(page) if target and not re.match(r"[a-z][a-z0-9+.-]*:", target)
+]  # http:, https:, mailto: go out
 
 
 def test_the_slug_follows_github():
@@ -97,8 +98,11 @@ def test_every_image_is_used():
 
 def test_english_and_korean_have_the_same_pages():
     assert _docs("en") and _docs("en") == _docs("ko")
-    stray = [p for p in (ROOT / "docs").rglob("*.md") if p.parent.name not in ("en", "ko")
-             or p.parent.parent != ROOT / "docs"]
+    stray = [
+        p
+        for p in (ROOT / "docs").rglob("*.md")
+        if p.parent.name not in ("en", "ko") or p.parent.parent != ROOT / "docs"
+    ]
     assert not stray, f"a page goes in docs/en/ and docs/ko/ (the same name in both): {stray}"
 
 

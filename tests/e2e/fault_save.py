@@ -35,8 +35,10 @@ def faulty(f, data) -> None:
     if mode == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if mode == "runtime":
-        raise RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter failed writing file "
-                           "data/3: file write failed")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:783] . PytorchStreamWriter failed writing file "
+            "data/3: file write failed"
+        )
     f.flush()
     os.fsync(f.fileno())
     print("fault: holding a half-written checkpoint", flush=True)

@@ -48,14 +48,28 @@ def test_signal_saves_a_checkpoint_that_resumes(tmp_path, corpus, sig, code):
 
     # a plain second run into the folder is refused (tests/cli/test_one_line_errors.py); resume or overwrite are not
     if sig == signal.SIGINT:
-        r = cli("train.py", *TINY, f"train.resume={run}", f"train.max_steps={step + 3}", "train.eval_interval=100",
-                "train.lr_decay_steps=1000", f"data.path={corpus}")
+        r = cli(
+            "train.py",
+            *TINY,
+            f"train.resume={run}",
+            f"train.max_steps={step + 3}",
+            "train.eval_interval=100",
+            "train.lr_decay_steps=1000",
+            f"data.path={corpus}",
+        )
         assert r.returncode == 0, r.stderr
         assert f"step {step + 3}: train loss" in r.stdout
         assert load_checkpoint(run / "ckpt.pt").step == step + 3
     else:
-        r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=1", "train.eval_interval=1",
-                f"data.path={corpus}", f"hydra.run.dir={run}")
+        r = cli(
+            "train.py",
+            *TINY,
+            "train.overwrite=true",
+            "train.max_steps=1",
+            "train.eval_interval=1",
+            f"data.path={corpus}",
+            f"hydra.run.dir={run}",
+        )
         assert r.returncode == 0, r.stderr
         assert load_checkpoint(run / "ckpt.pt").step == 1
 
@@ -71,8 +85,15 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
     run = tmp_path / "runs" / "run"
     for attempt, nth in enumerate((2, 3)):
         resume = (f"train.resume={run}",) if attempt else (f"hydra.run.dir={run}",)
-        proc = start("tests/e2e/fault_save.py", "hold", str(nth), *ENDLESS[1:], "train.eval_interval=1",
-                     f"data.path={corpus}", *resume)
+        proc = start(
+            "tests/e2e/fault_save.py",
+            "hold",
+            str(nth),
+            *ENDLESS[1:],
+            "train.eval_interval=1",
+            f"data.path={corpus}",
+            *resume,
+        )
         reader = LineReader(proc)
         try:
             reader.wait_for("fault: holding a half-written checkpoint")
@@ -95,8 +116,15 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
     assert resolve_checkpoint(run) == run / "ckpt.pt"
     assert newest_checkpoint(tmp_path / "runs") == run / "ckpt.pt"
     step = load_checkpoint(run / "ckpt.pt").step
-    r = cli("train.py", *TINY, f"train.resume={run}", f"train.max_steps={step + 2}", "train.eval_interval=1",
-            "train.lr_decay_steps=1000", f"data.path={corpus}")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"train.resume={run}",
+        f"train.max_steps={step + 2}",
+        "train.eval_interval=1",
+        "train.lr_decay_steps=1000",
+        f"data.path={corpus}",
+    )
     assert r.returncode == 0, r.stderr
     assert load_checkpoint(run / "ckpt.pt").step == step + 2
     assert list(run.glob(".ckpt.pt.*.tmp")) == []  # the next save removed the dead processes' temp files
@@ -105,13 +133,28 @@ def test_sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint(tmp_path,
 @pytest.mark.slow
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=1000",
-            f"data.path={corpus}", f"hydra.run.dir={run}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "train.max_steps=4",
+        "train.eval_interval=2",
+        "train.lr_decay_steps=1000",
+        f"data.path={corpus}",
+        f"hydra.run.dir={run}",
+    )
     assert r.returncode == 0, r.stderr
     before = {name: file_sha256(run / name) for name in ("ckpt.pt", "best.pt")}
 
-    r = cli("tests/e2e/fault_nan.py", "5", *TINY, f"train.resume={run}", "train.max_steps=10", "train.eval_interval=1",
-            "train.lr_decay_steps=1000", f"data.path={corpus}")
+    r = cli(
+        "tests/e2e/fault_nan.py",
+        "5",
+        *TINY,
+        f"train.resume={run}",
+        "train.max_steps=10",
+        "train.eval_interval=1",
+        "train.lr_decay_steps=1000",
+        f"data.path={corpus}",
+    )
     assert r.returncode == 3, r.stderr
     assert "Traceback" not in r.stderr
     errors = [line for line in stderr_lines(r.stderr) if line.startswith("error:")]
@@ -134,8 +177,9 @@ class _Marker:
 def _malicious_files(d: Path, marker: Path) -> tuple[Path, Path]:
     as_torch = d / "evil_torch" / "ckpt.pt"  # torch's zip format, looking like one of ours
     as_torch.parent.mkdir()
-    torch.save({"format": FORMAT, "version": 1, "model": _Marker(marker), "model_config": {}, "tokenizer": {}},
-               as_torch)
+    torch.save(
+        {"format": FORMAT, "version": 1, "model": _Marker(marker), "model_config": {}, "tokenizer": {}}, as_torch
+    )
     as_pickle = d / "evil_pickle" / "ckpt.pt"  # a bare pickle stream
     as_pickle.parent.mkdir()
     as_pickle.write_bytes(pickle.dumps({"format": FORMAT, "model": _Marker(marker)}, protocol=4))
@@ -154,8 +198,10 @@ def test_malicious_checkpoint_is_refused_in_process(tmp_path):
 def test_malicious_checkpoint_is_refused_by_generate_and_resume(tmp_path):
     marker = tmp_path / "PWNED"
     as_torch, as_pickle = _malicious_files(tmp_path, marker)
-    g, t = cli_all(("generate.py", "device=cpu", f"ckpt={as_torch}", "max_new_tokens=5"),
-                   ("train.py", *TINY, f"train.resume={as_pickle.parent}"))
+    g, t = cli_all(
+        ("generate.py", "device=cpu", f"ckpt={as_torch}", "max_new_tokens=5"),
+        ("train.py", *TINY, f"train.resume={as_pickle.parent}"),
+    )
     assert_one_line_error(g, "refusing to load", str(as_torch))
     assert_one_line_error(t, "refusing to load", str(as_pickle))
     assert not marker.exists()
@@ -183,8 +229,11 @@ def test_ctrl_c_during_start_up_prints_one_line(tmp_path, corpus, script):
     else:
         fifo = tmp_path / "ckpt.pt"
         os.mkfifo(fifo)
-        args = ("device=cpu", f"ckpt={fifo}", f"data.path={corpus}") if script == "evaluate.py" else \
-            ("device=cpu", f"ckpt={fifo}")
+        args = (
+            ("device=cpu", f"ckpt={fifo}", f"data.path={corpus}")
+            if script == "evaluate.py"
+            else ("device=cpu", f"ckpt={fifo}")
+        )
     ready = tmp_path / "ready"
     proc = start(script, *args, env={"KOCHAR_READY_FILE": str(ready)})
     try:
@@ -209,9 +258,11 @@ def test_the_ready_file_marks_the_installed_hook(tmp_path):
 def test_a_ctrl_c_that_python_swallows_in_a_callback_still_ends_the_command_in_one_line():
     """A Ctrl-C landing in a weakref callback or a __del__ (CI once saw one in an import lock's callback) is only
     printed by Python, with a traceback, and the command goes on; it must end the command like any other."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
-            "class Dying:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
-            "Dying()\nimport time\ntime.sleep(30)\nprint('went on')\n")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
+        "class Dying:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+        "Dying()\nimport time\ntime.sleep(30)\nprint('went on')\n"
+    )
     r = cli("-c", code, str(Path(__file__).resolve().parents[2]))
     assert (r.returncode, r.stdout, r.stderr.strip()) == (130, "", "interrupted"), r.stderr
 
@@ -219,9 +270,11 @@ def test_a_ctrl_c_that_python_swallows_in_a_callback_still_ends_the_command_in_o
 def test_a_ctrl_c_wrapped_by_python_still_ends_in_one_line(tmp_path):
     """Python 3.11 turns a Ctrl-C that lands in a class body's __set_name__ (as while importing ipaddress) into a
     RuntimeError caused by the KeyboardInterrupt; CI once saw that traceback instead of `interrupted`."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
-            "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
-            "    raise RuntimeError('Error calling __set_name__') from e\n")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import cli.entry\n"
+        "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
+        "    raise RuntimeError('Error calling __set_name__') from e\n"
+    )
     r = cli("-c", code, str(Path(__file__).resolve().parents[2]))
     assert r.returncode == 130 and "Traceback" not in r.stderr and r.stderr.strip() == "interrupted", r.stderr
 

@@ -41,8 +41,10 @@ FAILURES = {
     "enospc": (OSError(errno.ENOSPC, "No space left on device"), "the disk is full"),
     "quota": (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk is full"),
     "read_only": (OSError(errno.EROFS, "Read-only file system"), "Read-only file system"),
-    "torch_runtime": (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
-                      "write failed: PytorchStreamWriter failed writing file data/0: file write failed"),
+    "torch_runtime": (
+        RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+        "write failed: PytorchStreamWriter failed writing file data/0: file write failed",
+    ),
 }
 
 
@@ -62,8 +64,10 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_says_so(tmp_path, monk
     monkeypatch.setattr(checkpoint_module.torch, "save", failing_save)
     with pytest.raises(CheckpointWriteError) as e:
         save_checkpoint(ckpt, path)
-    assert str(e.value) == (f"could not save checkpoint {path} ({reason}); the previous ckpt.pt is kept unchanged; "
-                            "free space or fix the folder, then resume")
+    assert str(e.value) == (
+        f"could not save checkpoint {path} ({reason}); the previous ckpt.pt is kept unchanged; "
+        "free space or fix the folder, then resume"
+    )
     assert e.value.exit_code == 1 and isinstance(e.value, UserError)
     with pytest.raises(CheckpointWriteError, match="nothing was written"):
         save_checkpoint(ckpt, tmp_path / "best.pt")
@@ -71,12 +75,23 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_says_so(tmp_path, monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,reason", [("enospc", "the disk is full"),
-                                         ("runtime", "write failed: PytorchStreamWriter failed writing file data/3")])
+@pytest.mark.parametrize(
+    "mode,reason",
+    [("enospc", "the disk is full"), ("runtime", "write failed: PytorchStreamWriter failed writing file data/3")],
+)
 def test_a_full_disk_during_training_is_one_line_and_the_last_checkpoint_stays(tmp_path, corpus, mode, reason):
     run = tmp_path / "run"
-    r = cli("tests/e2e/fault_save.py", mode, "2", *TINY, "train.max_steps=6", "train.eval_interval=2",
-            "train.lr_decay_steps=100", f"data.path={corpus}", f"hydra.run.dir={run}")
+    r = cli(
+        "tests/e2e/fault_save.py",
+        mode,
+        "2",
+        *TINY,
+        "train.max_steps=6",
+        "train.eval_interval=2",
+        "train.lr_decay_steps=100",
+        f"data.path={corpus}",
+        f"hydra.run.dir={run}",
+    )
     lines = stderr_lines(r.stderr)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[-1].startswith(f"error: could not save checkpoint {run / 'ckpt.pt'} ({reason}"), r.stderr
@@ -87,8 +102,10 @@ def test_a_full_disk_during_training_is_one_line_and_the_last_checkpoint_stays(t
 
 # -- one training per run folder ------------------------------------------------------------------------------
 
-HOLD = ("import sys, threading; sys.path.insert(0, sys.argv[2]); from cli.run_lock import RunLock; "
-        "lock = RunLock(sys.argv[1]); print('locked', flush=True); threading.Event().wait()")
+HOLD = (
+    "import sys, threading; sys.path.insert(0, sys.argv[2]); from cli.run_lock import RunLock; "
+    "lock = RunLock(sys.argv[1]); print('locked', flush=True); threading.Event().wait()"
+)
 
 
 def _holder(folder: Path) -> subprocess.Popen:
@@ -125,8 +142,13 @@ def test_folder_named_reads_the_command_line(tmp_path):
     assert folder_named([f"train.resume={run}"]) == run
     assert folder_named([f"train.resume={run / 'best.pt'}"]) == run
     assert folder_named([f"hydra.run.dir='{run}'", "model=tiny"]) == run
-    for argv in ([f"hydra.run.dir={tmp_path / 'missing'}"], ["model=tiny"], ["-m", f"hydra.run.dir={run}"],
-                 ["--help", f"train.resume={run}"], ["hydra.run.dir=runs/${now:%H}"]):
+    for argv in (
+        [f"hydra.run.dir={tmp_path / 'missing'}"],
+        ["model=tiny"],
+        ["-m", f"hydra.run.dir={run}"],
+        ["--help", f"train.resume={run}"],
+        ["hydra.run.dir=runs/${now:%H}"],
+    ):
         assert folder_named(argv) is None, argv
 
 
@@ -155,17 +177,22 @@ def test_a_second_training_into_a_busy_folder_is_refused_before_it_writes(tmp_pa
 
 # -- train.overwrite=true deletes nothing until every check has passed ----------------------------------------
 
+
 @pytest.mark.slow
 def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, "train.max_steps=2", "train.eval_interval=2", f"data.path={corpus}",
-            f"hydra.run.dir={run}")
+    r = cli(
+        "train.py", *TINY, "train.max_steps=2", "train.eval_interval=2", f"data.path={corpus}", f"hydra.run.dir={run}"
+    )
     assert r.returncode == 0, r.stderr
     before = {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()}
     assert any(name.startswith("events.out.tfevents.") for name in before)
     (tmp_path / "no_text").mkdir()  # a folder is a corpus now; one holding no text file is refused
-    for bad in (f"data.path={tmp_path / 'corpus.tx'}", f"data.path={tmp_path / 'no_text'}",
-                "model.context_length=100000"):
+    for bad in (
+        f"data.path={tmp_path / 'corpus.tx'}",
+        f"data.path={tmp_path / 'no_text'}",
+        "model.context_length=100000",
+    ):
         r = cli("train.py", *TINY, "train.overwrite=true", "train.max_steps=2", bad, f"hydra.run.dir={run}")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert {p.name: file_sha256(p) for p in run.iterdir() if p.is_file()} == before, bad
@@ -181,15 +208,30 @@ def test_overwrite_with_a_mistyped_corpus_deletes_nothing(tmp_path, corpus):
 
 # The agent checks its workers every 2 s (its default is 0.1 s): a rank whose peer was killed then reports the
 # loss itself before the agent's SIGTERM reaches it, even on a loaded machine (as with the default, on an idle one).
-TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--monitor-interval=2",
-            str(ROOT / "train.py"), *TINY,
-            "train.max_steps=100000", "train.eval_interval=3", "train.lr_decay_steps=1000")
+TORCHRUN = (
+    "-m",
+    "torch.distributed.run",
+    "--standalone",
+    "--nproc_per_node=2",
+    "--monitor-interval=2",
+    str(ROOT / "train.py"),
+    *TINY,
+    "train.max_steps=100000",
+    "train.eval_interval=3",
+    "train.lr_decay_steps=1000",
+)
 
 
 def _torchrun(tmp_path: Path, corpus: Path) -> tuple[subprocess.Popen, LineReader]:
-    proc = subprocess.Popen([sys.executable, *TORCHRUN, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
-                            start_new_session=True)  # its own process group, as a terminal would start it
+    proc = subprocess.Popen(
+        [sys.executable, *TORCHRUN, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+        start_new_session=True,
+    )  # its own process group, as a terminal would start it
     reader = LineReader(proc)
     reader.wait_for("step 3:")  # both ranks train and rank 0 has checkpointed
     return proc, reader

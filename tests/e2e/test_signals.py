@@ -27,6 +27,7 @@ pytestmark = pytest.mark.serial
 
 def endless_wait(sig: signal.Signals, waited: list):
     """A stand-in for a wait of any length: sends `sig` to this process, then spins until the handler cuts it."""
+
     def wait(*args, **kwargs):
         os.kill(os.getpid(), sig)
         deadline = time.monotonic() + 60
@@ -34,12 +35,19 @@ def endless_wait(sig: signal.Signals, waited: list):
             pass
         waited.append("to the end")  # the signal went unanswered: the test fails
         return 4.0
+
     return wait
 
 
 def _job(tmp_path, corpus, *overrides: str):
-    return train_job(tmp_path, f"data.path={corpus}", "train.eval_interval=3", "train.dtype=float32",
-                     "train.snapshot_interval=0", *overrides)
+    return train_job(
+        tmp_path,
+        f"data.path={corpus}",
+        "train.eval_interval=3",
+        "train.dtype=float32",
+        "train.snapshot_interval=0",
+        *overrides,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -66,8 +74,10 @@ def test_a_signal_during_a_snapshot_keeps_the_checkpoint_written_before_it(tmp_p
 
     waited: list = []
     monkeypatch.setattr(RunLogger, "snapshot", lambda self, step: endless_wait(signal.SIGTERM, waited)())
-    result = trainer.train(_job(tmp_path, corpus, "train.max_steps=9", "train.snapshot_interval=1000",
-                                        "train.sample_tokens=4"), tmp_path / "run")
+    result = trainer.train(
+        _job(tmp_path, corpus, "train.max_steps=9", "train.snapshot_interval=1000", "train.sample_tokens=4"),
+        tmp_path / "run",
+    )
     assert not waited and result.stopped == "SIGTERM" and result.step == 3
     ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
     assert ckpt.step == 3 and math.isfinite(ckpt.training.val_loss)  # validated and saved before the snapshot
@@ -113,8 +123,9 @@ def test_a_signal_during_the_first_token_cache_build_leaves_nothing_half_written
     cache = tmp_path / "new cache"
     monkeypatch.setattr(token_cache, "_scan", scan)
     with pytest.raises(Interrupted) as e:
-        trainer.train(_job(tmp_path, corpus, "train.max_steps=6", f"train.resume={run}",
-                           f"data.cache_dir={cache}"), run)
+        trainer.train(
+            _job(tmp_path, corpus, "train.max_steps=6", f"train.resume={run}", f"data.cache_dir={cache}"), run
+        )
     assert not waited and (e.value.signal_name, e.value.exit_code, e.value.line) == ("SIGTERM", 143, "terminated")
     assert list(cache.iterdir()) == [] and file_sha256(run / "ckpt.pt") == before
 
@@ -142,8 +153,15 @@ def test_a_default_run_is_not_capped(tmp_path, corpus, monkeypatch, capsys):
 def test_sigterm_during_a_long_closing_sample_is_answered_within_seconds(tmp_path, corpus):
     """train.py itself: a closing sample of a million characters (minutes of work), SIGTERM once it has begun."""
     run = tmp_path / "run"
-    proc = start("train.py", *TINY, "train.max_steps=2", "train.eval_interval=2", "train.sample_chars=1000000",
-                 f"data.path={corpus}", f"hydra.run.dir={run}")
+    proc = start(
+        "train.py",
+        *TINY,
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.sample_chars=1000000",
+        f"data.path={corpus}",
+        f"hydra.run.dir={run}",
+    )
     reader = LineReader(proc)
     try:
         reader.wait_for("step 2:")  # the last evaluation and its checkpoint: the sample starts now
@@ -162,8 +180,9 @@ def test_sigterm_during_a_long_closing_sample_is_answered_within_seconds(tmp_pat
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_a_signal_during_a_compile_warm_up_ends_the_run_at_once_keeping_the_step_reached(tmp_path, corpus, monkeypatch,
-                                                                                           capsys, sig):
+def test_a_signal_during_a_compile_warm_up_ends_the_run_at_once_keeping_the_step_reached(
+    tmp_path, corpus, monkeypatch, capsys, sig
+):
     """The first compiled forward compiles for tens of seconds: a signal then ends it at once, and the checkpoint saved
     is the step reached before it, untouched by the warm-up (no update, the batch put back)."""
     import torch

@@ -18,7 +18,9 @@ def test_a_missing_library_is_one_line_naming_the_install_command():
 
 
 def test_training_and_sampling_never_import_transformers():
-    code = ("import sys, train, generate, evaluate, serve, inference.loading, playground.app; "
-            "print(sorted(m for m in ('transformers', 'safetensors', 'tokenizers') if m in sys.modules))")
+    code = (
+        "import sys, train, generate, evaluate, serve, inference.loading, playground.app; "
+        "print(sorted(m for m in ('transformers', 'safetensors', 'tokenizers') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr[-1000:]

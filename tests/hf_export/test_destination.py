@@ -33,8 +33,11 @@ def run(tmp_path):
     """A tiny run folder (ckpt.pt, events, a file of the user's) and its checkpoint, loaded as export loads it."""
     tok = KoreanCharTokenizer.from_text(KOREAN)
     torch.manual_seed(0)
-    model = AttentionLanguageModel(ModelConfig(vocab_size=tok.vocab_size, context_length=16, embedding_size=16,
-                                               head_size=16, num_heads=2, num_blocks=1))
+    model = AttentionLanguageModel(
+        ModelConfig(
+            vocab_size=tok.vocab_size, context_length=16, embedding_size=16, head_size=16, num_heads=2, num_blocks=1
+        )
+    )
     folder = tmp_path / "runs" / "r1"
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(model.config, model.state_dict(), tok.to_dict(), 1.0), folder / "ckpt.pt")

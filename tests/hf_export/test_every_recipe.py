@@ -30,16 +30,27 @@ transformers = pytest.importorskip("transformers", reason="pip install -r requir
 
 RECIPES = sorted(p.stem for p in (ROOT / "configs" / "recipe").glob("*.yaml"))
 # (data.tokenizer, model.embedding, model.head): the Hangul-aware ids with the jamo parts they exist for
-TOKENIZERS = {"char": ("char", "token", "softmax"), "jamo": ("jamo", "token", "softmax"),
-              "hangul": ("hangul", "jamo", "softmax"), "hangul-head": ("hangul", "jamo", "jamo")}
+TOKENIZERS = {
+    "char": ("char", "token", "softmax"),
+    "jamo": ("jamo", "token", "softmax"),
+    "hangul": ("hangul", "jamo", "softmax"),
+    "hangul-head": ("hangul", "jamo", "jamo"),
+}
 GREEDY_FOR_EVERY_TOKENIZER = ("lecture", "modern")
 TEXT = "강가의 버드나무 아래서 우리는 오래 이야기했다. 밤이 깊도록 별을 세었다.\n그리고 아침이 왔다."
 
 
 def model_config(recipe: str, tokenizer: str, vocab_size: int) -> ModelConfig:
     kind, embedding, head = TOKENIZERS[tokenizer]
-    cfg = compose_config("train", f"recipe={recipe}", "model=tiny", "model.context_length=256",
-                         f"data.tokenizer={kind}", f"model.embedding={embedding}", f"model.head={head}")
+    cfg = compose_config(
+        "train",
+        f"recipe={recipe}",
+        "model=tiny",
+        "model.context_length=256",
+        f"data.tokenizer={kind}",
+        f"model.embedding={embedding}",
+        f"model.head={head}",
+    )
     model = OmegaConf.to_container(cfg.model, resolve=True)
     return ModelConfig(**{**model, "vocab_size": vocab_size, "dropout": 0.0})
 
@@ -55,8 +66,9 @@ def export(tmp_path, config: ModelConfig, tokenizer, head_gain: float = 1.0, **w
         if head_gain != 1.0:
             model.lm_head.weight.mul_(head_gain)
     ckpt = Checkpoint(config, model.state_dict(), tokenizer.to_dict(), 1.0)
-    layout = write_folder(ckpt, tokenizer, num_parameters(model), tmp_path / "m", "python export.py (test)",
-                          overwrite=False, **write)
+    layout = write_folder(
+        ckpt, tokenizer, num_parameters(model), tmp_path / "m", "python export.py (test)", overwrite=False, **write
+    )
     return model, layout
 
 
@@ -76,22 +88,32 @@ def test_every_recipe_and_tokenizer_gives_our_logits_and_greedy_text(tmp_path, r
             return
         prompt = ids[:, :20]
         greedy = model.generate(prompt, 200, temperature=0.0)
-        their_greedy = hf.generate(prompt, max_new_tokens=200, do_sample=False, pad_token_id=0,
-                                   attention_mask=torch.ones_like(prompt))
+        their_greedy = hf.generate(
+            prompt, max_new_tokens=200, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(prompt)
+        )
     assert tok.decode(greedy[0].tolist()) == tok.decode(their_greedy[0].tolist())
 
 
 def test_every_model_setting_is_known_to_export():
     new = sorted({f.name for f in fields(ModelConfig)} - set(plain.HANDLED))
-    assert not new, (f"ModelConfig gained {new}: say in hf_export/plain.py HANDLED how export treats it (and teach "
-                     "hf_export/hf_code/modeling_kochar.py any new computation), or export refuses such runs")
+    assert not new, (
+        f"ModelConfig gained {new}: say in hf_export/plain.py HANDLED how export treats it (and teach "
+        "hf_export/hf_code/modeling_kochar.py any new computation), or export refuses such runs"
+    )
 
 
 def test_a_setting_export_does_not_know_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.delitem(plain.HANDLED, "qk_norm")
     tok = build_tokenizer("char", [KOREAN])
-    config = ModelConfig(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32, num_heads=4,
-                         num_blocks=1, qk_norm=True)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size,
+        context_length=32,
+        embedding_size=32,
+        head_size=32,
+        num_heads=4,
+        num_blocks=1,
+        qk_norm=True,
+    )
     with pytest.raises(UserError) as e:
         export(tmp_path, config, tok)
     assert "model.qk_norm=True cannot be exported yet" in str(e.value) and "\n" not in str(e.value)
@@ -105,8 +127,9 @@ def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypa
     wrong = gpt2.hf_config
     monkeypatch.setattr(gpt2, "hf_config", lambda c: {**wrong(c), "activation_function": "gelu_new"})  # tanh GELU
     tok = build_tokenizer("char", [KOREAN])
-    config = ModelConfig(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32, num_heads=4,
-                         num_blocks=1)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32, num_heads=4, num_blocks=1
+    )
     with pytest.raises(UserError, match="does not compute what the run computes"):
         export(tmp_path, config, tok, head_gain=10.0)  # the two GELUs differ by < 1e-3: shown 10x in the logits
     assert not (tmp_path / "m").exists() and not list(tmp_path.iterdir())
@@ -114,9 +137,14 @@ def test_a_folder_that_computes_something_else_is_never_named(tmp_path, monkeypa
     assert (tmp_path / "m" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("extra,layout", [({"tie_weights": True}, "gpt2"),
-                                          ({"position": "rope", "norm": "rmsnorm", "mlp": "swiglu"}, "llama"),
-                                          ({"head_size": 16, "mlp": "relu2"}, "custom")])
+@pytest.mark.parametrize(
+    "extra,layout",
+    [
+        ({"tie_weights": True}, "gpt2"),
+        ({"position": "rope", "norm": "rmsnorm", "mlp": "swiglu"}, "llama"),
+        ({"head_size": 16, "mlp": "relu2"}, "custom"),
+    ],
+)
 def test_the_jamo_embedding_folds_exactly_where_it_earns_a_stock_class(tmp_path, extra, layout):
     from inference.exported_folder import read_folder
 

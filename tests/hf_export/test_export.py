@@ -67,8 +67,9 @@ def test_transformers_gives_our_logits_and_our_greedy_text(tmp_path, variant):
         assert torch.allclose(ours, theirs, atol=1e-4, rtol=0), (ours - theirs).abs().max()
         prompt = ids[:, :20]
         greedy = model.generate(prompt, 200, temperature=0.0)
-        their_greedy = hf.generate(prompt, max_new_tokens=200, do_sample=False, pad_token_id=0,
-                                   attention_mask=torch.ones_like(prompt))
+        their_greedy = hf.generate(
+            prompt, max_new_tokens=200, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(prompt)
+        )
     assert tok.decode(greedy[0].tolist()) == tok.decode(their_greedy[0].tolist())
 
 
@@ -93,8 +94,14 @@ def test_auto_tokenizer_encodes_and_decodes_as_ours(tmp_path):
     tok = KoreanCharTokenizer.from_text(KOREAN + "é\r\n\t")
     _, _, out = exported(tmp_path, "lecture", tok)
     auto = transformers.AutoTokenizer.from_pretrained(str(out))
-    for text in (TEXT, KOREAN, "  두 칸\n\n새 줄\t탭", "모르는 글자 ☃ 와 NFD: " + "한글".encode().decode(),
-                 "\u1112\u1161\u11ab\u1100\u1173\u11af", "e\u0301"):
+    for text in (
+        TEXT,
+        KOREAN,
+        "  두 칸\n\n새 줄\t탭",
+        "모르는 글자 ☃ 와 NFD: " + "한글".encode().decode(),
+        "\u1112\u1161\u11ab\u1100\u1173\u11af",
+        "e\u0301",
+    ):
         ours = tok.encode(text).tolist()
         assert auto(text, add_special_tokens=False)["input_ids"] == ours, text
         assert auto.decode(ours) == tok.decode(ours)
@@ -132,8 +139,16 @@ def test_the_model_card_says_what_the_model_is(tmp_path):
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "trust_remote_code=True" in card and "KocharForCausalLM" in card and "말뭉치" in card
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json",
-            "special_tokens_map.json", "README.md", "kochar.json", "modeling_kochar.py"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "README.md",
+        "kochar.json",
+        "modeling_kochar.py",
+    } <= names
 
 
 def test_the_benchmark_races_transformers_generate_on_the_same_weights():

@@ -64,10 +64,13 @@ def test_the_model_card_records_the_commands(trained):
     assert "python train.py" in card and f"data.path={corpus}" in card and "python export.py ckpt=" in card
 
 
-@pytest.mark.parametrize("args,message", [
-    ((), "pass the folder to write"),
-    (("ckpt=/nonexistent/run", "out=/tmp/x"), "not found"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ((), "pass the folder to write"),
+        (("ckpt=/nonexistent/run", "out=/tmp/x"), "not found"),
+    ],
+)
 def test_mistakes_are_one_line(args, message):
     r = cli("export.py", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and message in r.stderr
@@ -87,8 +90,15 @@ HANGUL_AWARE = ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jam
 @pytest.mark.parametrize("settings", [HANGUL_AWARE, ("data.tokenizer=jamo",)])
 def test_other_tokenizers_and_layouts_round_trip_through_the_scripts(tmp_path, corpus, settings):
     run, out = tmp_path / "run", tmp_path / "exported"
-    r = cli("train.py", *TINY, f"data.path={corpus}", "train.max_steps=10", f"data.cache_dir={tmp_path / 'c'}",
-            *settings, f"hydra.run.dir={run}")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"data.path={corpus}",
+        "train.max_steps=10",
+        f"data.cache_dir={tmp_path / 'c'}",
+        *settings,
+        f"hydra.run.dir={run}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     r = cli("export.py", f"ckpt={run}", f"out={out}")
     assert r.returncode == 0, r.stderr[-2000:]

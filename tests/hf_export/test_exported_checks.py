@@ -56,11 +56,11 @@ def _edit_header(folder: Path, edit) -> None:
     """Rewrite the safetensors header in place (padded to its old length, so every offset stays valid)."""
     data = (folder / "model.safetensors").read_bytes()
     length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
+    header = json.loads(data[8 : 8 + length])
     edit(header)
     raw = json.dumps(header, separators=(",", ":")).encode()
     assert len(raw) <= length
-    (folder / "model.safetensors").write_bytes(data[:8] + raw.ljust(length) + data[8 + length:])
+    (folder / "model.safetensors").write_bytes(data[:8] + raw.ljust(length) + data[8 + length :])
 
 
 RECORDS = {  # name: (how kochar.json is damaged, what the one line says)
@@ -78,18 +78,27 @@ RECORDS = {  # name: (how kochar.json is damaged, what the one line says)
     "version_text": (lambda r: r.update(version="1"), "no valid format version"),
     "trained_as_bad": (lambda r: r.update(trained_as={"num_blocks": 0}), "in trained_as"),
     # the tokenizer's own fields: each named, never an error inside the tokenizer
-    "chars_numbers": (lambda r: r["tokenizer"].update(chars=[5, 6]),
-                      "kochar.json: tokenizer.chars[0] must be a single character, found int '5'; export the run "
-                      "again"),
+    "chars_numbers": (
+        lambda r: r["tokenizer"].update(chars=[5, 6]),
+        "kochar.json: tokenizer.chars[0] must be a single character, found int '5'; export the run again",
+    ),
     "chars_nested": (lambda r: r["tokenizer"]["chars"].append(["x"]), "must be a single character, found list"),
-    "chars_a_word": (lambda r: r["tokenizer"].update(chars=["봄이"]),
-                     "tokenizer.chars[0] must be a single character, found '봄이'"),
-    "chars_text": (lambda r: r["tokenizer"].update(chars="봄이"),
-                   "tokenizer.chars must be a JSON list of text, found str"),
-    "added_numbers": (lambda r: r["tokenizer"].update(added=[1.5]),
-                      "tokenizer.added[0] must be a single character, found float '1.5'"),
-    "format_number": (lambda r: r["tokenizer"].update(format=3), "(tokenizer.format is '3', not "
-                                                                 "kochar-gpt/char-tokenizer)"),
+    "chars_a_word": (
+        lambda r: r["tokenizer"].update(chars=["봄이"]),
+        "tokenizer.chars[0] must be a single character, found '봄이'",
+    ),
+    "chars_text": (
+        lambda r: r["tokenizer"].update(chars="봄이"),
+        "tokenizer.chars must be a JSON list of text, found str",
+    ),
+    "added_numbers": (
+        lambda r: r["tokenizer"].update(added=[1.5]),
+        "tokenizer.added[0] must be a single character, found float '1.5'",
+    ),
+    "format_number": (
+        lambda r: r["tokenizer"].update(format=3),
+        "(tokenizer.format is '3', not kochar-gpt/char-tokenizer)",
+    ),
     "kind_number": (lambda r: r["tokenizer"].update(kind=3), "tokenizer.kind must be text"),
     "weights_number": (lambda r: r.update(weights=5), "weights must be one of averaged, raw, unknown, found '5'"),
     "updates_text": (lambda r: r.update(average_updates="7"), "average_updates must be a whole number >= 0 or null"),
@@ -114,20 +123,31 @@ def test_the_cli_names_the_file_and_the_field_of_a_tokenizer_of_the_wrong_type(t
     folder = exported(tmp_path)
     _edit_record(folder, lambda r: r["tokenizer"].update(chars=[5, 6]))
     r = cli("generate.py", f"ckpt={folder}", "device=cpu", "max_new_tokens=3")
-    assert assert_one_line_error(r) == (f"error: {folder / 'kochar.json'}: tokenizer.chars[0] must be a single "
-                                        "character, found int '5'; export the run again")
+    assert assert_one_line_error(r) == (
+        f"error: {folder / 'kochar.json'}: tokenizer.chars[0] must be a single "
+        "character, found int '5'; export the run again"
+    )
 
 
-@pytest.mark.parametrize("vocabulary,line", [
-    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [5]}, "tokenizer.tokens[0] must be text"),
-    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["가", ["x"]]}, "tokens[1] must be text"),
-    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["<L nope>"]},
-     "tokenizer.tokens[0] must be a character or a jamo part"),
-    ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [], "added": {"a": 1}},
-     "tokenizer.added must be a JSON list of text, found dict"),
-    ({"format": "kochar-gpt/hangul-tokenizer", "kind": "hangul", "chars": ["a"], "syllables_seen": 3},
-     "tokenizer.syllables_seen must be text, found int"),
-])
+@pytest.mark.parametrize(
+    "vocabulary,line",
+    [
+        ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [5]}, "tokenizer.tokens[0] must be text"),
+        ({"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["가", ["x"]]}, "tokens[1] must be text"),
+        (
+            {"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": ["<L nope>"]},
+            "tokenizer.tokens[0] must be a character or a jamo part",
+        ),
+        (
+            {"format": "kochar-gpt/jamo-tokenizer", "kind": "jamo", "tokens": [], "added": {"a": 1}},
+            "tokenizer.added must be a JSON list of text, found dict",
+        ),
+        (
+            {"format": "kochar-gpt/hangul-tokenizer", "kind": "hangul", "chars": ["a"], "syllables_seen": 3},
+            "tokenizer.syllables_seen must be text, found int",
+        ),
+    ],
+)
 def test_every_tokenizer_kind_names_the_field_of_the_wrong_type(vocabulary, line):
     from tokenizer import tokenizer_from_dict
 
@@ -160,9 +180,11 @@ def test_a_record_claiming_thousands_of_blocks_is_refused_before_any_model_is_bu
 HEADERS = {  # name: (how the header lies, what the one line says)
     "relabelled_same_size": (lambda h: h["transformer.wte.weight"].update(dtype="I32"), "is I32"),
     "relabelled_half": (lambda h: h["transformer.wte.weight"].update(dtype="F16"), "which is not the"),
-    "reshaped": (lambda h: h["transformer.wte.weight"].update(shape=h["transformer.wte.weight"]["shape"][::-1]),
-                 "need F32"),
-    "offsets_outside": (lambda h: h["transformer.ln_f.bias"].update(data_offsets=[0, 10 ** 9]), "points outside"),
+    "reshaped": (
+        lambda h: h["transformer.wte.weight"].update(shape=h["transformer.wte.weight"]["shape"][::-1]),
+        "need F32",
+    ),
+    "offsets_outside": (lambda h: h["transformer.ln_f.bias"].update(data_offsets=[0, 10**9]), "points outside"),
     "missing_tensor": (lambda h: h.pop("transformer.ln_f.bias"), "lacks the tensor transformer.ln_f.bias"),
     "renamed_tensor": (lambda h: h.update(extra=h.pop("transformer.ln_f.bias")), "lacks the tensor"),
     "not_a_header": (lambda h: h.update({"transformer.wte.weight": 5}), "malformed"),

@@ -30,8 +30,16 @@ def tokenizer():
 
 def _score(tokenizer, path, embedding: str = "jamo", head: str = "jamo") -> dict:
     torch.manual_seed(0)
-    model = AttentionLanguageModel(vocab_size=tokenizer.vocab_size, context_length=16, embedding_size=32,
-                                   head_size=32, num_heads=2, num_blocks=1, embedding=embedding, head=head).eval()
+    model = AttentionLanguageModel(
+        vocab_size=tokenizer.vocab_size,
+        context_length=16,
+        embedding_size=32,
+        head_size=32,
+        num_heads=2,
+        num_blocks=1,
+        embedding=embedding,
+        head=head,
+    ).eval()
     return evaluate_file(model, tokenizer, path, None, 4, torch.device("cpu"), _nullctx, False)
 
 
@@ -45,7 +53,7 @@ def test_the_training_syllables_are_recorded_and_saved(tokenizer):
 def test_fine_tuning_adds_the_syllables_of_the_new_text(tokenizer):
     grown = tokenizer.extended(["힣 ☃"])
     assert "힣" in grown.seen_syllables and "☃" in grown.char_vocabulary()
-    assert grown.chars[:len(tokenizer.chars)] == tokenizer.chars
+    assert grown.chars[: len(tokenizer.chars)] == tokenizer.chars
 
 
 def test_an_old_vocabulary_without_the_record_loads_with_none(tokenizer, tmp_path):

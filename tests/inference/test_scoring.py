@@ -67,7 +67,7 @@ def test_stride_one_gives_each_target_its_full_left_context(model):
     total = 0.0
     with torch.no_grad():
         for t in range(1, len(ids)):
-            ctx = torch.tensor(ids[max(0, t - 8):t], dtype=torch.long)[None]
+            ctx = torch.tensor(ids[max(0, t - 8) : t], dtype=torch.long)[None]
             logits, _ = model(ctx)
             total += F.cross_entropy(logits[0, -1:], torch.tensor([int(ids[t])])).item()
     assert score.tokens == 29

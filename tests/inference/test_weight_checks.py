@@ -22,8 +22,9 @@ from tokenizer import KoreanCharTokenizer
 TEXT = "가나다라마바사 아자차카타파하. 봄이 오면 꽃이 핀다."
 
 
-def _checkpoint(tmp_path, edit=None, attention: str = "fused", name: str = "run", **settings) -> tuple[Checkpoint,
-                                                                                                     object]:
+def _checkpoint(
+    tmp_path, edit=None, attention: str = "fused", name: str = "run", **settings
+) -> tuple[Checkpoint, object]:
     """A checkpoint of a tiny model in `tmp_path/name/ckpt.pt`, its state dict changed by `edit` first."""
     tok = KoreanCharTokenizer.from_text(TEXT)
     model = tiny_model(attention, vocab_size=tok.vocab_size, **settings)
@@ -46,20 +47,29 @@ def _refused(call, *needles: str) -> str:
 
 
 STRUCTURE = {  # name: (how the fused state dict is damaged, what the one line says)
-    "stray_head_beside_qkv": (lambda s: s.update({"blocks.0.attn.heads.0.query.weight": torch.zeros(8, 32)}),
-                              "holds both the stacked blocks.0.attn.qkv and the per-head "
-                              "blocks.0.attn.heads.0.query.weight"),
-    "integer_weights": (lambda s: s.update({"ln_f.weight": s["ln_f.weight"].long()}),
-                        "ln_f.weight holds int64 numbers where weights are floating-point"),
+    "stray_head_beside_qkv": (
+        lambda s: s.update({"blocks.0.attn.heads.0.query.weight": torch.zeros(8, 32)}),
+        "holds both the stacked blocks.0.attn.qkv and the per-head blocks.0.attn.heads.0.query.weight",
+    ),
+    "integer_weights": (
+        lambda s: s.update({"ln_f.weight": s["ln_f.weight"].long()}),
+        "ln_f.weight holds int64 numbers where weights are floating-point",
+    ),
     "boolean_weights": (lambda s: s.update({"blocks.1.ln1.bias": s["blocks.1.ln1.bias"] > 0}), "holds bool numbers"),
     "not_a_tensor": (lambda s: s.update({"ln_f.bias": [0.0] * 32}), "ln_f.bias is a list, not a tensor"),
-    "unknown_key": (lambda s: s.update({"blocks.0.wings.weight": torch.zeros(2)}),
-                    "it holds blocks.0.wings.weight, which its model settings do not use"),
-    "unknown_block": (lambda s: s.update({"blocks.7.attn.heads.0.query.weight": torch.zeros(8, 32)}),
-                      "it holds blocks.7.attn.heads.0.query.weight, which its model settings do not use"),
+    "unknown_key": (
+        lambda s: s.update({"blocks.0.wings.weight": torch.zeros(2)}),
+        "it holds blocks.0.wings.weight, which its model settings do not use",
+    ),
+    "unknown_block": (
+        lambda s: s.update({"blocks.7.attn.heads.0.query.weight": torch.zeros(8, 32)}),
+        "it holds blocks.7.attn.heads.0.query.weight, which its model settings do not use",
+    ),
     "missing": (lambda s: s.pop("blocks.1.ffwd.fc.bias"), "its weights lack blocks.1.ffwd.fc.bias"),
-    "reshaped": (lambda s: s.update({"ln_f.weight": torch.ones(31)}), "ln_f.weight is [31] but its model settings "
-                                                                      "need [32]"),
+    "reshaped": (
+        lambda s: s.update({"ln_f.weight": torch.ones(31)}),
+        "ln_f.weight is [31] but its model settings need [32]",
+    ),
 }
 
 
@@ -71,15 +81,22 @@ def test_a_damaged_structure_is_refused_before_any_conversion_in_one_line(tmp_pa
 
 
 HEADS = {  # name: (how a per-head (lecture layout) state dict is damaged, what the one line says)
-    "a_head_missing": (lambda s: s.pop("blocks.0.attn.heads.3.value.weight"),
-                       "its weights lack blocks.0.attn.heads.3.value.weight"),
-    "a_head_too_many": (lambda s: s.update({"blocks.0.attn.heads.4.key.weight": torch.zeros(8, 32)}),
-                        "it holds blocks.0.attn.heads.4.key.weight, which its model settings do not use "
-                        "(model.num_heads=4)"),
-    "a_head_reshaped": (lambda s: s.update({"blocks.1.attn.heads.2.key.weight": torch.zeros(8, 31)}),
-                        "blocks.1.attn.heads.2.key.weight is [8, 31] but its model settings need [8, 32]"),
-    "qkv_beside_heads": (lambda s: s.update({"blocks.1.attn.qkv": torch.zeros(3, 4, 8, 32)}),
-                         "holds both the stacked blocks.1.attn.qkv"),
+    "a_head_missing": (
+        lambda s: s.pop("blocks.0.attn.heads.3.value.weight"),
+        "its weights lack blocks.0.attn.heads.3.value.weight",
+    ),
+    "a_head_too_many": (
+        lambda s: s.update({"blocks.0.attn.heads.4.key.weight": torch.zeros(8, 32)}),
+        "it holds blocks.0.attn.heads.4.key.weight, which its model settings do not use (model.num_heads=4)",
+    ),
+    "a_head_reshaped": (
+        lambda s: s.update({"blocks.1.attn.heads.2.key.weight": torch.zeros(8, 31)}),
+        "blocks.1.attn.heads.2.key.weight is [8, 31] but its model settings need [8, 32]",
+    ),
+    "qkv_beside_heads": (
+        lambda s: s.update({"blocks.1.attn.qkv": torch.zeros(3, 4, 8, 32)}),
+        "holds both the stacked blocks.1.attn.qkv",
+    ),
 }
 
 
@@ -123,8 +140,10 @@ def _overflowing(state: dict) -> None:
 def test_finite_weights_with_logits_that_are_not_are_refused_by_every_reader(tmp_path):
     ckpt, run = _checkpoint(tmp_path, _overflowing)
     assert all(bool(torch.isfinite(w).all()) for w in ckpt.model.values())
-    _refused(lambda: load_run(run, torch.device("cpu")), f"the raw weights of {run / 'ckpt.pt'} compute logits "
-                                                         "that are not finite numbers")
+    _refused(
+        lambda: load_run(run, torch.device("cpu")),
+        f"the raw weights of {run / 'ckpt.pt'} compute logits that are not finite numbers",
+    )
     _refused(lambda: load_run(run, torch.device("cpu"), weights="raw"), "not finite numbers")
     _refused(lambda: usable(load_checkpoint(run / "ckpt.pt")), "raw weights of", "resumed or fine-tuned from")
     from training.checkpoints import open_resume
@@ -144,8 +163,7 @@ def test_the_averaged_weights_are_checked_too(tmp_path):
     ckpt, run = _checkpoint(tmp_path)
     averaged = dict(ckpt.model)
     _overflowing(averaged)
-    save_checkpoint(Checkpoint(ckpt.model_config, ckpt.model, ckpt.tokenizer, 1.0, averaged=averaged),
-                    run / "ckpt.pt")
+    save_checkpoint(Checkpoint(ckpt.model_config, ckpt.model, ckpt.tokenizer, 1.0, averaged=averaged), run / "ckpt.pt")
     _refused(lambda: load_run(run, torch.device("cpu")), "the averaged weights of")
     load_run(run, torch.device("cpu"), weights="raw")  # the raw set alone is sound
     _refused(lambda: usable(load_checkpoint(run / "ckpt.pt")), "the averaged weights of")  # a resume keeps both
@@ -158,8 +176,11 @@ def test_the_exporter_names_the_weights_not_itself(tmp_path):
     with torch.no_grad():
         model.ln_f.weight.fill_(3e38)
         model.lm_head.weight.fill_(3e38)
-    message = _refused(lambda: check_folder(tmp_path / "never-read", model, "runs/x/ckpt.pt"),
-                       "the weights of runs/x/ckpt.pt compute logits that are not finite", "nothing was written")
+    message = _refused(
+        lambda: check_folder(tmp_path / "never-read", model, "runs/x/ckpt.pt"),
+        "the weights of runs/x/ckpt.pt compute logits that are not finite",
+        "nothing was written",
+    )
     assert "report" not in message
 
 
@@ -175,8 +196,9 @@ def test_a_folder_holding_a_checkpoint_and_an_exported_model_is_refused_naming_b
     from playground.runs import RunRegistry
 
     ckpt, run = _checkpoint(tmp_path)
-    write_folder(ckpt, KoreanCharTokenizer.from_text(TEXT), 1, tmp_path / "exported", "python export.py", False,
-                 verify=False)
+    write_folder(
+        ckpt, KoreanCharTokenizer.from_text(TEXT), 1, tmp_path / "exported", "python export.py", False, verify=False
+    )
     for name in ("kochar.json", "model.safetensors"):
         (run / name).write_bytes((tmp_path / "exported" / name).read_bytes())
     both = (str(run / "ckpt.pt"), str(run / "kochar.json"))
@@ -192,8 +214,9 @@ def test_a_folder_holding_a_checkpoint_and_an_exported_model_is_refused_naming_b
 
 
 def _configs() -> list[ModelConfig]:
-    base = dict(vocab_size=11300, context_length=8, embedding_size=16, head_size=16, num_heads=2, num_blocks=2,
-                dropout=0.0)
+    base = dict(
+        vocab_size=11300, context_length=8, embedding_size=16, head_size=16, num_heads=2, num_blocks=2, dropout=0.0
+    )
     out = [ModelConfig(**base)]
     for name, kinds in CHOICES.items():
         for kind in kinds:
@@ -226,13 +249,16 @@ def test_reading_weights_imports_no_torch_dynamo(tmp_path):
     from hf_export.writer import write_folder
 
     ckpt, run = _checkpoint(tmp_path, position="rope", norm="rmsnorm", mlp="swiglu")  # exported as a LLaMA
-    write_folder(ckpt, KoreanCharTokenizer.from_text(TEXT), 1, tmp_path / "exported", "python export.py", False,
-                 verify=False)
-    code = ("import sys, torch; from inference.loading import load_run; "
-            f"load_run({str(run)!r}, torch.device('cpu')); load_run({str(tmp_path / 'exported')!r}, "
-            "torch.device('cpu')); from tests.inference.test_weight_checks import _configs; "
-            "from inference.weight_checks import meta_model; [meta_model(c) for c in _configs()]; "
-            "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))")
+    write_folder(
+        ckpt, KoreanCharTokenizer.from_text(TEXT), 1, tmp_path / "exported", "python export.py", False, verify=False
+    )
+    code = (
+        "import sys, torch; from inference.loading import load_run; "
+        f"load_run({str(run)!r}, torch.device('cpu')); load_run({str(tmp_path / 'exported')!r}, "
+        "torch.device('cpu')); from tests.inference.test_weight_checks import _configs; "
+        "from inference.weight_checks import meta_model; [meta_model(c) for c in _configs()]; "
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]", r.stdout

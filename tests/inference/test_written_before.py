@@ -45,13 +45,18 @@ def test_old_checkpoints_and_exports_compute_what_they_computed(unpacked, name):
 def test_old_checkpoints_resume(unpacked, tmp_path, name):
     """Training goes on from a checkpoint written before: the optimizer's state fits today's parameters."""
     corpus = tmp_path / "corpus.txt"  # the text the fixtures trained on: the built-in corpus's first 700 characters
-    corpus.write_text((ROOT / "data" / "corpus" / "ko_default.txt").read_text(encoding="utf-8")[:700],
-                      encoding="utf-8")
+    corpus.write_text((ROOT / "data" / "corpus" / "ko_default.txt").read_text(encoding="utf-8")[:700], encoding="utf-8")
     run = tmp_path / "run"
     run.mkdir()
     (run / "ckpt.pt").write_bytes((unpacked / name / "ckpt.pt").read_bytes())
     settings = [a for a in TINY if not a.startswith("model=")]  # the run's own model settings come back
-    r = cli("train.py", *settings, f"train.resume={run}", f"data.path={corpus}", "train.max_steps=8",
-            f"data.cache_dir={tmp_path / 'cache'}")
+    r = cli(
+        "train.py",
+        *settings,
+        f"train.resume={run}",
+        f"data.path={corpus}",
+        "train.max_steps=8",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "step 8" in r.stdout, r.stdout

@@ -79,8 +79,9 @@ def test_dropped_attention_weights_are_rescaled_rows_of_the_causal_softmax():
 
 def test_a_model_with_dropout_learns_and_is_deterministic_in_evaluation():
     torch.manual_seed(6)
-    m = AttentionLanguageModel(vocab_size=11, context_length=8, embedding_size=16, head_size=16, num_heads=2,
-                               num_blocks=1, dropout=0.2)
+    m = AttentionLanguageModel(
+        vocab_size=11, context_length=8, embedding_size=16, head_size=16, num_heads=2, num_blocks=1, dropout=0.2
+    )
     x = torch.randint(0, 11, (4, 8))
     train_a, train_b = m(x)[0], m(x)[0]
     assert not torch.equal(train_a, train_b)  # masks differ from call to call
@@ -96,9 +97,28 @@ def test_the_dropout_benchmark_prints_its_three_sides_and_restores_our_masks(cap
     from benchmarks import dropout_speed
 
     ours = model.dropout.dropout
-    dropout_speed.main(["--model", "lecture", "--batch", "2", "--rounds", "1", "--steps", "1", "--vocab-size", "50",
-                        "--dtype", "float32"])
+    dropout_speed.main(
+        [
+            "--model",
+            "lecture",
+            "--batch",
+            "2",
+            "--rounds",
+            "1",
+            "--steps",
+            "1",
+            "--vocab-size",
+            "50",
+            "--dtype",
+            "float32",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
-    assert {"train_tokens_per_sec_none", "train_tokens_per_sec_torch_masks", "train_tokens_per_sec_ours",
-            "ours_over_torch_masks", "ours_over_none"} <= set(out)
+    assert {
+        "train_tokens_per_sec_none",
+        "train_tokens_per_sec_torch_masks",
+        "train_tokens_per_sec_ours",
+        "ours_over_torch_masks",
+        "ours_over_none",
+    } <= set(out)
     assert model.dropout.dropout is ours and model.attention_kernels.masked_dropout is ours

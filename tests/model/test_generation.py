@@ -75,7 +75,7 @@ def test_a_prompt_longer_than_the_context_keeps_its_last_context_length_tokens()
     m = _scrambled(**MODERN)
     idx = torch.randint(0, V, (1, 3 * C))
     seq, logits = _stream(m, idx, 2 * C)
-    ref = banded_logits(m, seq[:, 2 * C:])  # the cache starts at the prompt's last C tokens
+    ref = banded_logits(m, seq[:, 2 * C :])  # the cache starts at the prompt's last C tokens
     for step, got in enumerate(logits):
         assert torch.allclose(got, ref[:, C + step - 1], atol=1e-4, rtol=1e-5), f"step {step}"
 
@@ -106,8 +106,7 @@ def test_sliding_cache_under_bf16_autocast_stays_within_two_percent_of_the_refer
 def test_the_ring_buffers_are_written_in_place(monkeypatch):
     caches = []
     new_cache = streaming.new_cache
-    monkeypatch.setattr(streaming, "new_cache", lambda *a: caches.append(new_cache(*a))
-                        or caches[-1])
+    monkeypatch.setattr(streaming, "new_cache", lambda *a: caches.append(new_cache(*a)) or caches[-1])
     m = _scrambled(**MODERN)
     pointers = set()
     for _ in stream(m, torch.randint(0, V, (1, 2)), 5 * C, temperature=1.0):
@@ -119,6 +118,7 @@ def test_the_ring_buffers_are_written_in_place(monkeypatch):
 def test_rope_position_counter_reaches_any_position():
     m = _scrambled(**MODERN)
     from model.decode import DecodeStep
+
     cache = streaming.new_cache(m, 1, torch.device("cpu"))
     for b in cache.buffers:  # at such a position every slot holds a key: here zeros, not torch.empty's leftovers
         b.zero_()
@@ -177,8 +177,11 @@ def test_num_samples_run_as_one_batch_and_one_sample_keeps_its_text(monkeypatch)
     calls = []
     import inference.generation
 
-    monkeypatch.setattr(inference.generation, "stream", lambda model, idx, *a, **kw: calls.append(idx.shape)
-                        or stream(model, idx, *a, **kw))
+    monkeypatch.setattr(
+        inference.generation,
+        "stream",
+        lambda model, idx, *a, **kw: calls.append(idx.shape) or stream(model, idx, *a, **kw),
+    )
     cpu = torch.device("cpu")
     out = io.StringIO()
     texts = stream_samples(m, _Chars(), "abc", 20, 4, 1.0, None, None, 7, cpu, out=out)
@@ -200,5 +203,6 @@ def test_bench_generation_only_reports_both_position_kinds():
             side = report[kind][batch]
             assert side["cached_tokens_per_sec"] > 0 and side["crop_tokens_per_sec"] > 0
             assert side["cached_over_crop"] == pytest.approx(
-                side["cached_tokens_per_sec"] / side["crop_tokens_per_sec"], rel=0.02)
+                side["cached_tokens_per_sec"] / side["crop_tokens_per_sec"], rel=0.02
+            )
         assert set(report[kind]["per_token_us"]) == {"step", "sampling", "loop"}

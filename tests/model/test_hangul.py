@@ -65,8 +65,16 @@ def test_every_encoding_gives_the_ids_of_utf8(tmp_path, encoding):
 
 def _jamo_model(**kw) -> AttentionLanguageModel:
     torch.manual_seed(0)
-    return AttentionLanguageModel(vocab_size=11200, context_length=16, embedding_size=32, head_size=32,
-                                  num_heads=2, num_blocks=1, embedding="jamo", **kw).eval()
+    return AttentionLanguageModel(
+        vocab_size=11200,
+        context_length=16,
+        embedding_size=32,
+        head_size=32,
+        num_heads=2,
+        num_blocks=1,
+        embedding="jamo",
+        **kw,
+    ).eval()
 
 
 def test_a_syllable_starts_as_the_sum_of_its_jamo():
@@ -85,32 +93,50 @@ def test_a_syllable_starts_as_the_sum_of_its_jamo():
 def test_cached_generation_gives_the_uncached_tokens_with_jamo_embeddings():
     m = _jamo_model(position="rope", norm="rmsnorm")
     prompt = torch.randint(0, 11200, (2, 3))
-    runs = [m.generate(prompt, 30, temperature=1.0, use_cache=c, generator=torch.Generator().manual_seed(1))
-            for c in (True, False)]
+    runs = [
+        m.generate(prompt, 30, temperature=1.0, use_cache=c, generator=torch.Generator().manual_seed(1))
+        for c in (True, False)
+    ]
     assert torch.equal(*runs)
 
 
 def test_a_vocabulary_without_the_syllable_block_is_refused():
     with pytest.raises(ValueError, match="data.tokenizer=hangul"):
-        AttentionLanguageModel(vocab_size=100, context_length=8, embedding_size=8, head_size=8, num_heads=1,
-                               num_blocks=1, embedding="jamo")
+        AttentionLanguageModel(
+            vocab_size=100, context_length=8, embedding_size=8, head_size=8, num_heads=1, num_blocks=1, embedding="jamo"
+        )
 
 
 def test_train_generate_and_evaluate_a_hangul_run(tmp_path, corpus):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, "data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo",
-            f"data.path={corpus}", "train.max_steps=20", f"hydra.run.dir={run}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "data.tokenizer=hangul",
+        "model.embedding=jamo",
+        "model.head=jamo",
+        f"data.path={corpus}",
+        "train.max_steps=20",
+        f"hydra.run.dir={run}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     g = cli("generate.py", f"ckpt={run}", "prompt=똠양꿍", "max_new_tokens=20")  # syllables the corpus lacks
     assert g.returncode == 0 and g.stdout.startswith("똠양꿍"), g.stderr
     e = json.loads(cli("evaluate.py", f"ckpt={run}", f"data.path={corpus}", "progress=false").stdout)
     assert e["tokenizer"] == "hangul" and e["unknown_chars"] == 0
-    bad = cli("train.py", *TINY, "model.embedding=jamo", f"data.path={corpus}", "train.max_steps=1",
-              f"hydra.run.dir={tmp_path / 'bad'}")
+    bad = cli(
+        "train.py",
+        *TINY,
+        "model.embedding=jamo",
+        f"data.path={corpus}",
+        "train.max_steps=1",
+        f"hydra.run.dir={tmp_path / 'bad'}",
+    )
     assert bad.returncode == 2 and "data.tokenizer=hangul" in bad.stderr and "Traceback" not in bad.stderr
 
 
 # -- model.head=jamo -----------------------------------------------------------------------------------------
+
 
 def _head(seed: int = 0, initials: str = "pairs"):
     from model.hangul.jamo_head import JamoHead
@@ -123,8 +149,10 @@ def _head(seed: int = 0, initials: str = "pairs"):
     return head
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
 @pytest.mark.parametrize("initials", ["pairs", "linear"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_staged_distribution_sums_to_one_and_scores_what_it_samples(dtype, initials, device):
@@ -155,7 +183,7 @@ def test_an_initial_is_as_likely_as_the_pairs_it_opens():
             joint = head.joint(h)
             pair_p = joint[:, 1:11173].exp().view(2, NUM_INITIALS * NUM_MEDIALS, NUM_FINALS).sum(-1)  # (2, 399)
             scores = torch.cat([h @ head.medial_rows.T, head.stage1(h)[:, NUM_INITIALS:]], dim=-1)
-            expected = torch.softmax(scores, -1)[:, :NUM_INITIALS * NUM_MEDIALS]
+            expected = torch.softmax(scores, -1)[:, : NUM_INITIALS * NUM_MEDIALS]
         assert torch.allclose(pair_p, expected, atol=1e-6) == flat
 
 
@@ -190,8 +218,10 @@ def test_sampled_frequencies_follow_the_scored_distribution():
 def test_cached_generation_and_scoring_with_the_staged_head():
     m = _jamo_model(head="jamo")
     prompt = torch.randint(0, 11200, (2, 3))
-    runs = [m.generate(prompt, 25, temperature=0.9, top_p=0.9, use_cache=c, generator=torch.Generator().manual_seed(2))
-            for c in (True, False)]
+    runs = [
+        m.generate(prompt, 25, temperature=0.9, top_p=0.9, use_cache=c, generator=torch.Generator().manual_seed(2))
+        for c in (True, False)
+    ]
     assert torch.equal(*runs)
     x, y = torch.randint(0, 11200, (2, 12)), torch.randint(0, 11200, (2, 12))
     with torch.no_grad():
@@ -218,8 +248,14 @@ def test_the_staged_head_is_refused_where_it_cannot_work(tmp_path, corpus):
 
     with pytest.raises(UserError, match="tie_weights"):
         ModelConfig(head="jamo", tie_weights=True)
-    r = cli("train.py", *TINY, "model.head=jamo", f"data.path={corpus}", "train.max_steps=1",
-            f"hydra.run.dir={tmp_path / 'bad'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "model.head=jamo",
+        f"data.path={corpus}",
+        "train.max_steps=1",
+        f"hydra.run.dir={tmp_path / 'bad'}",
+    )
     assert r.returncode == 2 and "model.head=jamo" in r.stderr and "data.tokenizer=hangul" in r.stderr
 
 

@@ -24,15 +24,27 @@ V = NUM_SYLLABLES + 40
 
 def _model(seed: int = 0, **settings) -> AttentionLanguageModel:
     torch.manual_seed(seed)
-    kw = dict(vocab_size=V, context_length=16, embedding_size=32, head_size=32, num_heads=2, num_blocks=1,
-              embedding="jamo", head="jamo")
+    kw = dict(
+        vocab_size=V,
+        context_length=16,
+        embedding_size=32,
+        head_size=32,
+        num_heads=2,
+        num_blocks=1,
+        embedding="jamo",
+        head="jamo",
+    )
     return AttentionLanguageModel(**{**kw, **settings})
 
 
 def _reachable(seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.cat([torch.randint(FIRST_ID, FIRST_ID + 400, (150,), generator=g),  # a few syllables...
-                      torch.arange(FIRST_ID + NUM_SYLLABLES, V)]).unique()  # ...and the other characters
+    return torch.cat(
+        [
+            torch.randint(FIRST_ID, FIRST_ID + 400, (150,), generator=g),  # a few syllables...
+            torch.arange(FIRST_ID + NUM_SYLLABLES, V),
+        ]
+    ).unique()  # ...and the other characters
 
 
 def _batch(reachable: torch.Tensor, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +59,7 @@ def test_held_rows_give_the_dense_models_values(dtype):
     dense = _model()
     with torch.no_grad():  # a trained-looking head: rows of reachable syllables and one the text lacks
         dense.lm_head.final_rows[:400].normal_(0, 0.3)
-        dense.token_embedding.weight[FIRST_ID:FIRST_ID + 400].normal_(0, 0.3)
+        dense.token_embedding.weight[FIRST_ID : FIRST_ID + 400].normal_(0, 0.3)
     held = copy.deepcopy(dense)
     reach = _reachable()
     dropped = compact_syllable_rows(held, reach)
@@ -60,8 +72,10 @@ def test_held_rows_give_the_dense_models_values(dtype):
         tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
         torch.testing.assert_close(held.token_losses(idx, tgt), dense.token_losses(idx, tgt), **tol)
         assert torch.equal(held(idx)[0], dense(idx)[0])  # the joint over every id, unseen syllables included
-        assert torch.equal(held.generate(idx[:, :4], 6, generator=torch.Generator().manual_seed(0)),
-                           dense.generate(idx[:, :4], 6, generator=torch.Generator().manual_seed(0)))
+        assert torch.equal(
+            held.generate(idx[:, :4], 6, generator=torch.Generator().manual_seed(0)),
+            dense.generate(idx[:, :4], 6, generator=torch.Generator().manual_seed(0)),
+        )
     state = dense_state_dict(held)
     assert state.keys() == dense.state_dict().keys()
     assert all(torch.equal(state[k], v) for k, v in dense.state_dict().items())
@@ -104,8 +118,15 @@ def test_rows_learned_elsewhere_are_held_and_other_models_are_left_dense():
 
 @pytest.fixture
 def hangul_run(tmp_path, corpus):
-    return lambda *o: train_job(tmp_path, f"data.path={corpus}", "data.tokenizer=hangul", "model.embedding=jamo",
-                                "model.head=jamo", "train.eval_interval=2", *o)
+    return lambda *o: train_job(
+        tmp_path,
+        f"data.path={corpus}",
+        "data.tokenizer=hangul",
+        "model.embedding=jamo",
+        "model.head=jamo",
+        "train.eval_interval=2",
+        *o,
+    )
 
 
 def test_a_run_holds_its_rows_saves_them_dense_and_resumes(tmp_path, hangul_run):
@@ -139,8 +160,10 @@ def test_typing_seen_on_a_run_from_before_the_setting_is_refused(tmp_path, hangu
     save_checkpoint(ckpt, run / "ckpt.pt")
     typed = [f"train.resume={run}", "train.max_steps=4", "train.syllable_rows=seen"]
     monkeypatch.setattr(resume_settings, "_command_line", typed)  # as train.py records what the user typed
-    with pytest.raises(UserError, match="train.syllable_rows=seen cannot change when resuming: .* was trained "
-                                        "with train.syllable_rows=all"):
+    with pytest.raises(
+        UserError,
+        match="train.syllable_rows=seen cannot change when resuming: .* was trained with train.syllable_rows=all",
+    ):
         train(hangul_run(*typed), run)
 
 
@@ -176,8 +199,22 @@ def test_the_row_scores_benchmark_times_both_ways(capsys):
 
     from benchmarks import row_scores
 
-    row_scores.main(["--held", "100,3000", "--positions", "64", "--width", "16", "--rounds", "1", "--reps", "1",
-                     "--dtype", "float32"])
+    row_scores.main(
+        [
+            "--held",
+            "100,3000",
+            "--positions",
+            "64",
+            "--width",
+            "16",
+            "--rounds",
+            "1",
+            "--reps",
+            "1",
+            "--dtype",
+            "float32",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert set(out["held"]) == {"100", "3000"} and out["product_up_to_held_rows"] == 64 * 28
     assert all(v["gather_ms"] > 0 and v["product_ms"] > 0 for v in out["held"].values())

@@ -13,8 +13,6 @@ from tests.helpers import assert_bf16_cached_matches_uncached, tiny_model
 V = 50
 
 
-
-
 @pytest.mark.parametrize("attention", ["heads", "fused"])
 def test_causality_changing_token_t_never_changes_earlier_outputs(attention):
     m = tiny_model(attention)

@@ -20,10 +20,24 @@ def _stream_logits(m, idx, n, use_cache, **kw):
 # -- the modern options: rotary positions, RMSNorm, relu2 / SwiGLU, query/key norm, zero-init, init -------------
 MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=False, init="torch")
 # the data-limited levers (model.attention_gate, value_embedding, unet_skips, logit_softcap), alone and on MODERN
-LEVERS = [dict(attention_gate=True), dict(value_embedding=True), dict(unet_skips=True), dict(logit_softcap=2.0),
-          dict(MODERN, attention_gate=True, value_embedding=True, unet_skips=True, logit_softcap=2.0)]
-OPTIONS = [dict(position="rope"), dict(norm="rmsnorm"), dict(mlp="relu2"), dict(mlp="swiglu"), dict(qk_norm=True),
-           dict(init="torch"), dict(position="rope", qk_norm=True, mlp="swiglu", norm="rmsnorm"), MODERN, *LEVERS]
+LEVERS = [
+    dict(attention_gate=True),
+    dict(value_embedding=True),
+    dict(unet_skips=True),
+    dict(logit_softcap=2.0),
+    dict(MODERN, attention_gate=True, value_embedding=True, unet_skips=True, logit_softcap=2.0),
+]
+OPTIONS = [
+    dict(position="rope"),
+    dict(norm="rmsnorm"),
+    dict(mlp="relu2"),
+    dict(mlp="swiglu"),
+    dict(qk_norm=True),
+    dict(init="torch"),
+    dict(position="rope", qk_norm=True, mlp="swiglu", norm="rmsnorm"),
+    MODERN,
+    *LEVERS,
+]
 
 
 def _option_id(o):
@@ -161,8 +175,15 @@ def test_bad_option_values_are_one_config_error():
     from common.errors import ConfigError
     from model.config import ModelConfig
 
-    for bad in (dict(position="alibi"), dict(norm="batch"), dict(mlp="tanh"), dict(qk_norm="yes"),
-                dict(zero_init_proj=1), dict(init="xavier"), dict(position="rope", head_size=12, num_heads=4)):
+    for bad in (
+        dict(position="alibi"),
+        dict(norm="batch"),
+        dict(mlp="tanh"),
+        dict(qk_norm="yes"),
+        dict(zero_init_proj=1),
+        dict(init="xavier"),
+        dict(position="rope", head_size=12, num_heads=4),
+    ):
         with pytest.raises(ConfigError):
             ModelConfig(**bad)
 
@@ -170,11 +191,26 @@ def test_bad_option_values_are_one_config_error():
 def test_old_model_config_dict_loads_as_the_lecture_model():
     from model.config import ModelConfig
 
-    old = dict(vocab_size=50, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2,
-               dropout=0.0, attention="fused", tie_weights=False)
+    old = dict(
+        vocab_size=50,
+        context_length=16,
+        embedding_size=32,
+        head_size=32,
+        num_heads=4,
+        num_blocks=2,
+        dropout=0.0,
+        attention="fused",
+        tie_weights=False,
+    )
     c = ModelConfig.from_dict(old)
-    assert (c.position, c.norm, c.mlp, c.qk_norm, c.zero_init_proj, c.init) == \
-        ("learned", "layernorm", "gelu", False, False, "gpt2")
+    assert (c.position, c.norm, c.mlp, c.qk_norm, c.zero_init_proj, c.init) == (
+        "learned",
+        "layernorm",
+        "gelu",
+        False,
+        False,
+        "gpt2",
+    )
 
 
 # -- the levers' definitions --------------------------------------------------------------------------------
@@ -221,13 +257,22 @@ def test_a_lever_export_cannot_express_in_a_stock_class_goes_to_the_custom_layou
     from model.config import ModelConfig
 
     assert choose_layout(ModelConfig(vocab_size=V)) == "gpt2"
-    for lever in (dict(attention_gate=True), dict(value_embedding=True), dict(unet_skips=True),
-                  dict(logit_softcap=15.0)):
+    for lever in (
+        dict(attention_gate=True),
+        dict(value_embedding=True),
+        dict(unet_skips=True),
+        dict(logit_softcap=15.0),
+    ):
         assert choose_layout(ModelConfig(vocab_size=V, **lever)) == "custom"
 
 
-@pytest.mark.parametrize("settings,needle", [(dict(logit_softcap=-1.0), "model.logit_softcap=-1.0 is invalid"),
-                                             (dict(unet_skips=True, num_blocks=1), "needs model.num_blocks >= 2")])
+@pytest.mark.parametrize(
+    "settings,needle",
+    [
+        (dict(logit_softcap=-1.0), "model.logit_softcap=-1.0 is invalid"),
+        (dict(unet_skips=True, num_blocks=1), "needs model.num_blocks >= 2"),
+    ],
+)
 def test_lever_settings_that_cannot_work_are_refused(settings, needle):
     with pytest.raises(ValueError, match=needle):
         tiny_model(**settings)
@@ -248,8 +293,12 @@ def test_attention_maps_read_each_block_as_the_model_feeds_it(levers):
                 x = x + m.skip_weights[i - 2] * outs[3 - i]
             h = block.ln1(x)
             q, k = block.attn.heads[0].query(h), block.attn.heads[0].key(h)
-            expected = F.softmax((q @ k.transpose(-2, -1) * block.attn.heads[0].scale).masked_fill(
-                ~torch.ones(10, 10, dtype=torch.bool).tril(), float("-inf")), dim=-1)[0]
+            expected = F.softmax(
+                (q @ k.transpose(-2, -1) * block.attn.heads[0].scale).masked_fill(
+                    ~torch.ones(10, 10, dtype=torch.bool).tril(), float("-inf")
+                ),
+                dim=-1,
+            )[0]
             torch.testing.assert_close(maps[i, 0], expected)
             x = block(x, None, 0, x0)
             outs.append(x)

@@ -45,8 +45,11 @@ def step(model, opt, i: int) -> None:
 def test_state_dicts_round_trip_in_order():
     heads = tiny_model("heads").state_dict()
     fused = to_fused(heads)
-    assert [k for k in fused if "attn" in k][:3] == ["blocks.0.attn.qkv", "blocks.0.attn.proj.weight",
-                                                     "blocks.0.attn.proj.bias"]
+    assert [k for k in fused if "attn" in k][:3] == [
+        "blocks.0.attn.qkv",
+        "blocks.0.attn.proj.weight",
+        "blocks.0.attn.proj.bias",
+    ]
     assert fused["blocks.0.attn.qkv"].shape == (3, 4, 8, 32)
     back = to_heads(fused)
     assert list(back) == list(heads) and all(torch.equal(back[k], heads[k]) for k in heads)

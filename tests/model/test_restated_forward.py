@@ -26,11 +26,27 @@ from model.streaming import stream
 HANGUL_VOCAB = 11_200  # the hangul tokenizer's ids: the 11,172 syllables after <unk>, then other characters
 BASE = dict(vocab_size=60, context_length=8, embedding_size=16, head_size=16, num_heads=2, num_blocks=2, dropout=0.0)
 # numbers worth their own case: a head size other than the width, one head, one block, a larger vocabulary, ...
-NUMBER_CASES = [("head_size", 8), ("num_heads", 1), ("num_blocks", 1), ("vocab_size", 300), ("context_length", 5),
-                ("embedding_size", 24), ("dropout", 0.1), ("logit_softcap", 2.0)]
+NUMBER_CASES = [
+    ("head_size", 8),
+    ("num_heads", 1),
+    ("num_blocks", 1),
+    ("vocab_size", 300),
+    ("context_length", 5),
+    ("embedding_size", 24),
+    ("dropout", 0.1),
+    ("logit_softcap", 2.0),
+]
 # the data-limited levers together, on a deeper model (U-Net skips across 5 blocks, value embeddings on 3)
-LEVERS = dict(attention_gate=True, value_embedding=True, unet_skips=True, logit_softcap=3.0, num_blocks=5,
-              position="rope", norm="rmsnorm", qk_norm=True)
+LEVERS = dict(
+    attention_gate=True,
+    value_embedding=True,
+    unet_skips=True,
+    logit_softcap=3.0,
+    num_blocks=5,
+    position="rope",
+    norm="rmsnorm",
+    qk_norm=True,
+)
 
 
 def cases() -> list[tuple[str, object]]:
@@ -67,9 +83,11 @@ IDS = [f"{name}={value}" for name, value in CASES]
 def test_every_model_setting_is_enumerated():
     known = set(CHOICES) | set(SWITCHES) | set(NUMBERS)
     new = sorted({f.name for f in fields(ModelConfig)} - known)
-    assert not new, (f"ModelConfig gained {new}: list it in model/config.py CHOICES, SWITCHES or NUMBERS, so the "
-                     "restatements of the forward pass (model/decode.py, hf_export/hf_code/modeling_kochar.py) are "
-                     "tested with each of its kinds")
+    assert not new, (
+        f"ModelConfig gained {new}: list it in model/config.py CHOICES, SWITCHES or NUMBERS, so the "
+        "restatements of the forward pass (model/decode.py, hf_export/hf_code/modeling_kochar.py) are "
+        "tested with each of its kinds"
+    )
     assert {name for name, _ in NUMBER_CASES} == set(NUMBERS)
 
 
@@ -111,8 +129,9 @@ def test_the_exported_modeling_code_gives_the_model_logits(modeling, name, value
 def test_the_exported_code_and_export_agree_on_the_kinds_it_computes(modeling):
     assert modeling.KINDS == custom.COMPUTES
     with pytest.raises(ValueError, match="mlp='gelu_tanh'.*computes only gelu, relu2, swiglu"):
-        modeling.KocharForCausalLM(modeling.KocharConfig(**{**custom.hf_config(ModelConfig(vocab_size=60)),
-                                                            "mlp": "gelu_tanh"}))
+        modeling.KocharForCausalLM(
+            modeling.KocharConfig(**{**custom.hf_config(ModelConfig(vocab_size=60)), "mlp": "gelu_tanh"})
+        )
 
 
 def test_a_kind_the_exported_code_does_not_compute_is_refused_before_anything_is_written(tmp_path, monkeypatch):

@@ -43,9 +43,24 @@ def test_a_huge_temperature_samples_nearly_uniformly_without_nan():
 
 
 def test_generate_refuses_non_finite_and_out_of_range_values_in_one_line(tmp_path):
-    bad = ["temperature=nan", "temperature=inf", "temperature=-inf", "temperature=-1", "top_p=nan", "top_p=inf",
-           "top_p=0", "top_p=1.5", "top_k=0", "top_k=inf", "max_new_tokens=-5", "max_new_tokens=1e11",
-           "num_samples=0", "seed=-1", "use_cache=maybe", "device=tpu"]
+    bad = [
+        "temperature=nan",
+        "temperature=inf",
+        "temperature=-inf",
+        "temperature=-1",
+        "top_p=nan",
+        "top_p=inf",
+        "top_p=0",
+        "top_p=1.5",
+        "top_k=0",
+        "top_k=inf",
+        "max_new_tokens=-5",
+        "max_new_tokens=1e11",
+        "num_samples=0",
+        "seed=-1",
+        "use_cache=maybe",
+        "device=tpu",
+    ]
     results = cli_all(*[("generate.py", f"ckpt={tmp_path / 'no_run'}", value) for value in bad])
     for value, r in zip(bad, results, strict=True):
         assert_one_line_error(r, value.split("=")[0])

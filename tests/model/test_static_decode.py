@@ -16,8 +16,17 @@ from model.streaming import stream
 from tests.model.test_restated_forward import CASES, IDS, settings, shaken
 
 V, C = 60, 8
-SETTINGS = [(0.0, None, None), (0.8, None, None), (1.0, None, None), (1.3, 5, None), (0.7, None, 0.8),
-            (0.5, 3, 0.9), (1.0, 1, None), (2.0, None, 1.0), (1e-30, None, None)]
+SETTINGS = [
+    (0.0, None, None),
+    (0.8, None, None),
+    (1.0, None, None),
+    (1.3, 5, None),
+    (0.7, None, 0.8),
+    (0.5, 3, 0.9),
+    (1.0, 1, None),
+    (2.0, None, 1.0),
+    (1e-30, None, None),
+]
 
 
 def small(**options):
@@ -88,8 +97,9 @@ def test_one_sampler_set_again_and_again_draws_the_reference_ids_for_any_values(
             ours = sampler(logits, torch.Generator().manual_seed(seed))
             theirs = reference_draw(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed))
             assert torch.equal(ours, theirs), (temperature, top_k, top_p, seed)
-            assert torch.equal(sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed)),
-                               theirs)
+            assert torch.equal(
+                sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed)), theirs
+            )
 
 
 def spelling_grammar() -> TokenGrammar:
@@ -160,8 +170,10 @@ def test_a_failed_capture_says_so_once_and_samples_eagerly(monkeypatch, capsys):
     assert_same(graph, static)
     generations(model, prompt, 3 * C, "graph", 0.9, seed=8)
     err = capsys.readouterr().err.splitlines()
-    assert err == ["sampling: not captured as a CUDA graph (RuntimeError: operation not permitted when stream is "
-                   "capturing); running it eagerly"]
+    assert err == [
+        "sampling: not captured as a CUDA graph (RuntimeError: operation not permitted when stream is "
+        "capturing); running it eagerly"
+    ]
 
 
 def test_the_graph_path_on_a_cpu_falls_back_to_the_eager_static_step(capsys):

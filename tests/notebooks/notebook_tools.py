@@ -34,8 +34,11 @@ def code_cells(nb) -> list:
 
 def files_under(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file below `folder`: relative path -> (size, modification time in ns)."""
-    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in folder.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
 
 
 def execute(path: Path, override: str, project: Path, scratch: Path, timeout: int) -> tuple[object, float]:
@@ -51,16 +54,18 @@ def definitions(path: Path) -> dict:
     namespace: dict = {"__name__": f"notebook_{path.stem}"}
     for cell in code_cells(read(path)):
         tree = ast.parse(cell.source)
-        kept = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
-                                                                 ast.ClassDef)) or _constant(node)]
+        kept = [
+            node
+            for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) or _constant(node)
+        ]
         exec(compile(ast.Module(body=kept, type_ignores=[]), f"{path.name}", "exec"), namespace)  # noqa: S102
     return namespace
 
 
 def _constant(node: ast.stmt) -> bool:
     """`NAME = <a literal>` (a string, a number, or a tuple of them): the constants the notebook's functions read."""
-    return isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) and \
-        _literal(node.value)
+    return isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) and _literal(node.value)
 
 
 def _literal(node: ast.expr) -> bool:

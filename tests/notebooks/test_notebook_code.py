@@ -22,19 +22,27 @@ from tests.notebooks.notebook_tools import LANGUAGES, definitions, notebook_path
 from tokenizer import KoreanCharTokenizer, build_tokenizer
 
 pytestmark = pytest.mark.parametrize("lang", LANGUAGES)
-SIZES = [dict(context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2),
-         dict(context_length=8, embedding_size=24, head_size=48, num_heads=3, num_blocks=1),
-         dict(context_length=12, embedding_size=16, head_size=16, num_heads=1, num_blocks=3)]
+SIZES = [
+    dict(context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2),
+    dict(context_length=8, embedding_size=24, head_size=48, num_heads=3, num_blocks=1),
+    dict(context_length=12, embedding_size=16, head_size=16, num_heads=1, num_blocks=3),
+]
 
 
 @functools.cache
 def notebook(lang: str, number: str) -> dict:
-    name = {"01": "01_characters_to_batches", "02": "02_self_attention", "03": "03_heads_block_gpt",
-            "04": "04_train_and_sample", "05": "05_beyond_the_lecture"}[number]
+    name = {
+        "01": "01_characters_to_batches",
+        "02": "02_self_attention",
+        "03": "03_heads_block_gpt",
+        "04": "04_train_and_sample",
+        "05": "05_beyond_the_lecture",
+    }[number]
     return definitions(notebook_path(lang, name))
 
 
 # -- 01: characters to batches --------------------------------------------------------------------------------------
+
 
 def test_01_the_hand_made_vocabulary_encodes_and_decodes_as_the_tokenizer(lang):
     nb = notebook(lang, "01")
@@ -64,7 +72,7 @@ def test_01_the_notebooks_ids_and_first_batch_are_the_default_training_runs(lang
     s, _ = setup(job, tmp_path / "run")
     assert vocab[1:] == s.tokenizer.chars
     assert np.array_equal(data[: len(s.train_tokens)], s.train_tokens)
-    assert np.array_equal(data[len(s.train_tokens):], s.val_tokens)
+    assert np.array_equal(data[len(s.train_tokens) :], s.val_tokens)
     x, y = nb["random_windows"](data[: len(s.train_tokens)], 128, 8, nb["make_rng"](1337))
     sx, sy = s.sampler.next_batch()
     assert torch.equal(sx, torch.from_numpy(x)) and torch.equal(sy, torch.from_numpy(y))
@@ -84,6 +92,7 @@ def test_01_the_hand_made_windows_are_the_batch_samplers(lang, seed, context_len
 
 # -- 02: self-attention from scratch --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("embedding_size,head_dim,context_length", [(32, 8, 8), (16, 16, 5), (12, 4, 20)])
 def test_02_the_hand_made_head_is_heads_with_the_same_weights(lang, embedding_size, head_dim, context_length):
     from model.attention import Head
@@ -102,6 +111,7 @@ def test_02_the_hand_made_head_is_heads_with_the_same_weights(lang, embedding_si
 
 # -- 03: many heads, a block, a GPT ---------------------------------------------------------------------------------
 
+
 def config_of(sizes: dict, vocab_size: int = 40, **switches) -> ModelConfig:
     return ModelConfig(vocab_size=vocab_size, dropout=0.0, **sizes, **switches)
 
@@ -118,8 +128,9 @@ def test_03_hand_made_multi_head_attention_both_ways_is_the_packages(lang, sizes
     with torch.no_grad():
         torch.testing.assert_close(nb["fused_attention_by_hand"](x, mine), mine(x))
         for attention in ("heads", "fused"):
-            theirs = MultiHeadAttention(c.embedding_size, c.head_size, c.num_heads, c.context_length,
-                                        attention=attention).eval()
+            theirs = MultiHeadAttention(
+                c.embedding_size, c.head_size, c.num_heads, c.context_length, attention=attention
+            ).eval()
             theirs.load_state_dict(mine.state_dict())
             torch.testing.assert_close(mine(x), theirs(x))
 
@@ -150,8 +161,9 @@ def test_03_the_hand_made_gpt_gives_the_models_logits_loss_and_parameter_count(l
     # The lecture's module per head names its parameters as the hand-built model does; the fused default may hold
     # them otherwise, and loads either naming.
     model = AttentionLanguageModel(config_of(sizes, attention="heads")).eval()
-    mine = nb["GPTByHand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size, c.num_heads,
-                           c.num_blocks).eval()
+    mine = nb["GPTByHand"](
+        c.vocab_size, c.context_length, c.embedding_size, c.head_size, c.num_heads, c.num_blocks
+    ).eval()
     mine.load_state_dict(model.state_dict())  # strict both ways: the same names and shapes
     model.load_state_dict(mine.state_dict())
     fused = AttentionLanguageModel(c).eval()
@@ -162,8 +174,7 @@ def test_03_the_hand_made_gpt_gives_the_models_logits_loss_and_parameter_count(l
         for theirs in (model, fused):
             for got, want in zip(mine(idx, targets), theirs(idx, targets), strict=True):
                 torch.testing.assert_close(got, want)
-    count = nb["count_parameters_by_hand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size,
-                                           c.num_blocks)
+    count = nb["count_parameters_by_hand"](c.vocab_size, c.context_length, c.embedding_size, c.head_size, c.num_blocks)
     assert count == num_parameters(model) == sum(p.numel() for p in mine.parameters())
 
 
@@ -182,6 +193,7 @@ def test_03_greedy_generation_by_hand_is_generate_at_temperature_zero(lang):
 
 # -- 04: train and sample -------------------------------------------------------------------------------------------
 
+
 def test_04_the_hand_written_step_is_train_steps_skeleton(lang, tmp_path, corpus):
     """With a constant rate and no accumulation, train_step moves the weights exactly as the notebook's four lines
     do with the same optimizer."""
@@ -191,9 +203,16 @@ def test_04_the_hand_written_step_is_train_steps_skeleton(lang, tmp_path, corpus
     from training.step import train_step
 
     nb = notebook(lang, "04")
-    job = train_job(tmp_path, f"data.path={corpus}", "train.max_steps=3", "train.warmup_steps=0",
-                    "train.lr_schedule=constant", "train.dtype=float32", "model.context_length=16",
-                    "train.sample_prompts=['봄이']")  # a prompt the test corpus holds
+    job = train_job(
+        tmp_path,
+        f"data.path={corpus}",
+        "train.max_steps=3",
+        "train.warmup_steps=0",
+        "train.lr_schedule=constant",
+        "train.dtype=float32",
+        "model.context_length=16",
+        "train.sample_prompts=['봄이']",
+    )  # a prompt the test corpus holds
     s, state = setup(job, tmp_path / "run")
     mine = copy.deepcopy(s.raw_model)
     t = job.train
@@ -210,6 +229,7 @@ def test_04_the_hand_written_step_is_train_steps_skeleton(lang, tmp_path, corpus
 
 # -- 05: beyond the lecture -----------------------------------------------------------------------------------------
 
+
 def test_05_rope_and_rms_norm_by_hand_are_the_packages(lang):
     from model.rope import apply_rope, rope_tables
 
@@ -219,8 +239,9 @@ def test_05_rope_and_rms_norm_by_hand_are_the_packages(lang):
         cos, sin = rope_tables(dim, 100)
         x = torch.randn(4, dim)
         for position in (0, 1, 17, 99):
-            torch.testing.assert_close(nb["rope_by_hand"](x, position),
-                                       apply_rope(x, cos, sin, torch.full((4,), position)))
+            torch.testing.assert_close(
+                nb["rope_by_hand"](x, position), apply_rope(x, cos, sin, torch.full((4,), position))
+            )
     norm = nn.RMSNorm(24)
     nn.init.normal_(norm.weight)
     x = torch.randn(3, 5, 24)
@@ -242,8 +263,9 @@ def test_05_jamo_arithmetic_and_the_jamo_embedding_by_hand_are_the_packages(lang
         assert 0 <= m < NUM_MEDIALS and 0 <= f < NUM_FINALS
     with torch.no_grad():
         for token_id in (1, 2, 4000, 11172, int(tokenizer.encode("뷁")[0])):
-            torch.testing.assert_close(nb["jamo_vector_by_hand"](embedding, token_id),
-                                       embedding(torch.tensor(token_id)))
+            torch.testing.assert_close(
+                nb["jamo_vector_by_hand"](embedding, token_id), embedding(torch.tensor(token_id))
+            )
 
 
 def test_05_the_stages_by_hand_are_the_playgrounds(lang):

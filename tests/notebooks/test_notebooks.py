@@ -44,11 +44,18 @@ from tests.notebooks.notebook_tools import (
 PATHS = [notebook_path(lang, name) for lang in LANGUAGES for name in NAMES]
 IDS = [f"{p.parent.name}/{p.stem}" for p in PATHS]
 # The test's settings, placed right after each notebook's parameters cell: a few dozen steps instead of hundreds.
-SMALL = {"04_train_and_sample": 'MODEL = "tiny"\nMAX_STEPS = 20\nHAND_STEPS = 3',
-         "05_beyond_the_lecture": "STEPS = 10"}
+SMALL = {"04_train_and_sample": 'MODEL = "tiny"\nMAX_STEPS = 20\nHAND_STEPS = 3', "05_beyond_the_lecture": "STEPS = 10"}
 SECONDS = 150  # each notebook, kernel start included, with the settings above (about 10 s each on 2 idle cores)
-TOOLING = ("nbclient", "nbformat", "ipykernel", "jupyter_client", "IPython", "matplotlib", "jupyterlab",
-           "koreanize_matplotlib")
+TOOLING = (
+    "nbclient",
+    "nbformat",
+    "ipykernel",
+    "jupyter_client",
+    "IPython",
+    "matplotlib",
+    "jupyterlab",
+    "koreanize_matplotlib",
+)
 COLAB = "https://colab.research.google.com/github/"
 
 
@@ -62,8 +69,13 @@ def test_there_are_ten_notebooks_and_nothing_else():
 def test_every_notebook_runs_top_to_bottom_and_writes_only_under_runs(path, tmp_path):
     project = copy_project(tmp_path / "project")
     before = files_under(project)
-    nb, seconds = execute(path, SMALL.get(path.stem, "# the notebook's own settings are small already"), project,
-                          tmp_path, timeout=SECONDS)
+    nb, seconds = execute(
+        path,
+        SMALL.get(path.stem, "# the notebook's own settings are small already"),
+        project,
+        tmp_path,
+        timeout=SECONDS,
+    )
     assert seconds < SECONDS, f"{path.name} took {seconds:.0f} s"
     after = files_under(project)
     written = sorted(f for f in after if before.get(f) != after[f])
@@ -99,8 +111,9 @@ def test_the_stored_outputs_come_from_the_code_the_notebook_holds(path):
     """The code cells' hash, recorded by `make notebooks-run` when it stored the outputs, is the code's hash now."""
     nb = read(path)
     recorded = nb.metadata.get("kochar", {}).get(CODE_HASH_KEY)
-    assert recorded == code_hash(nb), f"{path.parent.name}/{path.name}: the code changed since its outputs were " \
-        f"made; {RUN_THEM}"
+    assert recorded == code_hash(nb), (
+        f"{path.parent.name}/{path.name}: the code changed since its outputs were made; {RUN_THEM}"
+    )
 
 
 def test_a_changed_code_cell_makes_the_outputs_stale():
@@ -153,8 +166,12 @@ def test_every_relative_link_in_a_notebook_resolves(path):
 
 # The lecture (the video and its code) and the book (its original and its Korean edition), named by every notebook
 # at its top and by notebooks/README.md.
-SOURCES = ("https://www.youtube.com/watch?v=kCc8FmEb1nY", "https://github.com/karpathy/ng-video-lecture",
-           "Build a Large Language Model (From Scratch)", "밑바닥부터 만들면서 배우는 LLM")
+SOURCES = (
+    "https://www.youtube.com/watch?v=kCc8FmEb1nY",
+    "https://github.com/karpathy/ng-video-lecture",
+    "Build a Large Language Model (From Scratch)",
+    "밑바닥부터 만들면서 배우는 LLM",
+)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
@@ -230,8 +247,9 @@ else:
 def probe_setup(cwd: Path, tmp_path: Path, how: str = "clones") -> dict:
     cell = tmp_path / "setup_cell.py"
     cell.write_text(setup_cell(PATHS[0]), encoding="utf-8")
-    r = subprocess.run([sys.executable, "-c", SETUP_PROBE, str(cell), how], cwd=cwd, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", SETUP_PROBE, str(cell), how], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.splitlines()[-1])
 
@@ -254,7 +272,7 @@ def test_the_setup_cell_elsewhere_clones_the_project_and_installs_its_requiremen
     install = found["calls"][1]
     assert install[:4] == [sys.executable, "-m", "pip", "install"]
     assert "-r" in install and install[install.index("-r") + 1] == str(clone / "requirements.txt")
-    extras = install[install.index("-r") + 2:]
+    extras = install[install.index("-r") + 2 :]
     assert "koreanize-matplotlib" in extras and set(extras) <= requirement_names("requirements-dev.txt")
     assert len(found["calls"]) == 2
 
@@ -380,10 +398,10 @@ def test_the_readmes_list_every_notebook_with_its_colab_link(readme, lang):
 
 def test_the_notebook_tooling_is_for_development_only():
     assert not requirement_names("requirements.txt") & {t.lower().replace("_", "-") for t in TOOLING}
-    assert {"nbclient", "nbformat", "ipykernel", "matplotlib", "koreanize-matplotlib"} <= \
-        requirement_names("requirements-dev.txt")
+    assert {"nbclient", "nbformat", "ipykernel", "matplotlib", "koreanize-matplotlib"} <= requirement_names(
+        "requirements-dev.txt"
+    )
     assert "jupyterlab" in requirement_names("requirements-notebooks.txt")
-    code = ("import sys, train, generate, evaluate, serve; "
-            f"print(sorted(m for m in {TOOLING!r} if m in sys.modules))")
+    code = f"import sys, train, generate, evaluate, serve; print(sorted(m for m in {TOOLING!r} if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-1000:]

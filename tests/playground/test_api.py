@@ -36,8 +36,9 @@ CPU = torch.device("cpu")
 def make_run(folder, seed=0, tokenizer=KoreanCharTokenizer, val_loss=None):
     tok = tokenizer.from_text(TEXT)
     torch.manual_seed(seed)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32,
-                               num_heads=4, num_blocks=2)
+    m = AttentionLanguageModel(
+        vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32, num_heads=4, num_blocks=2
+    )
     training = None if val_loss is None else TrainingState(300, {}, {}, val_loss, val_loss, 1.0, {}, {})
     folder.mkdir(parents=True, exist_ok=True)
     save_checkpoint(Checkpoint(m.config, m.state_dict(), tok.to_dict(), training=training), folder / "ckpt.pt")
@@ -47,8 +48,11 @@ def make_run(folder, seed=0, tokenizer=KoreanCharTokenizer, val_loss=None):
 @pytest.fixture
 def runs(tmp_path):
     root = tmp_path / "runs"
-    models = {"a": make_run(root / "a", 0, val_loss=2.0), "sweep/1": make_run(root / "sweep" / "1", 1),
-              "jamo": make_run(root / "jamo", 2, KoreanJamoTokenizer)}
+    models = {
+        "a": make_run(root / "a", 0, val_loss=2.0),
+        "sweep/1": make_run(root / "sweep" / "1", 1),
+        "jamo": make_run(root / "jamo", 2, KoreanJamoTokenizer),
+    }
     return root, models
 
 
@@ -104,8 +108,10 @@ def test_same_seed_gives_the_text_of_generate_py(client, runs, settings, run):
     assert 40 <= got["new_tokens"] <= (42 if run == "jamo" else 40)  # jamo: the syllable the limit cut is finished
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, 5, None), (1.3, None, 0.8),
-                                                     (0.5, 20, 0.9), (1e-30, None, None)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, None, None), (0.7, 5, None), (1.3, None, 0.8), (0.5, 20, 0.9), (1e-30, None, None)],
+)
 def test_reported_distribution_is_the_one_sample_next_draws_from(monkeypatch, temperature, top_k, top_p):
     seen = []
     monkeypatch.setattr(sampler, "sample_from", lambda probs, generator=None: seen.append(probs) or probs[:, :1])
@@ -132,12 +138,23 @@ def test_char_events_carry_probability_and_alternatives(client):
     assert got["unknown_chars"] == ["🐯"]
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"temperature": -1}, "temperature"), ({"temperature": "hot"}, "temperature"), ({"top_k": 0}, "top_k"),
-    ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": -1}, "max_new_tokens"), ({"max_new_tokens": "9"}, "max_new_tokens"),
-    ({"max_new_tokens": 5001}, "max_new_tokens"), ({"prompt": "가" * 101}, "prompt"), ({"seed": -3}, "seed"),
-    ({"stream": "yes"}, "stream"), ({"temprature": 1}, "temprature"), ({"prompt": 3}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"max_new_tokens": "9"}, "max_new_tokens"),
+        ({"max_new_tokens": 5001}, "max_new_tokens"),
+        ({"prompt": "가" * 101}, "prompt"),
+        ({"seed": -3}, "seed"),
+        ({"stream": "yes"}, "stream"),
+        ({"temprature": 1}, "temprature"),
+        ({"prompt": 3}, "prompt"),
+    ],
+)
 def test_bad_parameters_are_refused_naming_the_field(runs, body, field):
     with TestClient(app_for(runs[0], max_prompt_chars=100, max_new_tokens_limit=5000)) as c:
         r = c.post("/api/generate", json=body)
@@ -158,8 +175,19 @@ def test_run_names_never_leave_runs_dir(runs, tmp_path):
     (root / "linked_file" / "ckpt.pt").symlink_to(tmp_path / "outside" / "ckpt.pt")
     with TestClient(app_for(root)) as c:
         assert {r["name"] for r in c.get("/api/runs").json()} == {"a", "sweep/1", "jamo"}
-        for name in ("../outside", str(tmp_path / "outside"), "link", "linked_file", "a/../../outside", "a/..",
-                     "sweep/../a", "nope", "a\\..\\..", "@ckpt", "a/ckpt.pt"):
+        for name in (
+            "../outside",
+            str(tmp_path / "outside"),
+            "link",
+            "linked_file",
+            "a/../../outside",
+            "a/..",
+            "sweep/../a",
+            "nope",
+            "a\\..\\..",
+            "@ckpt",
+            "a/ckpt.pt",
+        ):
             r = c.post("/api/generate", json={"run": name, "max_new_tokens": 1})
             assert r.status_code == 404 and r.json()["field"] == "run", name
             assert c.post("/api/attention", json={"run": name, "text": "옛날"}).status_code == 404
@@ -194,8 +222,11 @@ def test_attention_weights_for_a_position(client, runs):
     got = client.post("/api/attention", json={"run": "a", "text": long}).json()
     assert got["position"] == 49 and got["start"] == 18 and len(got["weights"][1][3]) == 32
     assert all(abs(sum(head) - 1) < 1e-3 for block in got["weights"] for head in block)
-    for body, field in (({"text": "옛날", "position": 2}, "position"), ({"text": ""}, "text"),
-                        ({"text": "옛날", "position": -1}, "position")):
+    for body, field in (
+        ({"text": "옛날", "position": 2}, "position"),
+        ({"text": ""}, "text"),
+        ({"text": "옛날", "position": -1}, "position"),
+    ):
         r = client.post("/api/attention", json={"run": "a", **body})
         assert r.status_code == 422 and r.json()["field"] == field
 
@@ -215,10 +246,20 @@ def test_loaded_runs_are_cached_and_evicted_least_recently_used_first(runs):
 async def _call(app, body: dict, disconnect_when) -> list[dict]:
     """One raw ASGI request whose client disconnects once `disconnect_when(sent messages)` is true."""
     payload = json.dumps(body).encode()
-    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": "/api/generate", "raw_path": b"/api/generate",
-             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/generate",
+        "raw_path": b"/api/generate",
+        "query_string": b"",
+        "root_path": "",
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+    }
     sent, inbox = [], [{"type": "http.request", "body": payload, "more_body": False}]
 
     async def receive():
@@ -245,8 +286,9 @@ def test_a_client_that_disconnects_stops_its_generation(runs, stream):
     app = app_for(runs[0], max_new_tokens_limit=100_000)
     stats = app.state.playground.stats
     started = time.monotonic()
-    first_char = (lambda sent: any(m.get("body") for m in sent)) if stream else \
-        (lambda sent: time.monotonic() - started > 0.5)
+    first_char = (
+        (lambda sent: any(m.get("body") for m in sent)) if stream else (lambda sent: time.monotonic() - started > 0.5)
+    )
     asyncio.run(_call(app, {"run": "a", "max_new_tokens": 100_000, "stream": stream}, first_char))
     wait_until_idle(stats)
     assert stats.active == 0 and stats.finished == 1 and 0 < stats.tokens < 100_000

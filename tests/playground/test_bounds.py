@@ -98,8 +98,13 @@ def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(runs_root, 
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/api/generate", "headers": [
-        (b"content-length", str(size).encode()), (b"content-type", b"application/json")], "query_string": b""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/generate",
+        "headers": [(b"content-length", str(size).encode()), (b"content-type", b"application/json")],
+        "query_string": b"",
+    }
     asyncio.run(app(scope, receive, send))
     assert "read" not in sent and sent[0]["status"] == 413
     assert set(json.loads(sent[1]["body"])) == {"error", "field"}
@@ -110,9 +115,11 @@ def test_a_chunked_body_over_the_limit_is_refused(runs_root, chunks):
     async def main():
         transport = httpx.ASGITransport(app=app_for(runs_root, max_body_bytes=1024))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+
             async def body():
                 for chunk in chunks:
                     yield chunk
+
             return await c.post("/api/generate", content=body(), headers={"content-type": "application/json"})
 
     r = asyncio.run(main())
@@ -129,8 +136,11 @@ def test_bodies_within_the_limit_are_served(runs_root):
 def test_a_body_that_never_ends_is_refused_in_time_over_a_socket(runs_root):
     with real_server(runs_root, **FAST) as (_, port):
         started = time.monotonic()
-        s = raw(port, b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100\r\n\r\n{\"run\": ")
+        s = raw(
+            port,
+            b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"run": ',
+        )
         status, body = json_of(read_all(s))
         assert status == 408 and "body_timeout_s" in body["error"] and time.monotonic() - started < 5
         huge = raw(port, b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 300000000\r\n\r\n")
@@ -141,8 +151,16 @@ def test_a_body_that_never_ends_is_refused_in_time_over_a_socket(runs_root):
 # -- connections ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("partial", [b"", b"G", b"GET / HTTP/1.1\r\n", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-                                     b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"])
+@pytest.mark.parametrize(
+    "partial",
+    [
+        b"",
+        b"G",
+        b"GET / HTTP/1.1\r\n",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le",
+    ],
+)
 def test_a_connection_slow_to_send_its_request_head_is_closed(runs_root, partial):
     with real_server(runs_root, **FAST) as (_, port):
         started = time.monotonic()
@@ -170,8 +188,9 @@ def test_half_open_connections_are_dropped_while_others_are_served(runs_root):
     with real_server(runs_root, **FAST) as (_, port):
         idle = [raw(port, b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(80)]
         started = time.monotonic()
-        r = httpx.post(f"http://127.0.0.1:{port}/api/generate", timeout=10,
-                       json={"run": "a", "max_new_tokens": 3, "stream": False})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/api/generate", timeout=10, json={"run": "a", "max_new_tokens": 3, "stream": False}
+        )
         assert r.status_code == 200 and time.monotonic() - started < 2
         for s in idle:
             assert read_all(s) == b""
@@ -209,8 +228,9 @@ def test_generations_beyond_the_limits_get_a_json_503(runs_root):
             await asyncio.sleep(0.3)
             same_run = await c.post("/api/generate", json={"run": "a", "max_new_tokens": 2})
             attention = await c.post("/api/attention", json={"run": "a", "text": "옛날"})
-            second = asyncio.create_task(c.post("/api/generate", json={"run": "b", "max_new_tokens": 2,
-                                                                        "stream": False}))
+            second = asyncio.create_task(
+                c.post("/api/generate", json={"run": "b", "max_new_tokens": 2, "stream": False})
+            )
             await asyncio.sleep(0.3)
             third = await c.post("/api/generate", json={"run": "b", "max_new_tokens": 2})
             runs = await c.get("/api/runs")
@@ -240,10 +260,20 @@ def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_ba
     app = app_for(runs_root, send_timeout_s=0.3, max_new_tokens_limit=100_000)
     pg = app.state.playground
     payload = json.dumps({"run": "a", "max_new_tokens": 100_000}).encode()
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": "/api/generate", "raw_path": b"/api/generate", "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/generate",
+        "raw_path": b"/api/generate",
+        "query_string": b"",
+        "root_path": "",
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+    }
     sent, inbox = [], [{"type": "http.request", "body": payload, "more_body": False}]
     never = asyncio.Event()
 
@@ -272,16 +302,23 @@ def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_ba
 H = b"Host: 127.0.0.1\r\n"
 POST = b"POST /api/generate HTTP/1.1\r\n" + H
 MALFORMED = [
-    b"GARBAGE\r\n\r\n", b"GET /\xff\xfe HTTP/1.1\r\n" + H + b"\r\n", b"GET /static/%ff HTTP/1.1\r\n" + H + b"\r\n",
-    b"GET /static/%2e%2e/serve.py HTTP/1.1\r\n" + H + b"\r\n", POST + b"Content-Length: abc\r\n\r\n",
-    POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"GET /api/runs HTTP/1.0\r\n\r\n",
+    b"GARBAGE\r\n\r\n",
+    b"GET /\xff\xfe HTTP/1.1\r\n" + H + b"\r\n",
+    b"GET /static/%ff HTTP/1.1\r\n" + H + b"\r\n",
+    b"GET /static/%2e%2e/serve.py HTTP/1.1\r\n" + H + b"\r\n",
+    POST + b"Content-Length: abc\r\n\r\n",
+    POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"GET /api/runs HTTP/1.0\r\n\r\n",
     b"GET /api/runs HTTP/1.1\r\n" + H + b"Host: evil.com\r\n\r\n",
     b"GET http://evil.com/api/runs HTTP/1.1\r\n" + H + b"\r\n",
-    POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", b"GET /api/runs HTTP/1.1\r\n" + H + b"X: a\x00b\r\n\r\n",
+    POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /api/runs HTTP/1.1\r\n" + H + b"X: a\x00b\r\n\r\n",
     b"GET /api/runs?\xff=1 HTTP/1.1\r\n" + H + b"\r\n",
     b"GET /api/runs HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-    b"GET /api/runs HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n",
-    b"DELETE /api/runs HTTP/1.1\r\n" + H + b"\r\n", b"GET /api/runs HTTP/1.1\r\nHost: evil.com\r\n\r\n",
+    b"GET /api/runs HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n",
+    b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n",
+    b"DELETE /api/runs HTTP/1.1\r\n" + H + b"\r\n",
+    b"GET /api/runs HTTP/1.1\r\nHost: evil.com\r\n\r\n",
 ]
 
 

@@ -26,16 +26,31 @@ from tests.playground.test_api import app_for, make_run, runs, wait_until_idle  
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # The machine may be offline: without these Chromium keeps trying to reach Google's services.
-CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--lang=ko-KR", "--window-size=1280,1000")
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--lang=ko-KR",
+    "--window-size=1280,1000",
+)
 
 
 def start_server(*overrides: str, timeout: float = 120) -> tuple[subprocess.Popen, str]:
     """`python serve.py <overrides> port=0` -> (the process, the URL it printed)."""
-    proc = subprocess.Popen([sys.executable, "serve.py", *overrides, "port=0"], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "serve.py", *overrides, "port=0"],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -81,8 +96,9 @@ def test_disconnect_over_a_real_socket_stops_generation(runs):  # noqa: F811 - t
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/api/generate", timeout=30,
-                          json={"run": "a", "max_new_tokens": 100_000}) as r:
+        with httpx.stream(
+            "POST", f"http://127.0.0.1:{port}/api/generate", timeout=30, json={"run": "a", "max_new_tokens": 100_000}
+        ) as r:
             assert next(r.iter_lines()).startswith("event: char")
         stats = app.state.playground.stats
         wait_until_idle(stats)
@@ -101,8 +117,10 @@ def browser_or_skip():
     except ImportError:
         missing.append("the selenium package (pip install -r requirements-dev.txt)")
     if missing:
-        message = (f"BROWSER TEST SKIPPED: {', '.join(missing)} missing; run .ci/install_browser.sh "
-                   "(apt-get install chromium chromium-driver fonts-noto-cjk)")
+        message = (
+            f"BROWSER TEST SKIPPED: {', '.join(missing)} missing; run .ci/install_browser.sh "
+            "(apt-get install chromium chromium-driver fonts-noto-cjk)"
+        )
         print(f"\n{'!' * 100}\n{message}\n{'!' * 100}", file=sys.stderr)
         warnings.warn(message, stacklevel=2)
         pytest.skip(message)
@@ -119,8 +137,9 @@ def wait_for(driver, condition, timeout: float = 60, what: str = "the page"):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, f"timed out waiting for {what}")
 
 
-def sample_in_browser(driver, url: str, prompt: str, max_new_tokens: int, compare: bool = False,
-                      wait: bool = True) -> None:
+def sample_in_browser(
+    driver, url: str, prompt: str, max_new_tokens: int, compare: bool = False, wait: bool = True
+) -> None:
     """Open the page, type the prompt, generate, and (if `wait`) wait until every pane is done."""
     from selenium.webdriver.common.by import By
 
@@ -179,8 +198,11 @@ def test_page_streams_a_korean_sample_and_shows_probabilities(runs, tmp_path):  
         assert len(chars) == 300 and driver.find_element(By.CSS_SELECTOR, "#pane-a .prompt").text == "옛날에"
         assert driver.execute_script("return window.kocharBatches") > 1, "the text did not stream in"
         char, shown = hover_and_read(driver, 4)
-        want = httpx.post(url + "api/generate", timeout=60, json={"run": "a", "prompt": "옛날에",
-                          "max_new_tokens": 300, "stream": False}).json()["tokens"][4]
+        want = httpx.post(
+            url + "api/generate",
+            timeout=60,
+            json={"run": "a", "prompt": "옛날에", "max_new_tokens": 300, "stream": False},
+        ).json()["tokens"][4]
         assert char == want["text"] and abs(float(shown.rstrip("%")) - 100 * want["prob"]) <= 0.05 + 1e-9
         assert len(driver.find_elements(By.CSS_SELECTOR, "#tooltip .tip-top tr")) == len(want["top"]) == 5
         assert show_attention(driver, 4) == 2 * 4 * (3 + 4)  # blocks x heads x the 7 tokens before it

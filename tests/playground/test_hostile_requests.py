@@ -26,8 +26,9 @@ NOT_UTF8 = b"\xc7\xd1\xb1\xdb"  # 한글 in CP949: a folder made on another mach
 
 def _nan_run(folder):
     tok = KoreanCharTokenizer.from_text(TEXT)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=16, embedding_size=16, head_size=16,
-                               num_heads=2, num_blocks=1)
+    m = AttentionLanguageModel(
+        vocab_size=tok.vocab_size, context_length=16, embedding_size=16, head_size=16, num_heads=2, num_blocks=1
+    )
     state = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in m.state_dict().items()}
     folder.mkdir(parents=True)
     save_checkpoint(Checkpoint(m.config, state, tok.to_dict()), folder / "ckpt.pt")
@@ -96,7 +97,7 @@ def check(r) -> None:
         assert events[-1][0] in ("done", "error") and all(k == "char" for k, _ in events[:-1])
         for line in r.text.split("\n"):  # SSE splits lines at line breaks only (not at U+2028)
             if line.startswith("data: "):
-                strict_json(line[len("data: "):])
+                strict_json(line[len("data: ") :])
         for _, e in events[:-1]:
             assert 0 < e["prob"] <= 1 and math.isfinite(e["prob"])
     else:
@@ -104,17 +105,62 @@ def check(r) -> None:
 
 
 GENERATE = [
-    {"run": "a" * 300}, {"run": "a" * 5000}, {"run": "a/" * 3000}, {"run": "\ud800"}, {"run": "a\ud800"},
-    {"run": "\udcc7\udcd1"}, {"run": "a\x00b"}, {"run": "/etc"}, {"run": "//"}, {"run": "~"}, {"run": "~root"},
-    {"run": "%2e%2e"}, {"run": ".."}, {"run": "./a"}, {"run": "a/"}, {"run": "a//"}, {"run": "loop"},
-    {"run": "pingpong"}, {"run": "dangling"}, {"run": "dir"}, {"run": "empty"}, {"run": "garbage"},
-    {"run": "fifo"}, {"run": "json"}, {"run": "nan"}, {"run": "한글"}, {"run": 5}, {"run": ["a"]}, {"run": {}},
-    {"prompt": "\ud800"}, {"prompt": "가\udfff"}, {"prompt": "\x00" * 50}, {"prompt": "\r\n\t\u2028"},
-    {"prompt": "🐯" * 200}, {"prompt": "ᄀ" * 30}, {"prompt": "\u0301"}, {"prompt": "\ufeff\ufffe\uffff"},
-    {"prompt": None}, {"top_p": 1e-320}, {"top_p": 5e-324}, {"top_p": 1e-45}, {"top_p": 1e-300, "top_k": 1},
-    {"top_k": 10**30}, {"top_k": 2**63}, {"temperature": 1e-320}, {"temperature": 1e-38}, {"temperature": 1e308},
-    {"temperature": 1e-30, "top_p": 1e-30}, {"max_new_tokens": 0}, {"max_new_tokens": 10**40},
-    {"seed": 2**64}, {"seed": 2**63 - 1}, {"seed": 1.5}, {"stream": None}, {"\ud800": 1}, {"": 1},
+    {"run": "a" * 300},
+    {"run": "a" * 5000},
+    {"run": "a/" * 3000},
+    {"run": "\ud800"},
+    {"run": "a\ud800"},
+    {"run": "\udcc7\udcd1"},
+    {"run": "a\x00b"},
+    {"run": "/etc"},
+    {"run": "//"},
+    {"run": "~"},
+    {"run": "~root"},
+    {"run": "%2e%2e"},
+    {"run": ".."},
+    {"run": "./a"},
+    {"run": "a/"},
+    {"run": "a//"},
+    {"run": "loop"},
+    {"run": "pingpong"},
+    {"run": "dangling"},
+    {"run": "dir"},
+    {"run": "empty"},
+    {"run": "garbage"},
+    {"run": "fifo"},
+    {"run": "json"},
+    {"run": "nan"},
+    {"run": "한글"},
+    {"run": 5},
+    {"run": ["a"]},
+    {"run": {}},
+    {"prompt": "\ud800"},
+    {"prompt": "가\udfff"},
+    {"prompt": "\x00" * 50},
+    {"prompt": "\r\n\t\u2028"},
+    {"prompt": "🐯" * 200},
+    {"prompt": "ᄀ" * 30},
+    {"prompt": "\u0301"},
+    {"prompt": "\ufeff\ufffe\uffff"},
+    {"prompt": None},
+    {"top_p": 1e-320},
+    {"top_p": 5e-324},
+    {"top_p": 1e-45},
+    {"top_p": 1e-300, "top_k": 1},
+    {"top_k": 10**30},
+    {"top_k": 2**63},
+    {"temperature": 1e-320},
+    {"temperature": 1e-38},
+    {"temperature": 1e308},
+    {"temperature": 1e-30, "top_p": 1e-30},
+    {"max_new_tokens": 0},
+    {"max_new_tokens": 10**40},
+    {"seed": 2**64},
+    {"seed": 2**63 - 1},
+    {"seed": 1.5},
+    {"stream": None},
+    {"\ud800": 1},
+    {"": 1},
 ]
 
 
@@ -138,18 +184,31 @@ def test_a_filter_that_keeps_nothing_falls_back_to_the_most_probable_character(h
 
 def test_a_run_of_broken_weights_is_refused_when_it_loads(hostile):
     c, _ = hostile  # weights that are not numbers are refused at load, streamed or not, in one line
-    for path, body in (("/api/generate", {"run": "nan", "max_new_tokens": 3}),
-                       ("/api/generate", {"run": "nan", "max_new_tokens": 3, "stream": False}),
-                       ("/api/attention", {"run": "nan", "text": "옛날"})):
+    for path, body in (
+        ("/api/generate", {"run": "nan", "max_new_tokens": 3}),
+        ("/api/generate", {"run": "nan", "max_new_tokens": 3, "stream": False}),
+        ("/api/attention", {"run": "nan", "text": "옛날"}),
+    ):
         r = c.post(path, json=body)
         assert r.status_code == 400 and answered(r)["field"] == "run" and "not finite" in answered(r)["error"]
 
 
 ATTENTION = [
-    {"text": "\ud800"}, {"text": ""}, {"text": None}, {"text": 1}, {"text": "가", "position": 10**30},
-    {"text": "가", "position": -(10**30)}, {"text": "가", "position": 1.0}, {"text": "가", "position": "0"},
-    {"text": "🐯"}, {"text": "가" * 7000}, {"run": "\ud800", "text": "가"}, {"run": "loop", "text": "가"},
-    {"run": "a" * 5000, "text": "가"}, {"run": "jamo", "text": "옛날", "position": 5}, {"run": "jamo", "text": "ᄀ"},
+    {"text": "\ud800"},
+    {"text": ""},
+    {"text": None},
+    {"text": 1},
+    {"text": "가", "position": 10**30},
+    {"text": "가", "position": -(10**30)},
+    {"text": "가", "position": 1.0},
+    {"text": "가", "position": "0"},
+    {"text": "🐯"},
+    {"text": "가" * 7000},
+    {"run": "\ud800", "text": "가"},
+    {"run": "loop", "text": "가"},
+    {"run": "a" * 5000, "text": "가"},
+    {"run": "jamo", "text": "옛날", "position": 5},
+    {"run": "jamo", "text": "ᄀ"},
 ]
 
 
@@ -161,9 +220,22 @@ def test_every_attention_value_is_answered_in_json(hostile, body):
     healthy(c)
 
 
-RAW = [b"", b"{", b"null", b"[]", b'"x"', b"1e999", b'{"run": "a", "run": "b"}', b'{"prompt": "\\ud800"}',
-       b'{"prompt": "\xff\xfe"}', b"\xef\xbb\xbf{}", b'{"max_new_tokens": 1e400}', b'{"top_p": -0.0}',
-       b"{" * 10000, b"[" * 100000]
+RAW = [
+    b"",
+    b"{",
+    b"null",
+    b"[]",
+    b'"x"',
+    b"1e999",
+    b'{"run": "a", "run": "b"}',
+    b'{"prompt": "\\ud800"}',
+    b'{"prompt": "\xff\xfe"}',
+    b"\xef\xbb\xbf{}",
+    b'{"max_new_tokens": 1e400}',
+    b'{"top_p": -0.0}',
+    b"{" * 10000,
+    b"[" * 100000,
+]
 
 
 @pytest.mark.parametrize("content", RAW, ids=[repr(r[:20]) for r in RAW])
@@ -177,8 +249,14 @@ def test_raw_bodies_are_answered_in_json(hostile, content, content_type):
 
 def test_other_paths_and_methods_answer_in_the_same_shape(hostile):
     c, _ = hostile
-    for method, path in (("GET", "/nope"), ("PUT", "/api/runs"), ("GET", "/api/generate"),
-                         ("DELETE", "/api/attention"), ("GET", "/static/../serve.py"), ("GET", "/static/%00")):
+    for method, path in (
+        ("GET", "/nope"),
+        ("PUT", "/api/runs"),
+        ("GET", "/api/generate"),
+        ("DELETE", "/api/attention"),
+        ("GET", "/static/../serve.py"),
+        ("GET", "/static/%00"),
+    ):
         answered(c.request(method, path), allowed=(404, 405))
     healthy(c)
 

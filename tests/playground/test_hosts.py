@@ -15,13 +15,29 @@ def runs_root(tmp_path_factory):
     return two_runs(tmp_path_factory)
 
 
-@pytest.mark.parametrize("header,name", [
-    (b"localhost", "localhost"), (b"LOCALHOST:8000", "localhost"), (b"localhost.", "localhost"),
-    (b"127.0.0.1:80", "127.0.0.1"), (b"[::1]:8000", "::1"), (b"[::1]", "::1"), (b"[0:0:0:0:0:0:0:1]", "::1"),
-    (b"evil.com", "evil.com"), (b"evil.com:8000", "evil.com"), (b"::1", None), (b"[::1", None),
-    (b"[::1]x", None), (b"a:b", None), (b"localhost:80:80", None), (b"", None), (b"\xff", None),
-    (b"[::1]:", "::1"), (b"localhost:", "localhost"),
-])
+@pytest.mark.parametrize(
+    "header,name",
+    [
+        (b"localhost", "localhost"),
+        (b"LOCALHOST:8000", "localhost"),
+        (b"localhost.", "localhost"),
+        (b"127.0.0.1:80", "127.0.0.1"),
+        (b"[::1]:8000", "::1"),
+        (b"[::1]", "::1"),
+        (b"[0:0:0:0:0:0:0:1]", "::1"),
+        (b"evil.com", "evil.com"),
+        (b"evil.com:8000", "evil.com"),
+        (b"::1", None),
+        (b"[::1", None),
+        (b"[::1]x", None),
+        (b"a:b", None),
+        (b"localhost:80:80", None),
+        (b"", None),
+        (b"\xff", None),
+        (b"[::1]:", "::1"),
+        (b"localhost:", "localhost"),
+    ],
+)
 def test_host_headers_are_parsed_for_every_address_family(header, name):
     assert host_of(header) == name
 
@@ -41,11 +57,22 @@ def test_every_bind_address_has_a_host_check(bind):
 def test_a_real_server_refuses_other_host_names(runs_root, bind, family):
     names = allowed_host_names(bind, ["mybox.lan"])
     with real_server(runs_root, host=bind, names=names) as (_, port):
-        for host, status in ((b"evil.com", 400), (b"evil.com:%d" % port, 400), (b"[::1]:%d" % port, 200),
-                             (b"localhost:%d" % port, 200), (b"127.0.0.1", 200), (b"mybox.lan", 200),
-                             (b"MyBox.Lan.:1", 200), (b"127.0.0.1.evil.com", 400)):
-            s = raw(port, b"GET /api/runs HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n",
-                    host=bind, family=family)
+        for host, status in (
+            (b"evil.com", 400),
+            (b"evil.com:%d" % port, 400),
+            (b"[::1]:%d" % port, 200),
+            (b"localhost:%d" % port, 200),
+            (b"127.0.0.1", 200),
+            (b"mybox.lan", 200),
+            (b"MyBox.Lan.:1", 200),
+            (b"127.0.0.1.evil.com", 400),
+        ):
+            s = raw(
+                port,
+                b"GET /api/runs HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n",
+                host=bind,
+                family=family,
+            )
             got = read_all(s)
             assert got.startswith(b"HTTP/1.1 %d" % status), (host, got[:200])
             if status == 400:

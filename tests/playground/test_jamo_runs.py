@@ -30,15 +30,16 @@ def train_jamo(folder, steps=150):
     tok = KoreanJamoTokenizer.from_text(KOREAN)
     data = torch.tensor(tok.encode(KOREAN * 4), dtype=torch.long)
     torch.manual_seed(0)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=48, embedding_size=48, head_size=48,
-                               num_heads=4, num_blocks=2)
+    m = AttentionLanguageModel(
+        vocab_size=tok.vocab_size, context_length=48, embedding_size=48, head_size=48, num_heads=4, num_blocks=2
+    )
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model gains nothing from more, and spinning threads slow a shared machine
     for _ in range(steps):
         starts = torch.randint(0, len(data) - 49, (16,))
-        x = torch.stack([data[s: s + 48] for s in starts])
-        y = torch.stack([data[s + 1: s + 49] for s in starts])
+        x = torch.stack([data[s : s + 48] for s in starts])
+        y = torch.stack([data[s + 1 : s + 49] for s in starts])
         _, loss = m(x, y)
         opt.zero_grad()
         loss.backward()
@@ -69,20 +70,30 @@ def assert_valid_spelling(tok, ids) -> None:
 
 
 @pytest.mark.parametrize("run", ["trained", "untrained"])
-@pytest.mark.parametrize("settings", [{"temperature": 1.0}, {"temperature": 1.6}, {"temperature": 0.7, "top_k": 5},
-                                      {"temperature": 1.2, "top_p": 0.9}, {"temperature": 0}])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 1.0},
+        {"temperature": 1.6},
+        {"temperature": 0.7, "top_k": 5},
+        {"temperature": 1.2, "top_p": 0.9},
+        {"temperature": 0},
+    ],
+)
 def test_long_jamo_samples_are_valid_and_positions_match_the_text(jamo, run, settings):
     c, models = jamo
     _, tok = models[run]
     prompt = "봄이 오면"
-    got = c.post("/api/generate", json={"run": run, "prompt": prompt, "max_new_tokens": 1500, "seed": 3,
-                                        "stream": False, **settings}).json()
+    got = c.post(
+        "/api/generate",
+        json={"run": run, "prompt": prompt, "max_new_tokens": 1500, "seed": 3, "stream": False, **settings},
+    ).json()
     completion = got["completion"]
     assert not [ch for ch in completion if ord(ch) in COMPATIBILITY_JAMO], "a stray jamo was written"
     whole = tok.encode(got["context"] + completion)
     assert len(whole) == got["prompt_tokens"] + got["new_tokens"] and 1500 <= got["new_tokens"] <= 1502
-    assert_valid_spelling(tok, whole[got["prompt_tokens"]:].tolist())
-    starts = np.cumsum(tok.token_counts(got["context"] + completion))[len(got["context"]) - 1:-1]
+    assert_valid_spelling(tok, whole[got["prompt_tokens"] :].tolist())
+    starts = np.cumsum(tok.token_counts(got["context"] + completion))[len(got["context"]) - 1 : -1]
     assert [e["pos"] for e in got["tokens"]] == starts.tolist()  # each event: its first token's index
     assert [e["n_tokens"] for e in got["tokens"]] == tok.token_counts(completion).tolist()
 
@@ -90,8 +101,10 @@ def test_long_jamo_samples_are_valid_and_positions_match_the_text(jamo, run, set
 @pytest.mark.parametrize("run", ["trained", "untrained"])
 def test_attention_answers_for_every_sampled_character(jamo, run):
     c, _ = jamo
-    got = c.post("/api/generate", json={"run": run, "prompt": "", "max_new_tokens": 300, "seed": 11,
-                                        "temperature": 1.3, "stream": False}).json()
+    got = c.post(
+        "/api/generate",
+        json={"run": run, "prompt": "", "max_new_tokens": 300, "seed": 11, "temperature": 1.3, "stream": False},
+    ).json()
     text = got["context"]
     for event in got["tokens"]:
         text += event["text"]
@@ -115,8 +128,9 @@ def test_generate_py_samples_are_valid_too(jamo):
 def test_the_grammar_masks_logits_and_finishes_the_last_syllable():
     tok = KoreanJamoTokenizer.from_text(KOREAN)
     torch.manual_seed(1)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=16, embedding_size=16, head_size=16,
-                               num_heads=2, num_blocks=1).eval()
+    m = AttentionLanguageModel(
+        vocab_size=tok.vocab_size, context_length=16, embedding_size=16, head_size=16, num_heads=2, num_blocks=1
+    ).eval()
     grammar = token_grammar(tok)
     idx = torch.tensor(np.stack([tok.encode("봄")] * 4), dtype=torch.long)
     for n in range(1, 8):  # every cut: after an initial, a medial, a final

@@ -26,10 +26,19 @@ def named(tmp_path_factory):
         yield c, root
 
 
-@pytest.mark.parametrize("spelling,canonical", [
-    ("./a", "a"), ("a/", "a"), ("a//", "a"), ("./a/", "a"), ("alias", "a"), ("sweep//1", "sweep/1"),
-    ("./sweep/./1", "sweep/1"), ("sweep/1/", "sweep/1"),
-])
+@pytest.mark.parametrize(
+    "spelling,canonical",
+    [
+        ("./a", "a"),
+        ("a/", "a"),
+        ("a//", "a"),
+        ("./a/", "a"),
+        ("alias", "a"),
+        ("sweep//1", "sweep/1"),
+        ("./sweep/./1", "sweep/1"),
+        ("sweep/1/", "sweep/1"),
+    ],
+)
 def test_a_run_is_reported_under_one_name(named, spelling, canonical):
     c, _ = named
     for body in ({"run": spelling}, {"run": canonical}, {"run": spelling}):
@@ -39,10 +48,16 @@ def test_a_run_is_reported_under_one_name(named, spelling, canonical):
     assert got["run"] == canonical
 
 
-@pytest.mark.parametrize("body,status", [
-    ({"run": "broken"}, 400), ({"run": "nope"}, 404), ({"run": "../a"}, 404), ({"run": "a" * 4000}, 404),
-    ({"run": "sweep/2"}, 404),
-])
+@pytest.mark.parametrize(
+    "body,status",
+    [
+        ({"run": "broken"}, 400),
+        ({"run": "nope"}, 404),
+        ({"run": "../a"}, 404),
+        ({"run": "a" * 4000}, 404),
+        ({"run": "sweep/2"}, 404),
+    ],
+)
 def test_error_messages_name_runs_relative_to_runs_dir(named, body, status):
     c, root = named
     r = c.post("/api/generate", json={**body, "max_new_tokens": 1})

@@ -24,8 +24,15 @@ def make_hangul_run(folder, head: str):
     """An untrained hangul run (its samples mix syllables and other characters)."""
     tok = KoreanHangulTokenizer.from_text(TEXT)
     torch.manual_seed(4)
-    m = AttentionLanguageModel(vocab_size=tok.vocab_size, context_length=32, embedding_size=32, head_size=32,
-                               num_heads=4, num_blocks=1, head=head)
+    m = AttentionLanguageModel(
+        vocab_size=tok.vocab_size,
+        context_length=32,
+        embedding_size=32,
+        head_size=32,
+        num_heads=4,
+        num_blocks=1,
+        head=head,
+    )
     if head == "jamo":
         # Untrained, the staged head spreads a syllable's mass over 11,172 of them while each other character
         # keeps a whole stage-1 share, so a top-k sample may hold no syllable at all. LayerNorm's output sums to
@@ -52,7 +59,10 @@ def check_stages(event: dict) -> None:
     initial, medial, final = event["stages"]
     syllable = ord(event["text"]) - 0xAC00
     assert (initial["initial"], medial["medial"], final["final"]) == (
-        INITIALS[syllable // 588], MEDIALS[syllable // 28 % 21], FINALS[syllable % 28])
+        INITIALS[syllable // 588],
+        MEDIALS[syllable // 28 % 21],
+        FINALS[syllable % 28],
+    )
     product = initial["p"] * medial["p"] * final["p"]
     # `prob` is rounded to 6 decimals in the event; the stages are not.
     assert product == pytest.approx(event["prob"], rel=1e-5, abs=5e-7)
@@ -60,11 +70,15 @@ def check_stages(event: dict) -> None:
 
 
 @pytest.mark.parametrize("run", ["hangul", "staged"])
-@pytest.mark.parametrize("settings", [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 50},
-                                      {"temperature": 1.2, "top_p": 0.5}, {"temperature": 0}])
+@pytest.mark.parametrize(
+    "settings",
+    [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 50}, {"temperature": 1.2, "top_p": 0.5}, {"temperature": 0}],
+)
 def test_every_syllable_carries_its_three_stages(client, run, settings):
-    got = client.post("/api/generate", json={"run": run, "prompt": "봄이", "max_new_tokens": 120, "seed": 5,
-                                             "stream": False, **settings}).json()
+    got = client.post(
+        "/api/generate",
+        json={"run": run, "prompt": "봄이", "max_new_tokens": 120, "seed": 5, "stream": False, **settings},
+    ).json()
     syllables = [e for e in got["tokens"] if "가" <= e["text"] <= "힣"]
     # Greedy decoding of an untrained model may repeat one non-syllable; sampling always writes syllables.
     assert syllables or not settings["temperature"], "the sample wrote no syllable"

@@ -72,8 +72,16 @@ def test_unseen_parts_and_characters_are_unknown():
 
 def test_any_id_sequence_decodes_to_readable_text(tok):
     names = {n: i + 1 for i, n in enumerate(tok.tokens)}
-    seq = [names["<V ᅡ>"], names["<L ᄀ>"], names[","], names["<L ᄂ>"], names["<V ᅡ>"], names["<V ᅡ>"],
-           names["<T ᆨ>"], names["<T none>"]]
+    seq = [
+        names["<V ᅡ>"],
+        names["<L ᄀ>"],
+        names[","],
+        names["<L ᄂ>"],
+        names["<V ᅡ>"],
+        names["<V ᅡ>"],
+        names["<T ᆨ>"],
+        names["<T none>"],
+    ]
     # orphan medial -> ㅏ; initial before a comma -> ㄱ; initial + medial without a final -> open 나;
     # a medial that follows a complete syllable -> ㅏ; orphan final -> ㄱ; orphan "no final" -> nothing
     assert tok.decode(seq) == "ㅏㄱ,나ㅏㄱ"

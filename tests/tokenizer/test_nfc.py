@@ -46,8 +46,21 @@ def test_hangul_parts_that_compose_are_unsafe():
 def test_encode_equals_nfc_then_lookup_on_mixed_text():
     vocab = "가각나다한국어eé\u0301\u1100\u1161\u11a8ÅAa "
     tok = KoreanCharTokenizer.from_text(vocab)
-    pieces = ["한국어", unicodedata.normalize("NFD", "한국어"), "e\u0301", "é", "\u212b", "A\u030a", "\u1100\u1161",
-              "\u1100\u1161\u11a8", "가\u11a8", "\u11a8", "\u0301", "xyz", " "]
+    pieces = [
+        "한국어",
+        unicodedata.normalize("NFD", "한국어"),
+        "e\u0301",
+        "é",
+        "\u212b",
+        "A\u030a",
+        "\u1100\u1161",
+        "\u1100\u1161\u11a8",
+        "가\u11a8",
+        "\u11a8",
+        "\u0301",
+        "xyz",
+        " ",
+    ]
     rng = random.Random(0)
     for _ in range(500):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))

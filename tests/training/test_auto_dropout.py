@@ -75,8 +75,9 @@ def test_speed_is_measured_on_a_copy():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batches = itertools.repeat((torch.randint(0, 10, (2, 8)), torch.randint(0, 10, (2, 8))))
     rng = torch.get_rng_state()
-    tps = measured_tokens_per_sec(model, lambda m: make_optimizer(m, 1e-2, 0.1, (0.9, 0.99), torch.device("cpu")),
-                                  batches, contextlib.nullcontext)
+    tps = measured_tokens_per_sec(
+        model, lambda m: make_optimizer(m, 1e-2, 0.1, (0.9, 0.99), torch.device("cpu")), batches, contextlib.nullcontext
+    )
     assert tps > 0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(rng, torch.get_rng_state())  # the run's random streams are untouched
@@ -90,15 +91,28 @@ def corpus(tmp_path):
 
 
 def run(tmp_path, corpus, name, *extra):
-    r = cli("train.py", *TINY, f"data.path={corpus}", f"hydra.run.dir={tmp_path / name}",
-            f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=80", *extra)
+    r = cli(
+        "train.py",
+        *TINY,
+        f"data.path={corpus}",
+        f"hydra.run.dir={tmp_path / name}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.max_steps=80",
+        *extra,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return r, load_checkpoint(tmp_path / name / "ckpt.pt")
 
 
 def test_auto_is_printed_recorded_and_the_same_as_typing_it(tmp_path, corpus):
-    r, auto = run(tmp_path, corpus, "auto", "model.dropout=null", f"train.auto_dropout_after={FREE}",
-                  "train.auto_weight_decay=0.5")
+    r, auto = run(
+        tmp_path,
+        corpus,
+        "auto",
+        "model.dropout=null",
+        f"train.auto_dropout_after={FREE}",
+        "train.auto_weight_decay=0.5",
+    )
     lines = [line for line in r.stdout.splitlines() if line.startswith("auto: model.dropout=")]
     assert len(lines) == 1 and "passes" in lines[0] and ", train.weight_decay=0.5 (" in lines[0]
     assert auto.config["train"]["weight_decay"] == 0.5

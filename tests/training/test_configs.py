@@ -39,9 +39,23 @@ def test_every_data_config_composes(data):
 
 def test_required_keys_exist():
     cfg = compose_train()
-    for key in ("model.context_length", "model.embedding_size", "model.head_size", "model.num_heads",
-                "model.num_blocks", "model.dropout", "data.path", "data.val_fraction", "train.batch_size",
-                "train.max_steps", "train.lr", "train.eval_interval", "train.eval_steps", "seed", "device"):
+    for key in (
+        "model.context_length",
+        "model.embedding_size",
+        "model.head_size",
+        "model.num_heads",
+        "model.num_blocks",
+        "model.dropout",
+        "data.path",
+        "data.val_fraction",
+        "train.batch_size",
+        "train.max_steps",
+        "train.lr",
+        "train.eval_interval",
+        "train.eval_steps",
+        "seed",
+        "device",
+    ):
         nullable = ("data.path", "train.max_steps", "model.dropout")  # model.dropout null = auto
         assert OmegaConf.select(cfg, key, throw_on_missing=True) is not None or key in nullable, key
     assert cfg.train.max_epochs is None or cfg.train.max_epochs > 0  # null: 10 passes, or the time budget alone
@@ -55,16 +69,19 @@ def test_generate_config_composes():
     assert overrides[2] == "data.path='/tmp/소설.txt'"
 
 
-@pytest.mark.parametrize("override,keys", [
-    ("model.head_size=30", "model.head_size=30 is not divisible by model.num_heads=4"),
-    ("model.num_heads=0", "model.num_heads=0"),
-    ("model.dropout=1.5", "model.dropout"),
-    ("data.val_fraction=0", "data.val_fraction"),
-    ("data.val_fraction=1.2", "data.val_fraction"),
-    ("device=tpu", "device=tpu"),
-    ("train.batch_size=-1", "train.batch_size"),
-    ("train.lr_schedule=linear", "train.lr_schedule"),
-])
+@pytest.mark.parametrize(
+    "override,keys",
+    [
+        ("model.head_size=30", "model.head_size=30 is not divisible by model.num_heads=4"),
+        ("model.num_heads=0", "model.num_heads=0"),
+        ("model.dropout=1.5", "model.dropout"),
+        ("data.val_fraction=0", "data.val_fraction"),
+        ("data.val_fraction=1.2", "data.val_fraction"),
+        ("device=tpu", "device=tpu"),
+        ("train.batch_size=-1", "train.batch_size"),
+        ("train.lr_schedule=linear", "train.lr_schedule"),
+    ],
+)
 def test_invalid_combinations_name_the_keys(override, keys):
     with pytest.raises(UserError) as e:
         check_train_config(compose_train(override))

@@ -12,8 +12,19 @@ def test_same_seed_same_loss_curve_and_same_samples(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(KOREAN * 8, encoding="utf-8")
     a, b = tmp_path / "a", tmp_path / "b"
-    train = [("train.py", *TINY, "train.max_steps=8", "train.eval_interval=4", "model.dropout=0.1", "seed=11",
-              f"data.path={corpus}", f"hydra.run.dir={run}") for run in (a, b)]
+    train = [
+        (
+            "train.py",
+            *TINY,
+            "train.max_steps=8",
+            "train.eval_interval=4",
+            "model.dropout=0.1",
+            "seed=11",
+            f"data.path={corpus}",
+            f"hydra.run.dir={run}",
+        )
+        for run in (a, b)
+    ]
     ra, rb = cli_all(*train)
     assert ra.returncode == 0 and rb.returncode == 0, ra.stderr + rb.stderr
 
@@ -25,8 +36,10 @@ def test_same_seed_same_loss_curve_and_same_samples(tmp_path):
     evals = [[line for line in r.stdout.splitlines() if line.startswith("step ")] for r in (ra, rb)]
     assert evals[0] and evals[0] == evals[1]
 
-    generate = [("generate.py", "device=cpu", f"ckpt={run}", "prompt=봄이", "max_new_tokens=40", f"seed={seed}")
-                for run, seed in ((a, 5), (b, 5), (a, 6))]
+    generate = [
+        ("generate.py", "device=cpu", f"ckpt={run}", "prompt=봄이", "max_new_tokens=40", f"seed={seed}")
+        for run, seed in ((a, 5), (b, 5), (a, 6))
+    ]
     g5a, g5b, g6 = cli_all(*generate)
     assert g5a.returncode == 0, g5a.stderr
     assert g5a.stdout.startswith("봄이") and len(g5a.stdout.strip()) == 42

@@ -71,8 +71,15 @@ CASES = {  # kind, the step it strikes -> the start of the one line
 def test_a_diverging_run_never_replaces_its_good_checkpoint(tmp_path, corpus, monkeypatch, dtype, case):
     run = tmp_path / "run"
     before = _inject(monkeypatch, run, *case)
-    job = train_job(tmp_path, f"data.path={corpus}", "train.max_steps=6", "train.eval_interval=3",
-                    "train.log_interval=100", "train.snapshot_interval=0", f"train.dtype={dtype}")
+    job = train_job(
+        tmp_path,
+        f"data.path={corpus}",
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        "train.log_interval=100",
+        "train.snapshot_interval=0",
+        f"train.dtype={dtype}",
+    )
     with pytest.raises(TrainingDiverged) as e:
         trainer.train(job, run)
     assert str(e.value) == CASES[case] + KEPT + " or train.grad_clip=1.0", str(e.value)
@@ -85,10 +92,22 @@ def test_a_diverging_run_never_replaces_its_good_checkpoint(tmp_path, corpus, mo
 def test_a_run_that_never_saved_says_so(tmp_path, corpus, monkeypatch):
     run = tmp_path / "run"
     _inject(monkeypatch, run, "nan_evaluation", 3)
-    with pytest.raises(TrainingDiverged, match=r"^the validation loss became nan between steps 1 and 3; stopped "
-                                               r"without saving \(no checkpoint had been written yet\); "):
-        trainer.train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=6", "train.eval_interval=3",
-                                "train.snapshot_interval=0", "train.dtype=float32"), run)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^the validation loss became nan between steps 1 and 3; stopped "
+        r"without saving \(no checkpoint had been written yet\); ",
+    ):
+        trainer.train(
+            train_job(
+                tmp_path,
+                f"data.path={corpus}",
+                "train.max_steps=6",
+                "train.eval_interval=3",
+                "train.snapshot_interval=0",
+                "train.dtype=float32",
+            ),
+            run,
+        )
     assert not any(run.glob("*.pt"))
 
 
@@ -101,11 +120,19 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, corpus):
     assert r.returncode == 0, r.stderr
     files = [*(run / name for name in NAMES), *sorted((run / ".hydra").iterdir())]
     before = {p: p.read_bytes() for p in files}
-    r = cli("tests/e2e/fault_nan.py", "6:enormous", *common, "train.max_steps=6", "train.eval_interval=100",
-            f"train.resume={run}")
+    r = cli(
+        "tests/e2e/fault_nan.py",
+        "6:enormous",
+        *common,
+        "train.max_steps=6",
+        "train.eval_interval=100",
+        f"train.resume={run}",
+    )
     assert r.returncode == 3, r.stderr
     lines = stderr_lines(r.stderr)
-    assert "Traceback" not in r.stderr and lines[-1].startswith("error: the validation loss became nan between "
-                                                                "steps 5 and 6; stopped without saving, the last "
-                                                                "good checkpoint is kept (step 4)"), r.stderr
+    assert "Traceback" not in r.stderr and lines[-1].startswith(
+        "error: the validation loss became nan between "
+        "steps 5 and 6; stopped without saving, the last "
+        "good checkpoint is kept (step 4)"
+    ), r.stderr
     assert {p: p.read_bytes() for p in files} == before

@@ -27,12 +27,23 @@ from tests.helpers import KOREAN, cli, cli_all, scalar_tags, stderr_lines, train
 from training.early_stop import EarlyStop, patience
 from training.trainer import train
 
-OTHER = ("아침 일찍 일어나 창문을 열었더니 새들이 지저귀고 있었다. 커피를 한 잔 내려 마시며 신문을 펼쳤다.\n"
-         "오후에는 도서관에 가서 소설책 두 권을 빌렸다. 돌아오는 길에 빵집에 들러 식빵을 샀다.\n"
-         "저녁 무렵 비가 그치고 하늘이 맑아졌다. 강아지와 함께 공원을 한 바퀴 천천히 걸었다.\n")
-MEMORISE = ("train.eval_interval=5", "train.lr=1e-2", "train.lr_schedule=constant", "train.warmup_steps=0",
-            "train.batch_size=8", "train.log_interval=5", "train.snapshot_interval=0", "train.sample_tokens=0",
-            "train.attention_tokens=0", "train.sample_prompts=[]")
+OTHER = (
+    "아침 일찍 일어나 창문을 열었더니 새들이 지저귀고 있었다. 커피를 한 잔 내려 마시며 신문을 펼쳤다.\n"
+    "오후에는 도서관에 가서 소설책 두 권을 빌렸다. 돌아오는 길에 빵집에 들러 식빵을 샀다.\n"
+    "저녁 무렵 비가 그치고 하늘이 맑아졌다. 강아지와 함께 공원을 한 바퀴 천천히 걸었다.\n"
+)
+MEMORISE = (
+    "train.eval_interval=5",
+    "train.lr=1e-2",
+    "train.lr_schedule=constant",
+    "train.warmup_steps=0",
+    "train.batch_size=8",
+    "train.log_interval=5",
+    "train.snapshot_interval=0",
+    "train.sample_tokens=0",
+    "train.attention_tokens=0",
+    "train.sample_prompts=[]",
+)
 
 
 def memorised(folder: Path, *overrides: str):
@@ -65,11 +76,15 @@ def test_a_run_that_memorises_stops_early_and_keeps_both_files(stopped):
     assert last.training.early_stop["stopped_at"] == last_step and last.training.early_stop["best_step"] == b
     assert best.training.val_loss == result.best_val_loss < result.val_loss
     lines = result.closing.splitlines()
-    assert lines[0].startswith(f"early stop at step {last_step}: 2 evaluations in a row without a better validation "
-                               f"loss (the best: step {b}, val loss ")
+    assert lines[0].startswith(
+        f"early stop at step {last_step}: 2 evaluations in a row without a better validation "
+        f"loss (the best: step {b}, val loss "
+    )
     assert lines[1].startswith(f"validation turned: the best was step {b}, val loss ")
-    assert lines[2] == ("generate.py, evaluate.py, serve.py, export.py and train.init_from read best.pt (the best) "
-                        f"from this run; ckpt={run / 'ckpt.pt'} reads the last weights")
+    assert lines[2] == (
+        "generate.py, evaluate.py, serve.py, export.py and train.init_from read best.pt (the best) "
+        f"from this run; ckpt={run / 'ckpt.pt'} reads the last weights"
+    )
 
 
 def test_tensorboard_logs_the_best_validation_so_far(stopped):
@@ -89,7 +104,8 @@ def test_generate_and_evaluate_read_best_pt_and_name_it_while_ckpt_pt_gives_the_
         ("generate.py", f"ckpt={run}", "device=cpu", "prompt=봄이", "max_new_tokens=3"),
         ("evaluate.py", f"ckpt={run}", f"data.path={text}", "device=cpu", "progress=false"),
         ("evaluate.py", f"ckpt={run / 'ckpt.pt'}", f"data.path={text}", "device=cpu", "progress=false"),
-        ("evaluate.py", f"ckpt={run / 'best.pt'}", f"data.path={text}", "device=cpu", "progress=false"))
+        ("evaluate.py", f"ckpt={run / 'best.pt'}", f"data.path={text}", "device=cpu", "progress=false"),
+    )
     for r in (generated, scored, named, best):
         assert r.returncode == 0, r.stderr
     best_loss = load_checkpoint(run / "best.pt").training.val_loss
@@ -97,7 +113,8 @@ def test_generate_and_evaluate_read_best_pt_and_name_it_while_ckpt_pt_gives_the_
     assert stderr_lines(generated.stderr)[0] == (
         f"weights: raw (the run kept no average: train.average=none) from {run / 'best.pt'} (step {b}, val loss "
         f"{best_loss:.4f}: the best validation; the last weights, step {last_step} at {last_loss:.4f}, are "
-        f"ckpt={run / 'ckpt.pt'})")
+        f"ckpt={run / 'ckpt.pt'})"
+    )
     scored, named, best = (json.loads(r.stdout) for r in (scored, named, best))
     assert (scored["checkpoint"], scored["chosen"], scored["step"]) == (str(run / "best.pt"), "best", b)
     assert (named["checkpoint"], named["chosen"], named["step"]) == (str(run / "ckpt.pt"), "named", last_step)
@@ -117,8 +134,13 @@ def test_train_init_from_a_run_folder_starts_from_its_best_weights(stopped, tmp_
     from training.session import setup
 
     run, _ = stopped
-    job = train_job(tmp_path, f"train.init_from={run}", f"data.path={run.parent / 'text.txt'}", "train.max_steps=1",
-                    "train.sample_prompts=['봄이']")
+    job = train_job(
+        tmp_path,
+        f"train.init_from={run}",
+        f"data.path={run.parent / 'text.txt'}",
+        "train.max_steps=1",
+        "train.sample_prompts=['봄이']",
+    )
     s, _ = setup(job, tmp_path / "new")
     s.logger.close()
     start, best = s.raw_model.state_dict(), load_checkpoint(run / "best.pt").model
@@ -166,19 +188,35 @@ def test_resuming_a_run_that_stopped_early_trains_nothing_unless_a_limit_is_rais
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     before = (copy / "ckpt.pt").read_bytes()
-    job = train_job(tmp_path, f"data.path={run.parent / 'text.txt'}", *MEMORISE, "train.max_steps=60",
-                    "train.early_stop=2", f"train.resume={copy}")
+    job = train_job(
+        tmp_path,
+        f"data.path={run.parent / 'text.txt'}",
+        *MEMORISE,
+        "train.max_steps=60",
+        "train.early_stop=2",
+        f"train.resume={copy}",
+    )
     result = train(job, copy)
     assert (result.step, result.stopped) == (last_step, "early_stop") and (copy / "ckpt.pt").read_bytes() == before
-    assert (f"train.resume: this run stopped early at step {last_step} (validation had not improved for 2 evaluations "
-            f"since step {b}); it counts as finished, so nothing is trained") in capsys.readouterr().out
+    assert (
+        f"train.resume: this run stopped early at step {last_step} (validation had not improved for 2 evaluations "
+        f"since step {b}); it counts as finished, so nothing is trained"
+    ) in capsys.readouterr().out
     assert not result.closing.startswith("early stop at step")  # said once, at the start
-    job = train_job(tmp_path, f"data.path={run.parent / 'text.txt'}", *MEMORISE, "train.max_steps=70",
-                    "train.early_stop=2", f"train.resume={copy}")
+    job = train_job(
+        tmp_path,
+        f"data.path={run.parent / 'text.txt'}",
+        *MEMORISE,
+        "train.max_steps=70",
+        "train.early_stop=2",
+        f"train.resume={copy}",
+    )
     result = train(job, copy)  # raised: the count starts again, and the run stops two evaluations later
     assert (result.step, result.stopped) == (last_step + 10, "early_stop")
-    assert f"the run stopped early at step {last_step}; train.max_steps was raised (60 to 70), so it trains on" in \
-        capsys.readouterr().out
+    assert (
+        f"the run stopped early at step {last_step}; train.max_steps was raised (60 to 70), so it trains on"
+        in capsys.readouterr().out
+    )
     assert load_checkpoint(copy / "best.pt").step == b
 
 
@@ -193,20 +231,24 @@ def test_the_cli_resume_of_a_finished_run_says_so_and_exits_0(stopped, tmp_path)
 
 
 def test_the_average_and_best_pt_together(tmp_path):
-    run, result = memorised(tmp_path, "train.max_steps=25", "train.early_stop=null", "train.average=ema",
-                            "train.ema_half_life=2")
+    run, result = memorised(
+        tmp_path, "train.max_steps=25", "train.early_stop=null", "train.average=ema", "train.ema_half_life=2"
+    )
     assert result.stopped == "max_steps"
     best = load_checkpoint(run / "best.pt")
     assert best.step < 25 and best.averaged is not None  # chosen by the average's validation, holding both sets
     averaged, raw = load_run(run, torch.device("cpu")), load_run(run, torch.device("cpu"), weights="raw")
     assert averaged.path == raw.path == run / "best.pt"
-    assert averaged.line().startswith(f"weights: averaged (train.average=ema, {best.training.average_updates} "
-                                      f"updates) from {run / 'best.pt'} (step {best.step}, val loss ")
+    assert averaged.line().startswith(
+        f"weights: averaged (train.average=ema, {best.training.average_updates} "
+        f"updates) from {run / 'best.pt'} (step {best.step}, val loss "
+    )
     assert raw.line().endswith("; that val loss is the average's)")
     assert all(torch.equal(averaged.model.state_dict()[k], v) for k, v in best.averaged.items())
 
 
 # -- the rule, unit by unit ---------------------------------------------------------------------------------------
+
 
 def test_auto_is_on_for_time_and_passes_and_off_for_max_steps():
     assert patience("auto", None) == 4 and patience("auto", 800) is None
@@ -225,8 +267,11 @@ def test_a_bad_early_stop_is_one_line_naming_the_key(value, shown):
 def test_early_stop_takes_null_auto_and_a_count():
     from tests.helpers import config_object
 
-    assert [config_object("train", f"train.early_stop={v}").train.early_stop for v in ("null", "auto", "3")] == \
-        [None, "auto", "3"]
+    assert [config_object("train", f"train.early_stop={v}").train.early_stop for v in ("null", "auto", "3")] == [
+        None,
+        "auto",
+        "3",
+    ]
     assert config_object("train").train.early_stop == "auto"
 
 
@@ -267,14 +312,17 @@ def test_which_file_a_reader_reads(tmp_path):
     def save(name: str, step: int, loss: float) -> None:
         m = tiny_model()
         training = TrainingState(step, {}, {}, loss, loss, 1.0, {}, {})
-        save_checkpoint(Checkpoint(m.config, m.state_dict(), {"kind": "char", "chars": []}, training=training),
-                        tmp_path / name)
+        save_checkpoint(
+            Checkpoint(m.config, m.state_dict(), {"kind": "char", "chars": []}, training=training), tmp_path / name
+        )
 
     save("ckpt.pt", 8, 3.5)
     assert (folder_file(tmp_path).path.name, folder_file(tmp_path).chosen) == ("ckpt.pt", "last")
     shutil.copy(tmp_path / "ckpt.pt", tmp_path / "best.pt")  # the last evaluation was the best
-    assert (folder_file(tmp_path).path.name, folder_file(tmp_path).words()) == \
-        ("ckpt.pt", f"{tmp_path / 'ckpt.pt'} (step 8, val loss 3.5000)")
+    assert (folder_file(tmp_path).path.name, folder_file(tmp_path).words()) == (
+        "ckpt.pt",
+        f"{tmp_path / 'ckpt.pt'} (step 8, val loss 3.5000)",
+    )
     save("best.pt", 4, 3.0)
     chosen = run_file(tmp_path)
     assert (chosen.path.name, chosen.chosen, chosen.header.step, chosen.other.step) == ("best.pt", "best", 4, 8)
@@ -289,12 +337,15 @@ def test_an_average_an_early_stop_left_empty_says_the_raw_weights_are_read():
     from training.settings.config import TrainConfig
 
     average = WeightAverage(tiny_model(), TrainConfig(average="swa"))
-    assert average.summary() == ("average: train.average=swa, no update (every 1 step from 0.75 of the run): the run "
-                                 "stopped early, before the first; generate.py, evaluate.py, serve.py and export.py "
-                                 "read the raw weights")
+    assert average.summary() == (
+        "average: train.average=swa, no update (every 1 step from 0.75 of the run): the run "
+        "stopped early, before the first; generate.py, evaluate.py, serve.py and export.py "
+        "read the raw weights"
+    )
 
 
 # -- torchrun: every rank stops at the same evaluation ------------------------------------------------------------
+
 
 @pytest.mark.serial
 @pytest.mark.slow
@@ -307,18 +358,37 @@ def test_two_processes_under_torchrun_stop_early_together(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(KOREAN * 6 + OTHER, encoding="utf-8")
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        str(ROOT / "train.py"), "model=tiny", "device=cpu", "train.eval_steps=2",
-                        "train.sample_chars=0", *MEMORISE, "train.max_steps=200", "train.early_stop=2",
-                        f"data.path={text}", f"hydra.run.dir={run}", f"data.cache_dir={tmp_path / 'cache'}"],
-                       cwd=ROOT, capture_output=True, text=True, env=_env(None), timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(ROOT / "train.py"),
+            "model=tiny",
+            "device=cpu",
+            "train.eval_steps=2",
+            "train.sample_chars=0",
+            *MEMORISE,
+            "train.max_steps=200",
+            "train.early_stop=2",
+            f"data.path={text}",
+            f"hydra.run.dir={run}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(None),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]  # a rank that went on alone would hang in its next collective
     stops = [line for line in r.stdout.splitlines() if line.startswith("early stop at step")]
     assert len(stops) == 1, r.stdout  # rank 0 alone says so
     step = int(stops[0].split()[4].rstrip(":"))
     assert f"step {step}  " in r.stdout and "(early_stop)" in r.stdout and step < 200
     assert load_checkpoint(run / "ckpt.pt").training.early_stop["stopped_at"] == step
-
 
 
 def test_early_stopping_that_cannot_act_is_refused_when_typed_and_silent_under_auto(tmp_path, capsys):
@@ -328,9 +398,12 @@ def test_early_stopping_that_cannot_act_is_refused_when_typed_and_silent_under_a
     text = tmp_path / "text.txt"
     text.write_text(KOREAN * 6 + OTHER, encoding="utf-8")
     few = (f"data.path={text}", *MEMORISE, "train.max_steps=17")  # evaluations at 5, 10, 15 and the last, 17
-    with pytest.raises(ConfigError, match=r"^train\.early_stop=3 cannot act in this run: .* this run makes 4 "
-                                          r"evaluations \(every train\.eval_interval=5 steps up to step 17\); drop "
-                                          r"train\.early_stop, or evaluate more often"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train\.early_stop=3 cannot act in this run: .* this run makes 4 "
+        r"evaluations \(every train\.eval_interval=5 steps up to step 17\); drop "
+        r"train\.early_stop, or evaluate more often",
+    ):
         train(train_job(tmp_path, *few, "train.early_stop=3"), tmp_path / "typed")
     assert not (tmp_path / "typed" / "ckpt.pt").exists()
     train(train_job(tmp_path, *few, "train.early_stop=2"), tmp_path / "acts")  # 2 can stop at step 15

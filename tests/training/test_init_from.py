@@ -13,7 +13,7 @@ from tests.helpers import KOREAN, TINY, cli
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer, tokenizer_from_dict
 from training.init_from import grown_state
 
-NEW_TEXT = ("영화 정말 최고! ㅋㅋㅋ OK 굿굿 😀 다시 볼래요.\n" * 40)  # Latin, jamo, an emoji: unseen
+NEW_TEXT = "영화 정말 최고! ㅋㅋㅋ OK 굿굿 😀 다시 볼래요.\n" * 40  # Latin, jamo, an emoji: unseen
 
 
 @pytest.mark.parametrize("cls", [KoreanCharTokenizer, KoreanJamoTokenizer])
@@ -32,8 +32,9 @@ def test_extended_tokenizer_keeps_every_old_id(cls):
 @pytest.mark.parametrize("tied", [False, True])
 def test_known_logits_are_unchanged_at_step_zero(tied):
     torch.manual_seed(0)
-    source = AttentionLanguageModel(vocab_size=40, context_length=16, embedding_size=32, head_size=32, num_heads=4,
-                                    num_blocks=2, tie_weights=tied).eval()
+    source = AttentionLanguageModel(
+        vocab_size=40, context_length=16, embedding_size=32, head_size=32, num_heads=4, num_blocks=2, tie_weights=tied
+    ).eval()
     with torch.no_grad():  # a source that learned <unk> is rare, as training makes it
         source.lm_head.weight[0] = -source.lm_head.weight[1:].mean(0) * 20
     grown = AttentionLanguageModel(source.config.with_vocab(47)).eval()
@@ -52,8 +53,15 @@ def source_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("init")
     (d / "ko.txt").write_text(KOREAN * 4, encoding="utf-8")
     (d / "new.txt").write_text(NEW_TEXT, encoding="utf-8")
-    r = cli("train.py", *TINY, f"data.path={d / 'ko.txt'}", f"hydra.run.dir={d / 'src'}", "train.max_steps=60",
-            f"data.cache_dir={d / 'cache'}", "train.lr=3e-3")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"data.path={d / 'ko.txt'}",
+        f"hydra.run.dir={d / 'src'}",
+        "train.max_steps=60",
+        f"data.cache_dir={d / 'cache'}",
+        "train.lr=3e-3",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return d
 
@@ -68,8 +76,16 @@ def _new_char_nll(model: AttentionLanguageModel, tokenizer, text: str, known: in
 @pytest.mark.slow
 def test_fine_tuning_learns_the_new_characters_and_records_its_source(source_run):
     d = source_run
-    r = cli("train.py", *TINY, f"train.init_from={d / 'src'}", f"data.path={d / 'new.txt'}",
-            f"hydra.run.dir={d / 'ft'}", "train.max_steps=40", "train.lr=3e-3", f"data.cache_dir={d / 'cache'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        f"train.init_from={d / 'src'}",
+        f"data.path={d / 'new.txt'}",
+        f"hydra.run.dir={d / 'ft'}",
+        "train.max_steps=40",
+        "train.lr=3e-3",
+        f"data.cache_dir={d / 'cache'}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("init_from "))
     assert "character(s) it never saw were added" in line
@@ -89,14 +105,25 @@ def test_fine_tuning_learns_the_new_characters_and_records_its_source(source_run
     assert resumed.step == 45 and resumed.config["init_from"] == ft.config["init_from"]
 
 
-@pytest.mark.parametrize("extra, why", [
-    (("model.num_blocks=3", "model.context_length=16"), "model.context_length=16 (the source has 32); "
-                                                        "model.num_blocks=3 (the source has 2)"),
-    (("data.tokenizer=jamo",), "data.tokenizer=jamo (the source has char)"),
-    (("train.resume={d}/src",), "pass only one of them"),
-])
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        (
+            ("model.num_blocks=3", "model.context_length=16"),
+            "model.context_length=16 (the source has 32); model.num_blocks=3 (the source has 2)",
+        ),
+        (("data.tokenizer=jamo",), "data.tokenizer=jamo (the source has char)"),
+        (("train.resume={d}/src",), "pass only one of them"),
+    ],
+)
 def test_contradictions_are_one_line(source_run, extra, why):
     d = source_run
-    r = cli("train.py", *TINY, f"train.init_from={d / 'src'}", f"data.path={d / 'new.txt'}",
-            f"hydra.run.dir={d / 'bad'}", *(x.format(d=d) for x in extra))
+    r = cli(
+        "train.py",
+        *TINY,
+        f"train.init_from={d / 'src'}",
+        f"data.path={d / 'new.txt'}",
+        f"hydra.run.dir={d / 'bad'}",
+        *(x.format(d=d) for x in extra),
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr

@@ -21,8 +21,11 @@ def test_multi_token_loss_adds_the_later_targets_through_the_same_logits():
     total, next_token = multi_token_loss(m, x, y, [0.5, 0.25])
     torch.testing.assert_close(next_token, compute_loss(m, x, y))
     logits = m(x)[0]
-    expected = next_token + 0.5 * F.cross_entropy(logits[:, :-1].reshape(-1, V), y[:, 1:].reshape(-1)) \
+    expected = (
+        next_token
+        + 0.5 * F.cross_entropy(logits[:, :-1].reshape(-1, V), y[:, 1:].reshape(-1))
         + 0.25 * F.cross_entropy(logits[:, :-2].reshape(-1, V), y[:, 2:].reshape(-1))
+    )
     torch.testing.assert_close(total, expected)
     torch.testing.assert_close(multi_token_loss(m, x, y, [0.0])[0], next_token)
 
@@ -46,9 +49,17 @@ def test_the_dip_schedule_holds_dips_and_rises():
 
 
 def test_a_run_with_the_levers_trains_and_applies_the_scheduled_decay(tmp_path):
-    job = train_job(tmp_path, "recipe=modern", "model=tiny", "train.max_steps=8", "train.eval_interval=8",
-                    "train.mtp_weights=[0.5]", "train.muon_weight_decay=0.4",
-                    "train.muon_weight_decay_schedule=dip", "model.dropout=0.0")
+    job = train_job(
+        tmp_path,
+        "recipe=modern",
+        "model=tiny",
+        "train.max_steps=8",
+        "train.eval_interval=8",
+        "train.mtp_weights=[0.5]",
+        "train.muon_weight_decay=0.4",
+        "train.muon_weight_decay_schedule=dip",
+        "model.dropout=0.0",
+    )
     from training import step as step_module
 
     seen = []

@@ -8,8 +8,7 @@ import pytest
 from common import malloc_tuning
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"),
-                    reason="glibc only")
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"), reason="glibc only")
 def test_on_glibc_the_thresholds_are_set_once():
     assert malloc_tuning.keep_freed_memory() is True
     assert malloc_tuning.keep_freed_memory() is True  # once per process; the second call changes nothing
@@ -37,6 +36,8 @@ def test_a_training_run_on_the_cpu_sets_them(tmp_path, small_corpus, monkeypatch
 
     calls = []
     monkeypatch.setattr("training.session.keep_freed_memory", lambda: calls.append(1) or True)
-    train(train_job(tmp_path, f"data.path={small_corpus}", "train.max_steps=1", "model.context_length=16"),
-          tmp_path / "run")
+    train(
+        train_job(tmp_path, f"data.path={small_corpus}", "train.max_steps=1", "model.context_length=16"),
+        tmp_path / "run",
+    )
     assert calls == [1]

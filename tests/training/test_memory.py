@@ -40,8 +40,9 @@ def test_a_batch_that_cannot_fit_is_refused_before_any_step(tmp_path, corpus, mo
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=64", "train.grad_accum_steps=2")
     message = str(e.value)
-    assert "\n" not in message and message.startswith("train.batch_size=64 does not fit in memory: one step needs "
-                                                       "about "), message
+    assert "\n" not in message and message.startswith(
+        "train.batch_size=64 does not fit in memory: one step needs about "
+    ), message
     assert "the CPU has 0.0 GiB available; the largest batch that fits is about " in message
     assert "train.grad_accum_steps=" in message and "(128 asked for)" in message
     assert not (tmp_path / "run" / "ckpt.pt").exists()
@@ -50,9 +51,11 @@ def test_a_batch_that_cannot_fit_is_refused_before_any_step(tmp_path, corpus, mo
 def test_the_refusal_names_the_largest_batch_and_the_accumulation_that_keeps_the_effective_batch():
     t = TrainConfig(batch_size=64, grad_accum_steps=1)
     e = memory_fit.refusal(t, CPU, 12 << 30, 8 << 30, 40)
-    assert str(e) == ("train.batch_size=64 does not fit in memory: one step needs about 12.0 GiB and the CPU has 8.0 "
-                      "GiB available; the largest batch that fits is about 40: train.batch_size=32 "
-                      "train.grad_accum_steps=2 trains on 64 sequences per step (64 asked for)")
+    assert str(e) == (
+        "train.batch_size=64 does not fit in memory: one step needs about 12.0 GiB and the CPU has 8.0 "
+        "GiB available; the largest batch that fits is about 40: train.batch_size=32 "
+        "train.grad_accum_steps=2 trains on 64 sequences per step (64 asked for)"
+    )
     assert "a batch of 1 would not fit either" in str(memory_fit.refusal(t, CPU, 12 << 30, 1 << 30, 0))
     memory = StepMemory(fixed=100, per_sequence=10)
     assert memory.total(5) == 150 and memory.largest_batch(450) == 5  # with 3x room: 3 x 150 bytes
@@ -67,11 +70,16 @@ def test_the_auto_dropout_speed_measurement_is_guarded_too(tmp_path, corpus, mon
         _train(tmp_path, corpus, "model.dropout=null", "train.max_seconds=30", "train.batch_size=32")
 
 
-@pytest.mark.parametrize("error", [
-    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
-                 "allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)"),
-    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)"
+        ),
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+    ],
+)
 def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monkeypatch, error):
     def fail(*args, **kwargs):
         raise error
@@ -79,9 +87,11 @@ def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monk
     monkeypatch.setattr("training.runner.steps.train_step", fail)
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=8")
-    assert str(e.value) == ("train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "
-                            "half the batch: train.batch_size=4 train.grad_accum_steps=2 trains on 8 sequences per "
-                            "step (8 asked for)")
+    assert str(e.value) == (
+        "train.batch_size=8 ran out of memory in a step (the CPU's allocator refused it); try "
+        "half the batch: train.batch_size=4 train.grad_accum_steps=2 trains on 8 sequences per "
+        "step (8 asked for)"
+    )
 
 
 def test_another_runtime_error_is_left_as_it_is():
@@ -93,8 +103,10 @@ def _model(**settings) -> AttentionLanguageModel:
     return AttentionLanguageModel(ModelConfig(**{"vocab_size": 2000, "dropout": 0.0, **settings}))
 
 
-@pytest.mark.parametrize("model,batch", [({}, 8), ({"context_length": 256, "embedding_size": 384, "head_size": 384,
-                                                     "num_heads": 6, "num_blocks": 6}, 64)])
+@pytest.mark.parametrize(
+    "model,batch",
+    [({}, 8), ({"context_length": 256, "embedding_size": 384, "head_size": 384, "num_heads": 6, "num_blocks": 6}, 64)],
+)
 def test_what_fits_today_is_never_refused(model, batch):
     """The default size (batch 8) and the shakespeare size of the benchmarks (batch 64, in bf16 or fp32) ask for
     far less than any machine that runs them has; the estimate is a lower bound (see the module docstring)."""
@@ -114,8 +126,15 @@ def test_the_estimate_grows_with_what_a_step_holds():
 
 
 def test_the_cli_refuses_a_batch_no_machine_holds_in_one_line(tmp_path, corpus):
-    r = cli("train.py", *TINY, "train.batch_size=100000000", "train.max_steps=1", f"data.path={corpus}",
-            f"hydra.run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "train.batch_size=100000000",
+        "train.max_steps=1",
+        f"data.path={corpus}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     last = stderr_lines(r.stderr)[-1]
@@ -133,14 +152,23 @@ def test_a_model_too_big_to_build_is_refused_before_it_is_allocated(tmp_path, co
     built = []
     monkeypatch.setattr("training.session.build_model", lambda *a, **k: built.append(1))
     with pytest.raises(UserError) as e:
-        _train(tmp_path, corpus, "model.embedding_size=16384", "model.head_size=16384", "model.num_heads=64",
-               "model.num_blocks=48")
+        _train(
+            tmp_path,
+            corpus,
+            "model.embedding_size=16384",
+            "model.head_size=16384",
+            "model.num_heads=64",
+            "model.num_blocks=48",
+        )
     message = str(e.value)
     assert not built and "\n" not in message
-    assert message.startswith("the model does not fit in memory: model.embedding_size=16384 model.head_size=16384 "
-                              "model.num_blocks=48 model.context_length=32 ("), message
-    assert "GiB available; make it smaller: a lower model.embedding_size, model.head_size or model.num_blocks" \
-        in message
+    assert message.startswith(
+        "the model does not fit in memory: model.embedding_size=16384 model.head_size=16384 "
+        "model.num_blocks=48 model.context_length=32 ("
+    ), message
+    assert (
+        "GiB available; make it smaller: a lower model.embedding_size, model.head_size or model.num_blocks" in message
+    )
 
 
 def test_the_parameters_counted_from_the_settings_are_a_close_lower_bound():
@@ -156,13 +184,25 @@ def test_an_allocator_s_out_of_memory_error_while_building_the_model_is_the_same
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory")
 
     monkeypatch.setattr("training.session.build_model", fail)
-    with pytest.raises(UserError, match="^the model does not fit in memory: .* needs, with its gradients, optimizer "
-                                        "state and one sequence's step, more than the CPU's allocator could give"):
+    with pytest.raises(
+        UserError,
+        match="^the model does not fit in memory: .* needs, with its gradients, optimizer "
+        "state and one sequence's step, more than the CPU's allocator could give",
+    ):
         _train(tmp_path, corpus)
 
 
 def test_the_cli_refuses_a_model_no_machine_holds_in_one_line(tmp_path, corpus):
-    r = cli("train.py", *TINY, "model.embedding_size=16384", "model.head_size=16384", "model.num_heads=64",
-            "model.num_blocks=48", "train.max_steps=1", f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'run'}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "model.embedding_size=16384",
+        "model.head_size=16384",
+        "model.num_heads=64",
+        "model.num_blocks=48",
+        "train.max_steps=1",
+        f"data.path={corpus}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert stderr_lines(r.stderr)[-1].startswith("error: the model does not fit in memory: "), r.stderr

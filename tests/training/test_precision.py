@@ -16,24 +16,40 @@ from training.settings.config import TrainConfig
 
 CUDA = torch.device("cuda:0")
 CPU = torch.device("cpu")
-CARDS = {(6, 1): "Tesla P40", (7, 0): "Tesla V100", (7, 5): "Tesla T4", (8, 0): "NVIDIA A100", (8, 9): "NVIDIA L4",
-         (9, 0): "NVIDIA H100"}
+CARDS = {
+    (6, 1): "Tesla P40",
+    (7, 0): "Tesla V100",
+    (7, 5): "Tesla T4",
+    (8, 0): "NVIDIA A100",
+    (8, 9): "NVIDIA L4",
+    (9, 0): "NVIDIA H100",
+}
 
 
 @pytest.fixture
 def card(monkeypatch):
     """Pretend CUDA device 0 is the card of a compute capability; is_bf16_supported says yes, as recent torch does
     on a T4 (through emulation), so the choice must not trust it."""
+
     def use(capability: tuple[int, int]) -> None:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: CARDS[capability])
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+
     return use
 
 
-@pytest.mark.parametrize("capability,dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
-                                              ((9, 0), torch.bfloat16), ((8, 9), torch.bfloat16),
-                                              ((7, 0), torch.float16), ((6, 1), torch.float32)])
+@pytest.mark.parametrize(
+    "capability,dtype",
+    [
+        ((7, 5), torch.float16),
+        ((8, 0), torch.bfloat16),
+        ((9, 0), torch.bfloat16),
+        ((8, 9), torch.bfloat16),
+        ((7, 0), torch.float16),
+        ((6, 1), torch.float32),
+    ],
+)
 def test_auto_on_cuda_takes_bfloat16_only_where_the_card_has_it(card, capability, dtype):
     card(capability)
     chosen, why = choose_precision("auto", CUDA)
@@ -45,13 +61,16 @@ def test_auto_on_cuda_takes_bfloat16_only_where_the_card_has_it(card, capability
 def test_the_run_says_its_precision_and_why(card):
     card((7, 5))
     line = precision_line(*choose_precision("auto", CUDA), CUDA)
-    assert line == ("precision: float16 autocast with loss scaling on cuda:0 (train.dtype=auto; the Tesla T4, "
-                    "compute capability 7.5, has no native bfloat16 (only a slow emulation); float16 runs on its "
-                    "tensor cores, with loss scaling)")
+    assert line == (
+        "precision: float16 autocast with loss scaling on cuda:0 (train.dtype=auto; the Tesla T4, "
+        "compute capability 7.5, has no native bfloat16 (only a slow emulation); float16 runs on its "
+        "tensor cores, with loss scaling)"
+    )
     card((9, 0))
     assert precision_line(*choose_precision("auto", CUDA), CUDA).startswith(
         "precision: bfloat16 autocast on cuda:0 (train.dtype=auto; the NVIDIA H100, compute capability 9.0, "
-        "computes bfloat16")
+        "computes bfloat16"
+    )
     assert precision_line(torch.float32, "auto", torch.device("cpu")) is None  # the plain CPU run says nothing
 
 
@@ -64,8 +83,11 @@ def test_an_explicit_bfloat16_on_an_emulating_card_is_kept_but_said(card):
 @pytest.mark.parametrize("capability", [(7, 5), (7, 0)])
 def test_compile_never_builds_a_bfloat16_graph_for_a_card_without_it(card, capability):
     card(capability)
-    with pytest.raises(UserError, match=r"^train.compile=true with train.dtype=bfloat16 needs a GPU with native "
-                                        r"bfloat16 .* use train.dtype=auto \(float16 there\) or train.dtype=float32$"):
+    with pytest.raises(
+        UserError,
+        match=r"^train.compile=true with train.dtype=bfloat16 needs a GPU with native "
+        r"bfloat16 .* use train.dtype=auto \(float16 there\) or train.dtype=float32$",
+    ):
         check_compiled_precision(True, torch.bfloat16, CUDA)
     check_compiled_precision(True, choose_precision("auto", CUDA)[0], CUDA)  # auto's choice compiles
     check_compiled_precision(False, torch.bfloat16, CUDA)  # uncompiled, bfloat16 runs (emulated)
@@ -91,6 +113,7 @@ def cpu_flags(monkeypatch):
 
     def use(bf16: bool) -> None:
         monkeypatch.setattr(common.device, "_cpu_flags_have_bf16", lambda: bf16)
+
     return use
 
 
@@ -99,17 +122,29 @@ def test_auto_on_the_cpu_autocasts_only_where_it_has_bf16_instructions(cpu_flags
     cpu_flags(flags)
     dtype, why = choose_precision("auto", CPU)
     assert dtype == (torch.bfloat16 if flags else torch.float32) and has_native_bf16(CPU) == flags
-    assert precision_line(dtype, why, CPU) == ("precision: bfloat16 autocast on cpu (train.dtype=auto; this CPU has "
-                                               "bfloat16 instructions (AVX512-BF16 or AMX))" if flags else None)
+    assert precision_line(dtype, why, CPU) == (
+        "precision: bfloat16 autocast on cpu (train.dtype=auto; this CPU has "
+        "bfloat16 instructions (AVX512-BF16 or AMX))"
+        if flags
+        else None
+    )
 
 
-@pytest.mark.parametrize("value,flags,dtype,said", [
-    ("1", False, torch.bfloat16, "train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's bfloat16 path"),
-    ("0", True, torch.float32, "train.dtype=auto; KOCHAR_CPU_BF16=0 keeps the CPU in float32"),
-    ("", True, torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"),
-    ("", False, torch.float32, "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, "
-                               "slower)"),
-], ids=["forced_on", "forced_off", "detected", "not_detected"])
+@pytest.mark.parametrize(
+    "value,flags,dtype,said",
+    [
+        ("1", False, torch.bfloat16, "train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's bfloat16 path"),
+        ("0", True, torch.float32, "train.dtype=auto; KOCHAR_CPU_BF16=0 keeps the CPU in float32"),
+        ("", True, torch.bfloat16, "train.dtype=auto; this CPU has bfloat16 instructions (AVX512-BF16 or AMX)"),
+        (
+            "",
+            False,
+            torch.float32,
+            "train.dtype=auto; this CPU has no bfloat16 instructions (it would emulate them, slower)",
+        ),
+    ],
+    ids=["forced_on", "forced_off", "detected", "not_detected"],
+)
 def test_kochar_cpu_bf16_overrides_the_detection_and_says_so(cpu_flags, monkeypatch, value, flags, dtype, said):
     cpu_flags(flags)
     monkeypatch.setenv(CPU_BF16_ENV, value)  # empty: as if unset
@@ -127,13 +162,17 @@ def test_the_override_leaves_a_gpu_alone(card, cpu_flags, monkeypatch):
     assert choose_precision("auto", CUDA)[0] == torch.float16 and not has_native_bf16(CUDA)
 
 
-@pytest.mark.parametrize("value,shown", [("yes", "yes"), ("true", "true"), ("2", "2"), (" 1", "' 1'"),
-                                         ("1\n", "'1\\n'")])
+@pytest.mark.parametrize(
+    "value,shown", [("yes", "yes"), ("true", "true"), ("2", "2"), (" 1", "' 1'"), ("1\n", "'1\\n'")]
+)
 def test_an_invalid_override_is_refused_naming_it(cpu_flags, monkeypatch, value, shown):
     monkeypatch.setenv(CPU_BF16_ENV, value)
     spaces = ": the spaces around it are part of the value" if value != value.strip() else ""  # shown quoted
-    with pytest.raises(UserError, match=rf"^KOCHAR_CPU_BF16={re.escape(shown)} is not understood{spaces}; use "
-                                        r"KOCHAR_CPU_BF16=1 \(.*\), KOCHAR_CPU_BF16=0 \(.*\) or leave it unset"):
+    with pytest.raises(
+        UserError,
+        match=rf"^KOCHAR_CPU_BF16={re.escape(shown)} is not understood{spaces}; use "
+        r"KOCHAR_CPU_BF16=1 \(.*\), KOCHAR_CPU_BF16=0 \(.*\) or leave it unset",
+    ):
         choose_precision("auto", CPU)
 
 
@@ -160,17 +199,22 @@ def test_a_start_on_the_bf16_path_prints_nothing_before_its_checks_pass(tmp_path
     prints its error line alone; a started one says its precision first, then its automatic settings."""
     forced = {CPU_BF16_ENV: "1"}
     common = (*TINY, f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=1", "train.eval_interval=1")
-    refused, ran = cli_all(("train.py", *common, f"data.path={tmp_path / 'nope.txt'}", f"hydra.run.dir={tmp_path}/a"),
-                           ("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path}/b",
-                            "model.dropout=null"), env=forced)
+    refused, ran = cli_all(
+        ("train.py", *common, f"data.path={tmp_path / 'nope.txt'}", f"hydra.run.dir={tmp_path}/a"),
+        ("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path}/b", "model.dropout=null"),
+        env=forced,
+    )
     assert_one_line_error(refused, "corpus file not found", "nope.txt")
     assert ran.returncode == 0, ran.stderr[-2000:]
     lines = ran.stdout.splitlines()
-    assert lines[0] == "precision: bfloat16 autocast on cpu (train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's " \
-                       "bfloat16 path)"
+    assert (
+        lines[0] == "precision: bfloat16 autocast on cpu (train.dtype=auto; KOCHAR_CPU_BF16=1 takes the CPU's "
+        "bfloat16 path)"
+    )
     assert lines[1].startswith("auto: model.dropout=")
-    invalid = cli("train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'c'}",
-                  env={CPU_BF16_ENV: "on"})
+    invalid = cli(
+        "train.py", *common, f"data.path={corpus}", f"hydra.run.dir={tmp_path / 'c'}", env={CPU_BF16_ENV: "on"}
+    )
     assert_one_line_error(invalid, "KOCHAR_CPU_BF16=on is not understood", "KOCHAR_CPU_BF16=1")
 
 
@@ -195,6 +239,7 @@ def test_evaluate_py_names_its_own_dtype_key(tmp_path):
 
 def _timed(monkeypatch, bf16_faster: bool, calls: list) -> None:
     """Stand in for the timing of a few steps: bf16 autocast steps and float32 steps at speeds the test chooses."""
+
     def speed(model, optimizer_for, batches, autocast_fn):
         bf16 = isinstance(autocast_fn(), torch.autocast)
         calls.append("bfloat16" if bf16 else "float32")
@@ -204,8 +249,9 @@ def _timed(monkeypatch, bf16_faster: bool, calls: list) -> None:
 
 
 @pytest.mark.parametrize("bf16_faster", [True, False], ids=["bf16_faster", "float32_faster"])
-def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(tmp_path, corpus, cpu_flags, monkeypatch, capsys,
-                                                           bf16_faster):
+def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(
+    tmp_path, corpus, cpu_flags, monkeypatch, capsys, bf16_faster
+):
     from inference.checkpoint import load_checkpoint
     from tests.helpers import train_job
     from training.trainer import train
@@ -214,22 +260,28 @@ def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(tmp_path, corpus, cp
     calls: list = []
     _timed(monkeypatch, bf16_faster, calls)
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", "train.dtype=auto"), tmp_path / "run")
-    name, fast, slow = ("bfloat16", "bfloat16 autocast", "float32") if bf16_faster else ("float32", "float32",
-                                                                                         "bfloat16")
+    name, fast, slow = (
+        ("bfloat16", "bfloat16 autocast", "float32") if bf16_faster else ("float32", "float32", "bfloat16")
+    )
     assert sorted(calls) == ["bfloat16", "bfloat16", "float32", "float32"]  # each twice, taking turns
     ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
     tokens = ckpt.config["train"]["batch_size"] * ckpt.model_config.context_length
-    ms = {"bfloat16": 1000 * tokens / (2000 if bf16_faster else 1000),
-          "float32": 1000 * tokens / (1000 if bf16_faster else 2000)}
+    ms = {
+        "bfloat16": 1000 * tokens / (2000 if bf16_faster else 1000),
+        "float32": 1000 * tokens / (1000 if bf16_faster else 2000),
+    }
     out = capsys.readouterr().out
-    assert f"precision: {fast} on cpu (train.dtype=auto; measured on this CPU, a step takes " \
-           f"{ms['bfloat16']:.1f} ms in bfloat16 and {ms['float32']:.1f} ms in float32)" in out, out
+    assert (
+        f"precision: {fast} on cpu (train.dtype=auto; measured on this CPU, a step takes "
+        f"{ms['bfloat16']:.1f} ms in bfloat16 and {ms['float32']:.1f} ms in float32)" in out
+    ), out
     assert ckpt.config["train"]["dtype"] == name and slow in ckpt.config["measured"]["precision"]["step_ms"]
     assert ckpt.config["measured"]["precision"]["chosen"] == name
 
 
-def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(tmp_path, corpus, cpu_flags, monkeypatch,
-                                                                        capsys):
+def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(
+    tmp_path, corpus, cpu_flags, monkeypatch, capsys
+):
     from inference.checkpoint import load_checkpoint
     from tests.helpers import train_job
     from training.trainer import train

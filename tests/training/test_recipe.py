@@ -8,8 +8,7 @@ import torch
 from tests.helpers import compose_config, config_object, tiny_model, train_job
 
 MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, zero_init_proj=True, init="torch")
-LADDER = ["lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init",
-          "modern"]
+LADDER = ["lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern"]
 
 
 def _muon_optimizer(model, **train):
@@ -40,8 +39,9 @@ def test_adamw_split_is_the_lecture_grouping():
 
     m = tiny_model()
     decay, no_decay = param_groups(m, 0.1)
-    assert {id(p) for p in decay["params"]} == {id(p) for n, p in m.named_parameters()
-                                                 if p.dim() >= 2 and "embedding" not in n}
+    assert {id(p) for p in decay["params"]} == {
+        id(p) for n, p in m.named_parameters() if p.dim() >= 2 and "embedding" not in n
+    }
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(m.parameters()))
 
 
@@ -104,9 +104,14 @@ def test_default_config_is_the_lecture_recipe_and_recipes_stay_orthogonal_to_siz
     job = config_object("train")
     lecture = ModelConfig()
     assert job.recipe == "lecture" and job.train.optimizer == "adamw"
-    assert (job.model.position, job.model.norm, job.model.mlp, job.model.qk_norm, job.model.zero_init_proj,
-            job.model.init) == (lecture.position, lecture.norm, lecture.mlp, lecture.qk_norm,
-                                lecture.zero_init_proj, lecture.init)
+    assert (
+        job.model.position,
+        job.model.norm,
+        job.model.mlp,
+        job.model.qk_norm,
+        job.model.zero_init_proj,
+        job.model.init,
+    ) == (lecture.position, lecture.norm, lecture.mlp, lecture.qk_norm, lecture.zero_init_proj, lecture.init)
     modern = config_object("train", "recipe=modern", "model=base")
     base = config_object("train", "model=base")
     assert modern.recipe == "modern" and modern.train.optimizer == "muon"
@@ -124,8 +129,9 @@ def test_each_ladder_rung_adds_one_change():
     assert compose_config("train", "experiment=ladder").train.max_seconds == 300
     jobs = [config_object("train", f"recipe={r}") for r in LADDER]
     for prev, job in zip(jobs[:-2], jobs[1:-1], strict=True):
-        changed = [k for k in ("model", "train") for f, v in vars(getattr(job, k)).items()
-                   if getattr(getattr(prev, k), f) != v]
+        changed = [
+            k for k in ("model", "train") for f, v in vars(getattr(job, k)).items() if getattr(getattr(prev, k), f) != v
+        ]
         assert len(changed) == 1, (job.recipe, changed)
     assert jobs[-1].model == jobs[-2].model  # the last step tunes the training settings only
 
@@ -148,10 +154,20 @@ def test_checkpoints_remember_their_recipe_resume_with_muon_and_old_ones_load_as
     payload = torch.load(run / "ckpt.pt", weights_only=True)
     old = tmp_path / "old" / "ckpt.pt"
     old.parent.mkdir()
-    lecture = tiny_model(vocab_size=ckpt.model_config.vocab_size, context_length=32, embedding_size=64,
-                         head_size=64, num_blocks=2)
-    keys = ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks", "dropout",
-            "attention", "tie_weights")
+    lecture = tiny_model(
+        vocab_size=ckpt.model_config.vocab_size, context_length=32, embedding_size=64, head_size=64, num_blocks=2
+    )
+    keys = (
+        "vocab_size",
+        "context_length",
+        "embedding_size",
+        "head_size",
+        "num_heads",
+        "num_blocks",
+        "dropout",
+        "attention",
+        "tie_weights",
+    )
     payload["model_config"] = {k: getattr(lecture.config, k) for k in keys}
     payload["model"] = lecture.state_dict()
     payload["config"] = {k: v for k, v in payload["config"].items() if k != "recipe"}
@@ -176,7 +192,6 @@ def test_embedding_lr_gives_adamw_embeddings_their_own_rate():
     emb = next(g for g in opt.param_groups if any(p is model.token_embedding.weight for p in g["params"]))
     assert emb["lr"] == pytest.approx(2.5e-3) and emb["weight_decay"] == 0.0
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
-
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])

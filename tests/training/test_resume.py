@@ -36,20 +36,23 @@ def _resume(*typed: str):
     return job, apply_checkpoint_settings(job, _fake_checkpoint(), typed)
 
 
-@pytest.mark.parametrize("typed,key,old", [
-    ("model.num_heads=2", "model.num_heads=2", "model.num_heads=4"),
-    ("model.context_length=64", "model.context_length=64", "model.context_length=32"),
-    ("model.embedding_size=32", "model.embedding_size=32", "model.embedding_size=64"),
-    ("model.num_blocks=3", "model.num_blocks=3", "model.num_blocks=2"),
-    ("model.tie_weights=true", "model.tie_weights=true", "model.tie_weights=false"),
-    ("model.vocab_size=100", "model.vocab_size=100", "model.vocab_size=60"),
-    ("data.tokenizer=jamo", "data.tokenizer=jamo", "data.tokenizer=char"),
-    ("data.val_fraction=0.2", "data.val_fraction=0.2", "data.val_fraction=0.1"),
-    ("seed=1", "seed=1", "seed=5"),
-    ("model=small", "model.context_length=128", "model.context_length=32"),  # a group counts as typing its keys
-    ("experiment=heads", "model.context_length=64", "model.context_length=32"),
-    ("recipe=modern", "model.position=rope", "model.position=learned"),  # through its chain of files
-])
+@pytest.mark.parametrize(
+    "typed,key,old",
+    [
+        ("model.num_heads=2", "model.num_heads=2", "model.num_heads=4"),
+        ("model.context_length=64", "model.context_length=64", "model.context_length=32"),
+        ("model.embedding_size=32", "model.embedding_size=32", "model.embedding_size=64"),
+        ("model.num_blocks=3", "model.num_blocks=3", "model.num_blocks=2"),
+        ("model.tie_weights=true", "model.tie_weights=true", "model.tie_weights=false"),
+        ("model.vocab_size=100", "model.vocab_size=100", "model.vocab_size=60"),
+        ("data.tokenizer=jamo", "data.tokenizer=jamo", "data.tokenizer=char"),
+        ("data.val_fraction=0.2", "data.val_fraction=0.2", "data.val_fraction=0.1"),
+        ("seed=1", "seed=1", "seed=5"),
+        ("model=small", "model.context_length=128", "model.context_length=32"),  # a group counts as typing its keys
+        ("experiment=heads", "model.context_length=64", "model.context_length=32"),
+        ("recipe=modern", "model.position=rope", "model.position=learned"),  # through its chain of files
+    ],
+)
 def test_a_typed_change_the_checkpoint_cannot_honour_is_refused(typed, key, old):
     with pytest.raises(UserError) as e:
         _resume(typed)
@@ -58,21 +61,38 @@ def test_a_typed_change_the_checkpoint_cannot_honour_is_refused(typed, key, old)
     assert "drop the override" in message and "start a new run" in message
 
 
-@pytest.mark.parametrize("typed", ["model=tiny", "model.num_heads=4", "data.tokenizer=char", "seed=5",
-                                   "data.val_fraction=0.1"])
+@pytest.mark.parametrize(
+    "typed", ["model=tiny", "model.num_heads=4", "data.tokenizer=char", "seed=5", "data.val_fraction=0.1"]
+)
 def test_typing_the_checkpoints_own_value_is_accepted(typed):
     job, changed = _resume(typed)
     assert changed == []
 
 
 def test_changeable_overrides_are_applied_and_listed():
-    typed = ("train.lr=0.0005", "train.batch_size=3", "train.max_steps=40", "train.max_seconds=30",
-             "model.dropout=0.1", "model.attention=heads", "train.eval_interval=3", "train.lr_schedule=constant",
-             "train.eval_steps=2", "data.path=/data/other.txt")
+    typed = (
+        "train.lr=0.0005",
+        "train.batch_size=3",
+        "train.max_steps=40",
+        "train.max_seconds=30",
+        "model.dropout=0.1",
+        "model.attention=heads",
+        "train.eval_interval=3",
+        "train.lr_schedule=constant",
+        "train.eval_steps=2",
+        "data.path=/data/other.txt",
+    )
     job, changed = _resume(*typed)
     t = job.train
-    assert (t.lr, t.batch_size, t.max_steps, t.max_seconds, t.eval_interval, t.lr_schedule, t.eval_steps) == \
-        (0.0005, 3, 40, 30, 3, "constant", 2)
+    assert (t.lr, t.batch_size, t.max_steps, t.max_seconds, t.eval_interval, t.lr_schedule, t.eval_steps) == (
+        0.0005,
+        3,
+        40,
+        30,
+        3,
+        "constant",
+        2,
+    )
     assert (job.model.dropout, job.model.attention, job.data.path) == (0.1, "heads", "/data/other.txt")
     assert changed[0] == "train.lr=0.0005 (was 0.001)" and len(changed) == len(typed)
     line = summary(_fake_checkpoint(), changed)
@@ -98,11 +118,13 @@ def test_typed_keys_reads_groups_and_experiments():
 
 # -- partial and inconsistent checkpoints (in-process) -------------------------------------------------------
 
+
 def _payload(**changes) -> dict:
     tok = KoreanCharTokenizer.from_text("가나다라마바사 아자차카타파하.")
     model = tiny_model(vocab_size=tok.vocab_size)
-    state = TrainingState(3, {"state": {}, "param_groups": []}, {}, 1.0, 1.0, 1.0, {"torch": torch.get_rng_state()},
-                          {"bit_generator": {}})
+    state = TrainingState(
+        3, {"state": {}, "param_groups": []}, {}, 1.0, 1.0, 1.0, {"torch": torch.get_rng_state()}, {"bit_generator": {}}
+    )
     payload = Checkpoint(model.config, model.state_dict(), tok.to_dict(), 1.0, {}, state).to_payload()
     payload.update(changes)
     return payload
@@ -117,8 +139,7 @@ def _v1(payload: dict) -> dict:
 
 @pytest.mark.parametrize("drop", ["optimizer", "rng", "sampler", "step", "elapsed_seconds"])
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_checkpoint_missing_part_of_its_training_state_samples_and_says_why_it_cannot_resume(tmp_path, drop,
-                                                                                                version):
+def test_a_checkpoint_missing_part_of_its_training_state_samples_and_says_why_it_cannot_resume(tmp_path, drop, version):
     payload = _payload()
     del payload["training"][drop]
     torch.save(_v1(payload) if version == 1 else payload, tmp_path / "ckpt.pt")
@@ -130,13 +151,18 @@ def test_a_checkpoint_missing_part_of_its_training_state_samples_and_says_why_it
     assert model(torch.zeros(1, 4, dtype=torch.long))[0].shape[-1] == ckpt.model_config.vocab_size
 
 
-@pytest.mark.parametrize("settings,needle", [
-    ({"embedding_size": 16, "head_size": 16}, "token_embedding.weight is [17, 32] but its model settings need "
-                                               "[17, 16]"),
-    ({"num_blocks": 3}, "its weights lack blocks.2."),
-    ({"vocab_size": 20}, "token_embedding.weight is [17, 32] but its model settings need [20, 32]"),
-    ({"context_length": 8}, "position_embedding.weight is [16, 32]"),
-])
+@pytest.mark.parametrize(
+    "settings,needle",
+    [
+        (
+            {"embedding_size": 16, "head_size": 16},
+            "token_embedding.weight is [17, 32] but its model settings need [17, 16]",
+        ),
+        ({"num_blocks": 3}, "its weights lack blocks.2."),
+        ({"vocab_size": 20}, "token_embedding.weight is [17, 32] but its model settings need [20, 32]"),
+        ({"context_length": 8}, "position_embedding.weight is [16, 32]"),
+    ],
+)
 def test_settings_that_disagree_with_the_weights_are_one_line(tmp_path, settings, needle):
     payload = _payload()
     payload["model_config"] = {**payload["model_config"], **settings}
@@ -146,8 +172,9 @@ def test_settings_that_disagree_with_the_weights_are_one_line(tmp_path, settings
     assert needle in str(e.value) and "cannot be sampled or resumed" in str(e.value)
 
 
-@pytest.mark.parametrize("part,broken", [("rng", {}), ("sampler", {}), ("optimizer", {"state": {}, "param_groups": []}),
-                                         ("step", "many")])
+@pytest.mark.parametrize(
+    "part,broken", [("rng", {}), ("sampler", {}), ("optimizer", {"state": {}, "param_groups": []}), ("step", "many")]
+)
 def test_an_unusable_training_state_is_refused_in_one_line(tmp_path, small_corpus, part, broken):
     from training.trainer import train
 
@@ -164,12 +191,18 @@ def test_an_unusable_training_state_is_refused_in_one_line(tmp_path, small_corpu
 # -- through the command line ---------------------------------------------------------------------------------
 
 
-
 @pytest.mark.slow
 def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_corpus):
     run = tmp_path / "run"
-    r = cli("train.py", *TINY, "train.max_steps=4", "train.eval_interval=2", "train.lr_decay_steps=100",
-            f"data.path={small_corpus}", f"hydra.run.dir={run}")
+    r = cli(
+        "train.py",
+        *TINY,
+        "train.max_steps=4",
+        "train.eval_interval=2",
+        "train.lr_decay_steps=100",
+        f"data.path={small_corpus}",
+        f"hydra.run.dir={run}",
+    )
     assert r.returncode == 0, r.stderr
     before = file_sha256(run / "ckpt.pt")
     partial = tmp_path / "partial" / "ckpt.pt"
@@ -178,25 +211,39 @@ def test_resume_on_the_command_line_refuses_applies_and_lists(tmp_path, small_co
     del payload["training"]["optimizer"]
     torch.save(payload, partial)
     copies = [shutil.copytree(run, tmp_path / f"copy{i}") for i in range(4)]  # one training per folder at a time
-    results = cli_all(*[("train.py", "device=cpu", f"train.resume={c}", o) for c, o in
-                        zip(copies, ("model.num_heads=2", "model.context_length=64", "model.embedding_size=32",
-                                     "data.tokenizer=jamo"), strict=True)],
-                      ("train.py", "device=cpu", f"train.resume={partial}"),
-                      ("generate.py", "device=cpu", f"ckpt={partial}", "max_new_tokens=5", "prompt=봄"),
-                      ("train.py", "device=cpu", f"train.resume={run}", "train.max_steps=6", "train.lr=0.001",
-                       "model.dropout=0.1"))
+    results = cli_all(
+        *[
+            ("train.py", "device=cpu", f"train.resume={c}", o)
+            for c, o in zip(
+                copies,
+                ("model.num_heads=2", "model.context_length=64", "model.embedding_size=32", "data.tokenizer=jamo"),
+                strict=True,
+            )
+        ],
+        ("train.py", "device=cpu", f"train.resume={partial}"),
+        ("generate.py", "device=cpu", f"ckpt={partial}", "max_new_tokens=5", "prompt=봄"),
+        ("train.py", "device=cpu", f"train.resume={run}", "train.max_steps=6", "train.lr=0.001", "model.dropout=0.1"),
+    )
     assert all(file_sha256(c / "ckpt.pt") == before for c in copies)
-    for r, (key, old) in zip(results, [("model.num_heads=2", "model.num_heads=4"),
-                                       ("model.context_length=64", "model.context_length=32"),
-                                       ("model.embedding_size=32", "model.embedding_size=64"),
-                                       ("data.tokenizer=jamo", "data.tokenizer=char")], strict=False):
+    for r, (key, old) in zip(
+        results,
+        [
+            ("model.num_heads=2", "model.num_heads=4"),
+            ("model.context_length=64", "model.context_length=32"),
+            ("model.embedding_size=32", "model.embedding_size=64"),
+            ("data.tokenizer=jamo", "data.tokenizer=char"),
+        ],
+        strict=False,
+    ):
         assert_one_line_error(r, f"{key} cannot change when resuming", f"was trained with {old}", "drop the override")
     assert_one_line_error(results[4], "lacks the training state's optimizer", "cannot be resumed", "generate.py")
     assert results[5].returncode == 0, results[5].stderr
     applied = results[6]
     assert applied.returncode == 0, applied.stderr
-    assert (f"resuming {run / 'ckpt.pt'} at step 4; from this command line: train.max_steps=6 (was 4), "
-            "train.lr=0.001 (was 0.002), model.dropout=0.1 (was 0.0)\n") in applied.stdout
+    assert (
+        f"resuming {run / 'ckpt.pt'} at step 4; from this command line: train.max_steps=6 (was 4), "
+        "train.lr=0.001 (was 0.002), model.dropout=0.1 (was 0.0)\n"
+    ) in applied.stdout
     # data.path, batch size, eval interval... were not typed: the checkpoint's, not the YAML defaults
     assert "step 6: train loss" in applied.stdout and "step 5:" not in applied.stdout
     config = load_checkpoint(run / "ckpt.pt").config
@@ -221,8 +268,9 @@ def test_resuming_from_best_keeps_the_newer_ckpt_under_its_own_name(tmp_path, sm
     newer = file_sha256(run / "ckpt.pt")
     r = cli(*base, "train.max_steps=3", f"train.resume={run / 'best.pt'}")
     assert r.returncode == 0, r.stderr
-    assert "note: resuming from best.pt (step 2); the run's newer ckpt.pt (step 4) is kept as ckpt.step4.pt\n" \
-        in r.stdout
+    assert (
+        "note: resuming from best.pt (step 2); the run's newer ckpt.pt (step 4) is kept as ckpt.step4.pt\n" in r.stdout
+    )
     assert file_sha256(run / "ckpt.step4.pt") == newer
     assert load_checkpoint(run / "ckpt.pt").step == 3
     ModelConfig.from_dict(load_checkpoint(run / "ckpt.step4.pt").model_config.to_dict())
@@ -247,8 +295,10 @@ def test_a_resume_with_nothing_left_to_train_says_so_and_changes_nothing(tmp_pat
     before = {p: p.read_bytes() for p in files}
     r = cli("train.py", *common, "train.max_steps=2", "train.lr=0.01", f"train.resume={run}")
     assert r.returncode == 0, r.stderr
-    assert ("nothing to train: the checkpoint resumed is at step 3, and train.max_steps=2 ends the run there; it "
-            "is evaluated as it stands (raise train.max_steps to train on)") in r.stdout.splitlines()
+    assert (
+        "nothing to train: the checkpoint resumed is at step 3, and train.max_steps=2 ends the run there; it "
+        "is evaluated as it stands (raise train.max_steps to train on)"
+    ) in r.stdout.splitlines()
     assert f"run: {run}  step 3  val loss " in r.stdout
     assert {p: p.read_bytes() for p in files} == before
 
@@ -257,7 +307,15 @@ def test_a_resume_whose_time_budget_is_used_up_trains_nothing(tmp_path, corpus, 
     run = tmp_path / "run"
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=3", "train.snapshot_interval=0"), run)
     before = file_sha256(run / "ckpt.pt")
-    result = train(train_job(tmp_path, f"data.path={corpus}", "train.max_seconds=0.001", "train.snapshot_interval=0",
-                             f"train.resume={run}"), run)
+    result = train(
+        train_job(
+            tmp_path,
+            f"data.path={corpus}",
+            "train.max_seconds=0.001",
+            "train.snapshot_interval=0",
+            f"train.resume={run}",
+        ),
+        run,
+    )
     assert (result.step, result.stopped) == (3, "max_seconds") and file_sha256(run / "ckpt.pt") == before
     assert "train.max_seconds=0.001, used up" in capsys.readouterr().out

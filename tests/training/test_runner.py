@@ -32,15 +32,20 @@ from training.runner.plan import (
 CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda", 0), torch.device("mps")
 
 
-@pytest.mark.parametrize("value,setting", [(True, "true"), (False, "false"), ("True", "true"), ("off", "false"),
-                                           ("auto", "auto"), ("Auto", "auto")])
+@pytest.mark.parametrize(
+    "value,setting",
+    [(True, "true"), (False, "false"), ("True", "true"), ("off", "false"), ("auto", "auto"), ("Auto", "auto")],
+)
 def test_every_spelling_and_the_boolean_of_older_checkpoints(value, setting):
     assert compile_setting(value) == setting
 
 
 def test_spaces_around_a_spelling_are_refused_as_for_every_key():
-    with pytest.raises(ConfigError, match=r"^train.compile=' Auto ' is invalid: the spaces around it are part of the "
-                                          r"value; write train.compile=Auto$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.compile=' Auto ' is invalid: the spaces around it are part of the "
+        r"value; write train.compile=Auto$",
+    ):
         compile_setting(" Auto ")
 
 
@@ -136,6 +141,7 @@ def test_the_priors_are_the_measured_ones():
 
 # -- the runner: auto's timing, the comparison after the warm-up, what it records ----------------------------------
 
+
 class Clock:
     """Stands in for the runner's clock: each step it times takes `step` seconds."""
 
@@ -155,8 +161,9 @@ def test_make_train_never_compiles_even_when_its_steps_are_slowed(tmp_path, monk
     from training.session import setup
 
     monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
-    job = config_object("train", "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", "train.compile=auto",
-                        "train.sample_chars=0")
+    job = config_object(
+        "train", "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", "train.compile=auto", "train.sample_chars=0"
+    )
     s, state = setup(job, tmp_path / "run")
     s.logger.close()
     assert s.max_steps == 347 and s.dtype == torch.bfloat16
@@ -190,8 +197,13 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
     records = tmp_path / "records.json"
     monkeypatch.setattr(compile_plan, "records_path", lambda: records)
-    job = train_job(tmp_path, "data.path=data/corpus/ko_default.txt", "train.max_steps=40", "train.compile=auto",
-                    "train.eval_interval=40")
+    job = train_job(
+        tmp_path,
+        "data.path=data/corpus/ko_default.txt",
+        "train.max_steps=40",
+        "train.compile=auto",
+        "train.eval_interval=40",
+    )
     result = trainer.train(job, tmp_path / "run")
     return result, compile_plan.read_all()
 
@@ -200,8 +212,10 @@ def test_a_compiled_run_that_is_not_faster_goes_back_to_eager_and_says_so(tmp_pa
     result, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=False)
     out = capsys.readouterr().out
     assert result.step == 40 and "compile: warm-up took" in out
-    assert ("compile: back to eager: a compiled step takes 30.0 ms against 20.0 ms eager (0.67x), under the 1.1x "
-            "that pays for compiling; recorded for the next run on this machine") in out, out
+    assert (
+        "compile: back to eager: a compiled step takes 30.0 ms against 20.0 ms eager (0.67x), under the 1.1x "
+        "that pays for compiling; recorded for the next run on this machine"
+    ) in out, out
     (record,) = records.values()
     assert record["speedup"] == 0.667 and record["eager_ms"] == 20.0 and "warmup_s" in record
 
@@ -209,7 +223,7 @@ def test_a_compiled_run_that_is_not_faster_goes_back_to_eager_and_says_so(tmp_pa
 def test_a_faster_compiled_run_is_kept_and_recorded(tmp_path, monkeypatch, capsys):
     result, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=True)
     assert "compile: kept: a compiled step takes 10.0 ms against 20.0 ms eager (2.00x)" in capsys.readouterr().out
-    (key, record), = records.items()
+    ((key, record),) = records.items()
     assert record["speedup"] == 2.0 and "bfloat16" in key and "inductor" in key
 
 
@@ -218,8 +232,9 @@ def test_what_a_run_recorded_is_what_the_next_run_expects(tmp_path, monkeypatch)
     monkeypatch.setattr(compile_plan, "records_path", lambda: tmp_path / "records.json")
     assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # nothing measured yet
     compile_plan.write_record("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5)
-    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.Costs(1.5, 30.0 * compile_plan.WARM_SHARE,
-                                                                   "measured here before")  # warm now
+    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.Costs(
+        1.5, 30.0 * compile_plan.WARM_SHARE, "measured here before"
+    )  # warm now
     assert compile_plan.measured_costs("k", CPU, "/another").warmup == 30.0  # that cache is not the one that holds it
     (tmp_path / "records.json").write_text("not json")
     assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # unreadable: no hint
@@ -258,18 +273,28 @@ def graphed(monkeypatch, backend=None):
 
 
 def run(tmp_path, name, *overrides):
-    job = train_job(tmp_path, f"data.path={CORPUS}", f"train.max_steps={STEPS}", "train.log_interval=3",
-                    "train.eval_interval=7", *overrides)
+    job = train_job(
+        tmp_path,
+        f"data.path={CORPUS}",
+        f"train.max_steps={STEPS}",
+        "train.log_interval=3",
+        "train.eval_interval=7",
+        *overrides,
+    )
     result = trainer.train(job, tmp_path / name)
     return result, load_checkpoint(tmp_path / name / "ckpt.pt"), scalar_tags(tmp_path / name)
 
 
-@pytest.mark.parametrize("overrides", [
-    (),
-    ("train.grad_accum_steps=2", "model.dropout=0.1"),
-    ("train.optimizer=muon",),  # Muon's step runs eagerly after each replay
-    ("train.average=ema", "train.ema_half_life=3"),
-], ids=["plain", "accumulation-dropout", "muon", "ema"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("train.grad_accum_steps=2", "model.dropout=0.1"),
+        ("train.optimizer=muon",),  # Muon's step runs eagerly after each replay
+        ("train.average=ema", "train.ema_half_life=3"),
+    ],
+    ids=["plain", "accumulation-dropout", "muon", "ema"],
+)
 def test_the_graph_path_trains_exactly_as_the_eager_step(tmp_path, monkeypatch, capsys, overrides):
     eager, eager_ckpt, eager_tags = run(tmp_path, "eager", *overrides)
     graphed(monkeypatch)
@@ -313,8 +338,10 @@ def test_a_capture_that_fails_says_so_in_one_line_and_the_run_goes_on_eagerly(tm
     graphed(monkeypatch, lambda s: Refuses(list(s.raw_model.parameters())))
     result, ckpt, _ = run(tmp_path, "fallback", "train.compile=true")
     lines = [line for line in capsys.readouterr().out.splitlines() if "could not be built" in line]
-    assert lines == ["compile: the CUDA graph could not be built (RuntimeError: operation not permitted when stream "
-                     "is capturing second line); the steps go on without it"]
+    assert lines == [
+        "compile: the CUDA graph could not be built (RuntimeError: operation not permitted when stream "
+        "is capturing second line); the steps go on without it"
+    ]
     assert result.step == STEPS and math.isfinite(result.val_loss)
     assert all(torch.equal(v, ckpt.model[k]) for k, v in eager_ckpt.model.items())
 
@@ -332,6 +359,7 @@ def test_an_inductor_failure_on_its_first_step_leaves_the_run_eager(tmp_path, mo
     monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (Way(inductor=True), "test"))
     result, _, _ = run(tmp_path, "broken", "train.compile=true")
     out = capsys.readouterr().out
-    assert "compile: inductor failed (RuntimeError: inductor could not build a kernel); the steps go on without it" \
-        in out
+    assert (
+        "compile: inductor failed (RuntimeError: inductor could not build a kernel); the steps go on without it" in out
+    )
     assert result.step == STEPS and math.isfinite(result.val_loss)

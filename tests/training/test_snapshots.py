@@ -14,8 +14,11 @@ from training.trainer import snapshot_due, train
 
 
 def test_snapshots_come_first_then_after_the_interval_and_at_the_end():
-    due = [step for step in (2, 4, 6, 8, 10) if snapshot_due(4, last_snapshot=None if step == 2 else 2, step=step,
-                                                            last=False)]
+    due = [
+        step
+        for step in (2, 4, 6, 8, 10)
+        if snapshot_due(4, last_snapshot=None if step == 2 else 2, step=step, last=False)
+    ]
     assert due == [2, 6, 8, 10]  # the first (no snapshot yet), then 4+ steps after step 2
     assert snapshot_due(1000, 250, 300, last=True)  # the last evaluation always shows the final model
     assert not snapshot_due(1000, 250, 500, last=False)
@@ -35,9 +38,19 @@ def _event_steps(run, tag: str) -> list[int]:
 
 def test_a_run_evaluates_at_every_interval_but_draws_snapshots_less_often(tmp_path, small_corpus):
     run = tmp_path / "run"
-    train(train_job(tmp_path, f"data.path={small_corpus}", "train.max_steps=10", "train.eval_interval=2",
-                    "train.snapshot_interval=4", "train.sample_tokens=3", "train.attention_tokens=4",
-                    "model.context_length=16"), run)
+    train(
+        train_job(
+            tmp_path,
+            f"data.path={small_corpus}",
+            "train.max_steps=10",
+            "train.eval_interval=2",
+            "train.snapshot_interval=4",
+            "train.sample_tokens=3",
+            "train.attention_tokens=4",
+            "model.context_length=16",
+        ),
+        run,
+    )
     assert _event_steps(run, "val/loss") == [2, 4, 6, 8, 10]
     assert _event_steps(run, "samples/prompt_0") == [2, 6, 10]
     assert _event_steps(run, "attention/block_0") == [2, 6, 10]
@@ -45,8 +58,18 @@ def test_a_run_evaluates_at_every_interval_but_draws_snapshots_less_often(tmp_pa
 
 def test_best_is_the_same_file_as_the_checkpoint_of_its_evaluation(tmp_path, small_corpus):
     run = tmp_path / "run"
-    result = train(train_job(tmp_path, f"data.path={small_corpus}", "train.max_steps=6", "train.eval_interval=3",
-                             "model.context_length=16", "train.lr=3e-3", "model.dropout=0"), run)
+    result = train(
+        train_job(
+            tmp_path,
+            f"data.path={small_corpus}",
+            "train.max_steps=6",
+            "train.eval_interval=3",
+            "model.context_length=16",
+            "train.lr=3e-3",
+            "model.dropout=0",
+        ),
+        run,
+    )
     best, last = load_checkpoint(run / "best.pt"), load_checkpoint(run / "ckpt.pt")
     assert best.training.val_loss == result.best_val_loss
     if result.best_val_loss == result.val_loss:  # the last evaluation was the best: the same bytes, two files

@@ -24,8 +24,18 @@ NANOGPT_BIAS_TRUE_OPS = 451  # nanoGPT model.py, bias=True, default size: see th
 OUR_BACKWARD_OPS = 291  # the default model's backward pass, held (nanoGPT's: 295 with biases, 238 without)
 # operations that join tensors or copy one into a new layout: on a GPU each is a memory-bound kernel (a
 # CatArrayBatchedCopy, a strided elementwise copy), per block when it sits in attention
-JOINS_AND_COPIES = {"cat", "stack", "clone", "copy_", "_to_copy", "contiguous", "_unsafe_view", "slice_backward",
-                    "select_backward", "index_put_"}
+JOINS_AND_COPIES = {
+    "cat",
+    "stack",
+    "clone",
+    "copy_",
+    "_to_copy",
+    "contiguous",
+    "_unsafe_view",
+    "slice_backward",
+    "select_backward",
+    "index_put_",
+}
 
 
 def test_a_model_step_dispatches_no_more_than_nanogpts():
@@ -59,8 +69,11 @@ def test_the_default_models_backward_joins_and_copies_nothing_at_a_held_count():
     assert ops["mm"] + ops["addmm_"] == blocks * (6 + 3 * 2) + 2, ops
 
 
-@pytest.mark.parametrize("settings", [dict(position="rope"), dict(qk_norm=True), dict(position="rope", qk_norm=True)],
-                         ids=["rope", "qk_norm", "rope+qk_norm"])
+@pytest.mark.parametrize(
+    "settings",
+    [dict(position="rope"), dict(qk_norm=True), dict(position="rope", qk_norm=True)],
+    ids=["rope", "qk_norm", "rope+qk_norm"],
+)
 def test_rope_and_qk_norm_leave_the_backward_without_joins_or_copies(settings):
     """The switches that act on queries and keys keep their gradients in the layout the QKV split reads without a
     copy; rope's own backward is two products, a flip of the halves and a sum."""
@@ -83,6 +96,7 @@ def test_the_loop_reads_the_device_once_per_log_interval(tmp_path, monkeypatch, 
         def call(*args, **kwargs):
             with syncs.paused():  # the checks an evaluation or a save makes are their own
                 return fn(*args, **kwargs)
+
         return call
 
     def watched_loop(*args, **kwargs):
@@ -94,9 +108,17 @@ def test_the_loop_reads_the_device_once_per_log_interval(tmp_path, monkeypatch, 
     monkeypatch.setattr(trainer, "validate", unwatched(trainer.validate))
     monkeypatch.setattr(trainer, "save", unwatched(trainer.save))
     corpus = ROOT / "data" / "corpus" / "ko_default.txt"
-    result = trainer.train(train_job(tmp_path, f"data.path={corpus}", f"train.max_steps={steps}",
-                                     f"train.log_interval={log_interval}", f"train.grad_accum_steps={accum}",
-                                     "train.eval_interval=1000"), tmp_path / "run")
+    result = trainer.train(
+        train_job(
+            tmp_path,
+            f"data.path={corpus}",
+            f"train.max_steps={steps}",
+            f"train.log_interval={log_interval}",
+            f"train.grad_accum_steps={accum}",
+            "train.eval_interval=1000",
+        ),
+        tmp_path / "run",
+    )
     assert result.step == steps and math.isfinite(result.train_loss)
     assert len(syncs.calls) <= math.ceil(steps / log_interval), syncs.calls
 
@@ -115,6 +137,15 @@ def test_a_nan_between_checks_stops_the_run_naming_its_steps_and_saves_nothing(t
     monkeypatch.setattr(step_module, "compute_loss", nan_at_seventh)
     corpus, run = ROOT / "data" / "corpus" / "ko_default.txt", tmp_path / "run"
     with pytest.raises(TrainingDiverged, match=r"^the loss became nan between steps 6 and 10; stopped without saving"):
-        trainer.train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=20", "train.log_interval=5",
-                                "train.eval_interval=100", "model.dropout=0"), run)
+        trainer.train(
+            train_job(
+                tmp_path,
+                f"data.path={corpus}",
+                "train.max_steps=20",
+                "train.log_interval=5",
+                "train.eval_interval=100",
+                "model.dropout=0",
+            ),
+            run,
+        )
     assert not (run / "ckpt.pt").exists() and not (run / "best.pt").exists()

@@ -30,6 +30,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
 # -- experiment presets ---------------------------------------------------------------------------------
 
+
 def test_the_four_presets_exist():
     assert {"heads", "context", "width", "depth"} <= set(EXPERIMENTS)
 
@@ -73,7 +74,6 @@ def test_run_and_job_names_paste_back_and_stay_apart():
 
 
 # -- attention maps, parameter table, hparams -----------------------------------------------------------
-
 
 
 def test_attention_maps_are_causal_distributions():
@@ -121,13 +121,27 @@ def test_attention_image_puts_heads_side_by_side():
 
 
 def test_hparams_are_flat_scalars():
-    flat = flatten_hparams({"model": {"num_heads": 4, "tie_weights": False}, "train": {"resume": None, "lr": 1e-3},
-                            "data": OmegaConf.create({"path": None, "prompts": ["옛날에"]}), "seed": 1})
-    assert flat == {"model.num_heads": 4, "model.tie_weights": "false", "train.resume": "null", "train.lr": 1e-3,
-                    "data.path": "null", "data.prompts": '["옛날에"]', "seed": 1}
+    flat = flatten_hparams(
+        {
+            "model": {"num_heads": 4, "tie_weights": False},
+            "train": {"resume": None, "lr": 1e-3},
+            "data": OmegaConf.create({"path": None, "prompts": ["옛날에"]}),
+            "seed": 1,
+        }
+    )
+    assert flat == {
+        "model.num_heads": 4,
+        "model.tie_weights": "false",
+        "train.resume": "null",
+        "train.lr": 1e-3,
+        "data.path": "null",
+        "data.prompts": '["옛날에"]',
+        "seed": 1,
+    }
 
 
 # -- a real sweep, read back by a real TensorBoard server ----------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -140,9 +154,23 @@ class TensorBoard:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
-             "--port", str(self.port), "--reload_interval", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                "--logdir",
+                str(logdir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--reload_interval",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def get(self, path: str, body: dict | None = None):
         data = None if body is None else json.dumps(body).encode()
@@ -190,9 +218,20 @@ def tensorboard():
 @pytest.mark.slow
 def test_a_sweep_compares_in_tensorboard(tmp_path, tensorboard):
     sweep = tmp_path / "sweep"
-    r = cli("train.py", "-m", "model=tiny", "model.num_heads=1,2", "train.max_steps=12",
-                   "train.eval_interval=6", "train.eval_steps=2", "train.log_interval=3", "train.batch_size=8",
-                   "train.sample_tokens=10", "train.sample_chars=0", f"hydra.sweep.dir={sweep}")
+    r = cli(
+        "train.py",
+        "-m",
+        "model=tiny",
+        "model.num_heads=1,2",
+        "train.max_steps=12",
+        "train.eval_interval=6",
+        "train.eval_steps=2",
+        "train.log_interval=3",
+        "train.batch_size=8",
+        "train.sample_tokens=10",
+        "train.sample_chars=0",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert r.returncode == 0, r.stderr
     runs = sorted(p.parent.name for p in sweep.glob("*/events.out.tfevents.*"))
     assert len(runs) == 2 and runs[0].startswith("model.num_heads-1+") and runs[1].startswith("model.num_heads-2+")
@@ -210,9 +249,16 @@ def test_a_sweep_compares_in_tensorboard(tmp_path, tensorboard):
     assert {"train.lr", "data.val_fraction", "seed"} <= set(infos)
     assert set(HPARAM_METRICS) <= {m["name"]["tag"] for m in experiment["metricInfos"]}
 
-    groups = tb.get("/data/plugin/hparams/session_groups", {
-        "experimentName": "", "startIndex": 0, "sliceSize": 100, "colParams": [],
-        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]})["sessionGroups"]
+    groups = tb.get(
+        "/data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "startIndex": 0,
+            "sliceSize": 100,
+            "colParams": [],
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+        },
+    )["sessionGroups"]
     by_run = {g["name"]: g for g in groups}
     assert sorted(by_run) == runs
     for heads, run in zip((1, 2), runs, strict=True):
@@ -226,8 +272,9 @@ def test_a_sweep_compares_in_tensorboard(tmp_path, tensorboard):
     text = tb.get("/data/plugin/text/tags")
     images = tb.get("/data/plugin/images/tags")
     for run in runs:
-        assert {"samples/prompt_0", "samples/prompt_1", "model/parameters"} <= {t.split("/text_summary")[0]
-                                                                               for t in text[run]}
+        assert {"samples/prompt_0", "samples/prompt_1", "model/parameters"} <= {
+            t.split("/text_summary")[0] for t in text[run]
+        }
         assert set(images[run]) == {"attention/block_0", "attention/block_1"}
         assert images[run]["attention/block_0"]["samples"] == 1
     from urllib.parse import quote

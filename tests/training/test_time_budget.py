@@ -26,8 +26,16 @@ def small_corpus(tmp_path):
 
 
 def train(tmp_path, corpus, *extra, batch_size: int = 1):
-    r = cli("train.py", *TINY, f"train.batch_size={batch_size}", "train.eval_interval=1000", f"data.path={corpus}",
-            f"hydra.run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", *extra)
+    r = cli(
+        "train.py",
+        *TINY,
+        f"train.batch_size={batch_size}",
+        "train.eval_interval=1000",
+        f"data.path={corpus}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *extra,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     step, stopped = RESULT.search(r.stdout).groups()
     return int(step), stopped

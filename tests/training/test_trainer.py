@@ -50,8 +50,10 @@ def test_weight_decay_only_on_matrices():
 
 
 def test_grad_clipping_is_logged_and_applied(tmp_path):
-    r = train(cfg_for(tmp_path, "train.max_steps=3", "train.eval_interval=3", "train.grad_clip=0.01",
-                      "train.log_interval=1"), tmp_path / "run")
+    r = train(
+        cfg_for(tmp_path, "train.max_steps=3", "train.eval_interval=3", "train.grad_clip=0.01", "train.log_interval=1"),
+        tmp_path / "run",
+    )
     from tests.helpers import scalar_tags
 
     norms = [v for _, v in scalar_tags(tmp_path / "run")["train/grad_norm"]]
@@ -81,8 +83,9 @@ def test_resume_continues_exactly(tmp_path):
     common = ["model.dropout=0.1", "train.eval_interval=3", "train.lr_decay_steps=12", "train.warmup_steps=2"]
     full = train(cfg_for(tmp_path, *common, "train.max_steps=12"), tmp_path / "full")
     train(cfg_for(tmp_path, *common, "train.max_steps=6"), tmp_path / "half")
-    resumed = train(cfg_for(tmp_path, *common, "train.max_steps=12", f"train.resume={tmp_path / 'half'}"),
-                    tmp_path / "half")
+    resumed = train(
+        cfg_for(tmp_path, *common, "train.max_steps=12", f"train.resume={tmp_path / 'half'}"), tmp_path / "half"
+    )
     assert resumed.step == full.step == 12
     _assert_same(_final_weights(tmp_path / "full"), _final_weights(tmp_path / "half"), atol=0)
     assert resumed.val_loss == full.val_loss
@@ -93,8 +96,10 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_max_seconds_stops_cleanly(tmp_path):
-    r = train(cfg_for(tmp_path, "train.max_steps=1000000", "train.max_seconds=2", "train.eval_interval=100000"),
-              tmp_path / "run")
+    r = train(
+        cfg_for(tmp_path, "train.max_steps=1000000", "train.max_seconds=2", "train.eval_interval=100000"),
+        tmp_path / "run",
+    )
     assert r.stopped == "max_seconds" and 0 < r.step < 1000000
     ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
     assert ckpt.step == r.step and math.isfinite(ckpt.training.val_loss)
@@ -103,15 +108,33 @@ def test_max_seconds_stops_cleanly(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.serial
-@pytest.mark.parametrize("parts", [(), ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo",
-                                         "train.average=ema")], ids=["char", "hangul-staged-averaged"])
+@pytest.mark.parametrize(
+    "parts",
+    [(), ("data.tokenizer=hangul", "model.embedding=jamo", "model.head=jamo", "train.average=ema")],
+    ids=["char", "hangul-staged-averaged"],
+)
 def test_ddp_two_processes_on_cpu(tmp_path, parts):
     run = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           "model=tiny", "device=cpu", "train.batch_size=4", "train.max_steps=6", "train.eval_interval=3",
-           "train.eval_steps=2", "train.sample_chars=0", "train.grad_accum_steps=2", f"hydra.run.dir={run}",
-           f"data.cache_dir={tmp_path / 'cache'}", *parts]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "train.py",
+        "model=tiny",
+        "device=cpu",
+        "train.batch_size=4",
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        "train.eval_steps=2",
+        "train.sample_chars=0",
+        "train.grad_accum_steps=2",
+        f"hydra.run.dir={run}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *parts,
+    ]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     # the two ranks print at the same moment: their lines may share one line of the captured output
@@ -141,8 +164,7 @@ def test_a_wrong_resume_path_creates_no_folder(tmp_path):
     from tests.helpers import cli
 
     missing = tmp_path / "no_such_run"
-    r = cli("train.py", "model=tiny", f"train.resume={missing}", f"data.cache_dir={tmp_path / 'cache'}",
-            cwd=tmp_path)
+    r = cli("train.py", "model=tiny", f"train.resume={missing}", f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert r.returncode == 2 and "not found" in r.stderr
     assert not missing.exists()
 
@@ -154,8 +176,15 @@ def test_compiled_training_trains_as_eager_and_saves_plain_checkpoints(tmp_path)
     `_orig_mod.` prefix never reaches a checkpoint. The suite's one compile: a tiny model, float32, four steps."""
     from tests.helpers import cli, train_compiled
 
-    same = ("device=cpu", "train.dtype=float32", "train.max_steps=4", "train.eval_interval=4", "train.eval_steps=1",
-            "train.sample_chars=5", "train.log_interval=1")
+    same = (
+        "device=cpu",
+        "train.dtype=float32",
+        "train.max_steps=4",
+        "train.eval_interval=4",
+        "train.eval_steps=1",
+        "train.sample_chars=5",
+        "train.log_interval=1",
+    )
     run, payload = train_compiled(tmp_path, *same)
     assert payload.step == 4
     m = AttentionLanguageModel(payload.model_config)

@@ -46,7 +46,7 @@ class LossWatch:
         if pending and not math.isfinite(values[0]):
             bad = "nan" if math.isnan(values[0]) else "infinite"
             raise TrainingDiverged(f"the loss became {bad} {_steps(first, step)}; {self.kept()}")
-        return values[len(pending):]
+        return values[len(pending) :]
 
     def refuse_unfinite(self, step: int, what: str, value: float | None = None) -> None:
         """Stop the run without saving: `what` (the validation loss, the weights) is not finite at `step`, and was at
@@ -61,8 +61,11 @@ class LossWatch:
                 self.refuse_unfinite(step, what, value)
 
     def kept(self) -> str:
-        kept = f", the last good checkpoint is kept (step {self.saved_step})" if self.saved_step else \
-            " (no checkpoint had been written yet)"
+        kept = (
+            f", the last good checkpoint is kept (step {self.saved_step})"
+            if self.saved_step
+            else " (no checkpoint had been written yet)"
+        )
         return f"stopped without saving{kept}; try a lower train.lr or train.grad_clip=1.0"
 
 

@@ -63,16 +63,23 @@ def activation_bytes(c: ModelConfig, context: int, compute_bytes: int, attention
     return context * per_token
 
 
-def estimate(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
-             optimizer_loaded: bool = False) -> StepMemory:
+def estimate(
+    model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype, optimizer_loaded: bool = False
+) -> StepMemory:
     """One step's memory still to be allocated once the model is built (see the module docstring);
     `optimizer_loaded`: a resume has loaded the optimizer's state already."""
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return step_memory(model.config, params, t, device, dtype, optimizer_loaded)
 
 
-def step_memory(c: ModelConfig, params: int, t: TrainConfig, device: torch.device, dtype: torch.dtype,
-                optimizer_loaded: bool = False) -> StepMemory:
+def step_memory(
+    c: ModelConfig,
+    params: int,
+    t: TrainConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    optimizer_loaded: bool = False,
+) -> StepMemory:
     """`estimate` for a model of `params` trainable parameters with the settings `c`."""
     low = dtype != torch.float32
     compute_bytes = 2 if low else 4
@@ -126,22 +133,29 @@ def refusal(t: TrainConfig, device: torch.device, need: int | None, available: i
     effective = t.batch_size * t.grad_accum_steps
     where = "CPU" if device.type == "cpu" else str(device)
     if need is not None and available is not None:
-        what = (f"train.batch_size={t.batch_size} does not fit in memory: one step needs about {_gib(need)} and the "
-                f"{where} has {_gib(available)} available")
+        what = (
+            f"train.batch_size={t.batch_size} does not fit in memory: one step needs about {_gib(need)} and the "
+            f"{where} has {_gib(available)} available"
+        )
     else:
         what = f"train.batch_size={t.batch_size} ran out of memory in a step (the {where}'s allocator refused it)"
     if fits < 1:
-        return UserError(f"{what}, and a batch of 1 would not fit either: use a smaller model (model.embedding_size, "
-                         "model.num_blocks) or a shorter model.context_length")
+        return UserError(
+            f"{what}, and a batch of 1 would not fit either: use a smaller model (model.embedding_size, "
+            "model.num_blocks) or a shorter model.context_length"
+        )
     accum = math.ceil(effective / fits)
     batch = math.ceil(effective / accum)
     largest = f"the largest batch that fits is about {fits}" if need is not None else "try half the batch"
-    return UserError(f"{what}; {largest}: train.batch_size={batch} train.grad_accum_steps={accum} trains on "
-                     f"{batch * accum} sequences per step ({effective} asked for)")
+    return UserError(
+        f"{what}; {largest}: train.batch_size={batch} train.grad_accum_steps={accum} trains on "
+        f"{batch * accum} sequences per step ({effective} asked for)"
+    )
 
 
-def refuse_unfit_batch(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
-                       optimizer_loaded: bool = False) -> None:
+def refuse_unfit_batch(
+    model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype, optimizer_loaded: bool = False
+) -> None:
     """One UserError when the estimate of one step exceeds what the device has (where it says)."""
     available = available_bytes(device)
     if available is None:
@@ -169,14 +183,21 @@ def model_refusal(c: ModelConfig, device: torch.device, need: int | None, availa
     """The one line for a model too big to train here: what it needs (or that the allocator refused it), what there
     is, and the settings that make it smaller."""
     where = "CPU" if device.type == "cpu" else str(device)
-    shape = (f"model.embedding_size={c.embedding_size} model.head_size={c.head_size} model.num_blocks={c.num_blocks} "
-             f"model.context_length={c.context_length}")
-    what = f"about {_gib(need)}, and the {where} has {_gib(available)} available" if need is not None and \
-        available is not None else f"more than the {where}'s allocator could give"
+    shape = (
+        f"model.embedding_size={c.embedding_size} model.head_size={c.head_size} model.num_blocks={c.num_blocks} "
+        f"model.context_length={c.context_length}"
+    )
+    what = (
+        f"about {_gib(need)}, and the {where} has {_gib(available)} available"
+        if need is not None and available is not None
+        else f"more than the {where}'s allocator could give"
+    )
     size = f"{matrix_parameters(c) / 1e6:,.0f} million parameters"
-    return UserError(f"the model does not fit in memory: {shape} ({size}) needs, with its gradients, optimizer state "
-                     f"and one sequence's step, {what}; make it smaller: a lower model.embedding_size, "
-                     "model.head_size or model.num_blocks, a shorter model.context_length, or model=small")
+    return UserError(
+        f"the model does not fit in memory: {shape} ({size}) needs, with its gradients, optimizer state "
+        f"and one sequence's step, {what}; make it smaller: a lower model.embedding_size, "
+        "model.head_size or model.num_blocks, a shorter model.context_length, or model=small"
+    )
 
 
 @contextmanager
@@ -194,13 +215,15 @@ def building_fits(c: ModelConfig, t: TrainConfig, device: torch.device, dtype: t
 
 def is_out_of_memory(e: BaseException) -> bool:
     """The allocator's failure: torch.OutOfMemoryError, or a RuntimeError that says so (the CPU's allocator)."""
-    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and
-                                                     any(w in str(e).lower() for w in _OOM_WORDS))
+    return isinstance(e, torch.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and any(w in str(e).lower() for w in _OOM_WORDS)
+    )
 
 
 @contextmanager
-def fit_memory(model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype,
-               optimizer_loaded: bool = False) -> Iterator[None]:
+def fit_memory(
+    model: nn.Module, t: TrainConfig, device: torch.device, dtype: torch.dtype, optimizer_loaded: bool = False
+) -> Iterator[None]:
     """Steps inside: refused before they start when one cannot fit; an allocator's out-of-memory error inside
     becomes the same one line (half the batch, twice the accumulation: the estimate was too low to trust)."""
     try:

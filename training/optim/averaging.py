@@ -33,8 +33,11 @@ class WeightAverage:
     def __init__(self, model: nn.Module, t: TrainConfig):
         self.kind, self.every, self.start = t.average, t.average_every, t.swa_start
         self.final = False  # whether the one update it holds was the end of a run that stopped before any was due
-        fn = get_ema_multi_avg_fn(0.5 ** (t.average_every / t.ema_half_life)) if t.average == "ema" else \
-            get_swa_multi_avg_fn()
+        fn = (
+            get_ema_multi_avg_fn(0.5 ** (t.average_every / t.ema_half_life))
+            if t.average == "ema"
+            else get_swa_multi_avg_fn()
+        )
         # AveragedModel deep-copies the model; the copy is the average (held rows and all), always in eval mode
         self.averaged = AveragedModel(model, multi_avg_fn=fn, use_buffers=False)
         self.averaged.eval()
@@ -65,14 +68,19 @@ class WeightAverage:
     def summary(self) -> str:
         """The run's closing line about its average."""
         n = self.updates
-        when = f"every {self.every} step{'s' if self.every > 1 else ''}" + \
-            (f" from {self.start:g} of the run" if self.kind == "swa" else "")
+        when = f"every {self.every} step{'s' if self.every > 1 else ''}" + (
+            f" from {self.start:g} of the run" if self.kind == "swa" else ""
+        )
         final = "; it is the final weights: the run stopped before any update was due" if self.final else ""
         if not n:  # train.early_stop ended the run before the first update: there is nothing to read
-            return (f"average: train.average={self.kind}, no update ({when}): the run stopped early, before the "
-                    "first; generate.py, evaluate.py, serve.py and export.py read the raw weights")
-        return (f"average: train.average={self.kind}, {n} update{'' if n == 1 else 's'} ({when}){final}; "
-                "generate.py, evaluate.py, serve.py and export.py read it unless weights=raw")
+            return (
+                f"average: train.average={self.kind}, no update ({when}): the run stopped early, before the "
+                "first; generate.py, evaluate.py, serve.py and export.py read the raw weights"
+            )
+        return (
+            f"average: train.average={self.kind}, {n} update{'' if n == 1 else 's'} ({when}){final}; "
+            "generate.py, evaluate.py, serve.py and export.py read it unless weights=raw"
+        )
 
     def dense_state(self) -> dict[str, torch.Tensor] | None:
         """The average's weights for a checkpoint (tables written dense), or None before its first update."""
@@ -86,8 +94,9 @@ class WeightAverage:
         self.averaged.n_averaged.fill_(updates)
 
 
-def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | None, max_steps: int | None,
-                   decay_steps: int | None) -> WeightAverage | None:
+def weight_average(
+    job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | None, max_steps: int | None, decay_steps: int | None
+) -> WeightAverage | None:
     """train.average: the average kept beside the weights, continued where a resumed run left it; one that would
     never update within the run's known steps is one UserError."""
     if job.train.average == "none":
@@ -99,27 +108,36 @@ def weight_average(job: TrainJob, raw_model: nn.Module, resumed: Checkpoint | No
     return average
 
 
-def refuse_empty_average(t: TrainConfig, resumed: Checkpoint | None, max_steps: int | None,
-                         decay_steps: int | None) -> None:
+def refuse_empty_average(
+    t: TrainConfig, resumed: Checkpoint | None, max_steps: int | None, decay_steps: int | None
+) -> None:
     """One UserError when a run that asks for an average, holds none yet (a resumed one may) and stops at
     `max_steps` (known) would take no update of it.
     Updates come at multiples of average_every; swa's only once the schedule's progress (the step before, over
     decay_steps, as training/step.py measures it) reaches swa_start; under train.max_seconds the clock may bring
     that progress forward, so there only the first check applies."""
-    held = resumed is not None and resumed.averaged is not None and resumed.training is not None \
+    held = (
+        resumed is not None
+        and resumed.averaged is not None
+        and resumed.training is not None
         and resumed.training.average_updates > 0
+    )
     if t.average == "none" or held or max_steps is None:
         return  # max_steps None: the clock decides, and an average still empty at the end takes the final weights
     first = resumed.step if resumed is not None else 0
     last = max_steps // t.average_every * t.average_every  # the last step that may update it
     if last <= first:
-        raise UserError(f"train.average_every={t.average_every} never updates the average: the run "
-                        f"{'goes on from step ' + str(first) + ' and ' if first else ''}stops at step {max_steps}, "
-                        f"before the first update; lower train.average_every to at most {max_steps - first}, or "
-                        "set train.average=none")
+        raise UserError(
+            f"train.average_every={t.average_every} never updates the average: the run "
+            f"{'goes on from step ' + str(first) + ' and ' if first else ''}stops at step {max_steps}, "
+            f"before the first update; lower train.average_every to at most {max_steps - first}, or "
+            "set train.average=none"
+        )
     progress = min(1.0, (last - 1) / decay_steps) if decay_steps else 0.0
     if t.average == "swa" and progress < t.swa_start and not t.max_seconds:
-        raise UserError(f"train.swa_start={t.swa_start:g} never updates the average: the last step that may (step "
-                        f"{last}, train.average_every={t.average_every}) comes at {progress:.3g} of the run's "
-                        f"{decay_steps}-step schedule, before swa_start; lower train.swa_start (or "
-                        "train.average_every), or set train.average=none")
+        raise UserError(
+            f"train.swa_start={t.swa_start:g} never updates the average: the last step that may (step "
+            f"{last}, train.average_every={t.average_every}) comes at {progress:.3g} of the run's "
+            f"{decay_steps}-step schedule, before swa_start; lower train.swa_start (or "
+            "train.average_every), or set train.average=none"
+        )

@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW's two groups: matrices that decay, and the rest (biases, norms, embeddings) that do not."""
     groups = split_parameters(model, use_muon=False)
-    return [{"params": groups["decay"], "weight_decay": weight_decay},
-            {"params": groups["no_decay"], "weight_decay": 0.0}]
+    return [
+        {"params": groups["decay"], "weight_decay": weight_decay},
+        {"params": groups["no_decay"], "weight_decay": 0.0},
+    ]
 
 
 def split_parameters(model: nn.Module, use_muon: bool) -> dict[str, list[nn.Parameter]]:
@@ -52,24 +54,39 @@ def split_parameters(model: nn.Module, use_muon: bool) -> dict[str, list[nn.Para
     return out
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                   device: torch.device, train: TrainConfig | None = None) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    device: torch.device,
+    train: TrainConfig | None = None,
+) -> torch.optim.Optimizer:
     """AdamW over `param_groups`, or with `train.optimizer == "muon"` a `MuonAdamW` over `split_parameters`."""
     fused = device.type in ("cuda", "cpu")
     if train is None or train.optimizer == "adamw":
         groups = param_groups(model, weight_decay)
         if train is not None and (train.embedding_lr is not None or train.embedding_weight_decay > 0):
             split = split_parameters(model, use_muon=True)  # the embeddings in a group of their own
-            groups = [{"params": split["muon"] + split["decay"], "weight_decay": weight_decay},
-                      embedding_group(split["embeddings"], lr, train),
-                      {"params": split["no_decay"], "weight_decay": 0.0}]
+            groups = [
+                {"params": split["muon"] + split["decay"], "weight_decay": weight_decay},
+                embedding_group(split["embeddings"], lr, train),
+                {"params": split["no_decay"], "weight_decay": 0.0},
+            ]
             groups = [g for g in groups if g["params"]]
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
     split = split_parameters(model, use_muon=True)
     groups = [
-        {"params": split["muon"], "use_muon": True, "lr_scale": train.muon_lr / lr, "lr": train.muon_lr,
-         "momentum": train.muon_momentum, "nesterov": True, "weight_decay": train.muon_weight_decay,
-         "base_weight_decay": train.muon_weight_decay},  # what train.muon_weight_decay_schedule scales
+        {
+            "params": split["muon"],
+            "use_muon": True,
+            "lr_scale": train.muon_lr / lr,
+            "lr": train.muon_lr,
+            "momentum": train.muon_momentum,
+            "nesterov": True,
+            "weight_decay": train.muon_weight_decay,
+            "base_weight_decay": train.muon_weight_decay,
+        },  # what train.muon_weight_decay_schedule scales
         {"params": split["decay"], "lr": lr, "weight_decay": weight_decay},
         embedding_group(split["embeddings"], lr, train),
         {"params": split["no_decay"], "lr": lr, "weight_decay": 0.0},

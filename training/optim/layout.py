@@ -29,8 +29,12 @@ def match_optimizer_layout(saved: dict, optimizer: torch.optim.Optimizer, model:
     before = [other_layout_names(g, model.config.num_heads) for g in now]
     if sizes == [len(g) for g in now] or sizes != [len(g) for g in before]:
         return saved
-    by_name = {name: saved["state"][i] for g, s in zip(before, groups, strict=True)
-               for name, i in zip(g, s["params"], strict=True) if i in saved["state"]}
+    by_name = {
+        name: saved["state"][i]
+        for g, s in zip(before, groups, strict=True)
+        for name, i in zip(g, s["params"], strict=True)
+        if i in saved["state"]
+    }
     state, out_groups, index = {}, [], 0
     for g, s in zip(now, groups, strict=True):
         ids = list(range(index, index + len(g)))
@@ -54,8 +58,12 @@ def _regrouped(by_name: dict[str, dict], name: str) -> dict | None:
         if not heads or any(s is None for parts in heads for s in parts):
             return None
         first = heads[0][0]
-        return {k: torch.stack([torch.stack([heads[h][i][k] for h in range(len(heads))]) for i in range(len(PARTS))])
-                if _per_element(v) else _copy(v) for k, v in first.items()}
+        return {
+            k: torch.stack([torch.stack([heads[h][i][k] for h in range(len(heads))]) for i in range(len(PARTS))])
+            if _per_element(v)
+            else _copy(v)
+            for k, v in first.items()
+        }
     head = split_head_key(name)
     fused = None if head is None else by_name.get(head[0] + QKV)
     if fused is None:

@@ -42,13 +42,15 @@ class MuonAdamW(torch.optim.Optimizer):
     AdamW groups `lr, betas, eps, weight_decay`. `ns_dtype` is the Newton-Schulz precision."""
 
     def __init__(self, groups: list[dict], ns_dtype: torch.dtype = torch.float32, fused: bool = False):
-        defaults = dict(lr=1e-3, use_muon=False, momentum=0.95, nesterov=True, betas=(0.9, 0.95), eps=1e-8,
-                        weight_decay=0.0)
+        defaults = dict(
+            lr=1e-3, use_muon=False, momentum=0.95, nesterov=True, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0
+        )
         super().__init__(groups, defaults)
         for group in self.param_groups:
             if group["use_muon"] and any(p.dim() < 2 for p in group["params"]):
-                raise ValueError("Muon updates matrices (or stacks of them) only; put other parameters in an AdamW "
-                                 "group")
+                raise ValueError(
+                    "Muon updates matrices (or stacks of them) only; put other parameters in an AdamW group"
+                )
         self.ns_dtype, self.fused = ns_dtype, fused
 
     @torch.no_grad()
@@ -95,6 +97,20 @@ class MuonAdamW(torch.optim.Optimizer):
             sqs.append(state["exp_avg_sq"])
             steps.append(state["step"])
         beta1, beta2 = group["betas"]
-        adam(params, [p.grad for p in params], avgs, sqs, [], steps, fused=self.fused, decoupled_weight_decay=True,
-             amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
-             eps=group["eps"], maximize=False)
+        adam(
+            params,
+            [p.grad for p in params],
+            avgs,
+            sqs,
+            [],
+            steps,
+            fused=self.fused,
+            decoupled_weight_decay=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )

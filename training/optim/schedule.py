@@ -7,8 +7,9 @@ import math
 SCHEDULES = ("cosine", "constant")
 
 
-def lr_at(progress_step: float, lr: float, min_lr: float, warmup_steps: int, total_steps: float,
-          schedule: str = "cosine") -> float:
+def lr_at(
+    progress_step: float, lr: float, min_lr: float, warmup_steps: int, total_steps: float, schedule: str = "cosine"
+) -> float:
     """Linear warmup over `warmup_steps`, then cosine decay from `lr` to `min_lr` at `total_steps`.
 
     `progress_step` may be fractional (a time budget converts elapsed seconds into steps).
@@ -23,8 +24,9 @@ def lr_at(progress_step: float, lr: float, min_lr: float, warmup_steps: int, tot
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
-def lr_at_fraction(step: int, fraction: float, lr: float, min_lr: float, warmup_steps: int,
-                   schedule: str = "cosine") -> float:
+def lr_at_fraction(
+    step: int, fraction: float, lr: float, min_lr: float, warmup_steps: int, schedule: str = "cosine"
+) -> float:
     """Linear warmup over the first `warmup_steps` steps, then the decay by the `fraction` of the run done.
 
     A run whose only limit is a time budget knows how far along it is (elapsed / budget), not how many steps it

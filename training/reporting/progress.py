@@ -20,14 +20,22 @@ _SECONDS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s [{elap
 class RunBar(tqdm):
     """`tqdm` over steps, or over seconds while a time budget is the limit that will stop the run."""
 
-    def __init__(self, max_steps: int | None, step: int, max_seconds: float | None, elapsed: Callable[[], float],
-                 disable: bool = False, file=None):
+    def __init__(
+        self,
+        max_steps: int | None,
+        step: int,
+        max_seconds: float | None,
+        elapsed: Callable[[], float],
+        disable: bool = False,
+        file=None,
+    ):
         self.max_steps, self.max_seconds, self.clock = max_steps, max_seconds, elapsed
         self.step, self.first_step, self.first_time = step, step, elapsed()
         self.limit = "max_steps"
         self.shown: dict = {}
-        super().__init__(total=max_steps, initial=step, disable=disable, desc="train", unit="step",
-                         dynamic_ncols=True, file=file)
+        super().__init__(
+            total=max_steps, initial=step, disable=disable, desc="train", unit="step", dynamic_ncols=True, file=file
+        )
         if max_steps is None and max_seconds:
             self._switch("max_seconds", self.first_time)
 
@@ -81,8 +89,14 @@ class RunBar(tqdm):
         return d
 
 
-def progress_bar(max_steps: int | None, step: int, max_seconds: float | None,
-                 elapsed: Callable[[], float] | None = None, disable: bool = False, file=None) -> RunBar:
+def progress_bar(
+    max_steps: int | None,
+    step: int,
+    max_seconds: float | None,
+    elapsed: Callable[[], float] | None = None,
+    disable: bool = False,
+    file=None,
+) -> RunBar:
     """The bar of a run at `step` of `max_steps`; `elapsed` is the run's clock (seconds, resumed time included)."""
     return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable, file)
 

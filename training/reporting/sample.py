@@ -13,8 +13,14 @@ PROMPT_TOKENS = 8
 TEMPERATURE = 0.8
 
 
-def sample_chars(model: AttentionLanguageModel, tokenizer: Tokenizer, val_tokens: np.ndarray, num_chars: int,
-                 device: torch.device, seed: int) -> str:
+def sample_chars(
+    model: AttentionLanguageModel,
+    tokenizer: Tokenizer,
+    val_tokens: np.ndarray,
+    num_chars: int,
+    device: torch.device,
+    seed: int,
+) -> str:
     """The first few tokens of the validation split, continued by `num_chars` new characters.
 
     A jamo tokenizer spends up to three tokens on a syllable, so tokens are drawn until the decoded text has

@@ -21,11 +21,18 @@ from model.attention_maps import attention_maps
 from model.counts import num_parameters, parameter_counts
 
 # The scalar tags every run writes (README and tests rely on these names).
-TAGS = ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_sec", "train/eval_loss", "val/loss",
-        "val/bpc", "val/best_loss")
+TAGS = (
+    "train/loss",
+    "train/lr",
+    "train/grad_norm",
+    "train/tokens_per_sec",
+    "train/eval_loss",
+    "val/loss",
+    "val/bpc",
+    "val/best_loss",
+)
 # The final metrics beside each run's hyperparameters in the HParams tab.
-HPARAM_METRICS = ("hparam/val_loss", "hparam/val_bpc", "hparam/best_val_loss", "hparam/tokens_per_sec",
-                  "hparam/params")
+HPARAM_METRICS = ("hparam/val_loss", "hparam/val_bpc", "hparam/best_val_loss", "hparam/tokens_per_sec", "hparam/params")
 # Evaluation samples are drawn a little cooler than 1.0 so that what changes over steps is the model, not noise.
 SAMPLE_TEMPERATURE = 0.8
 
@@ -124,16 +131,29 @@ class RunLogger:
         if self.writer is not None:
             self.writer.add_text(tag, text, step)
 
-    def watch(self, model: AttentionLanguageModel, tokenizer, prompts: Sequence[str], sample_tokens: int,
-              attention_ids: Sequence[int], seed: int) -> None:
+    def watch(
+        self,
+        model: AttentionLanguageModel,
+        tokenizer,
+        prompts: Sequence[str],
+        sample_tokens: int,
+        attention_ids: Sequence[int],
+        seed: int,
+    ) -> None:
         """Remember what `snapshot` shows (samples of `sample_tokens` from each prompt, the attention maps of
         `attention_ids`, the same seed each time, so snapshots differ by the weights alone); log the parameters once."""
         if self.writer is None:
             return
         from inference.generation import prompt_ids  # warns once about prompt characters the vocabulary lacks
 
-        self._watched = (model, tokenizer, [(p, prompt_ids(tokenizer, p)) for p in prompts], sample_tokens,
-                         list(attention_ids), seed)
+        self._watched = (
+            model,
+            tokenizer,
+            [(p, prompt_ids(tokenizer, p)) for p in prompts],
+            sample_tokens,
+            list(attention_ids),
+            seed,
+        )
         self.writer.add_text("model/parameters", parameter_table(model), 0)
         if attention_ids:
             self.writer.add_text("attention/prompt", _text_block(tokenizer.decode(list(attention_ids))), 0)
@@ -150,7 +170,7 @@ class RunLogger:
                 generator.manual_seed(seed)
                 idx = torch.tensor([ids], dtype=torch.long, device=device)
                 out = model.generate(idx, sample_tokens, temperature=SAMPLE_TEMPERATURE, generator=generator)
-                text = prompt + tokenizer.decode(out[0, len(ids):].tolist())
+                text = prompt + tokenizer.decode(out[0, len(ids) :].tolist())
                 self.writer.add_text(f"samples/prompt_{i}", _text_block(text), step)
         if attention_ids:
             idx = torch.tensor(attention_ids, dtype=torch.long, device=device)

@@ -29,8 +29,15 @@ from common.config_checks import refusal
 from common.device import has_native_bf16
 
 COMPILE_VALUES = ("false", "true", "auto")
-SPELLINGS = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false",
-             "auto": "auto"}
+SPELLINGS = {
+    "true": "true",
+    "yes": "true",
+    "on": "true",
+    "false": "false",
+    "no": "false",
+    "off": "false",
+    "auto": "auto",
+}
 PROBE_STEPS = 8  # eager steps timed before auto decides (the first, which allocates, is not timed)
 COMPARE_STEPS = 12  # compiled steps timed after the warm-up, against the eager ones
 PAYBACK = 2.0  # what compiling must save, in multiples of its warm-up
@@ -115,8 +122,10 @@ def fixed_way(setting: str, device: torch.device, dtype: torch.dtype, blocker: s
         return EAGER, "train.compile=auto; compile is not measured on MPS"
     if device.type == "cpu" and not (dtype == torch.bfloat16 and has_native_bf16(device)):
         kind = "float32" if dtype == torch.float32 else "emulated bfloat16"
-        return EAGER, (f"train.compile=auto; inductor gains little over {kind} on this CPU, never its "
-                       f"{CPU_INDUCTOR_WARMUP:.0f}-s warm-up")
+        return EAGER, (
+            f"train.compile=auto; inductor gains little over {kind} on this CPU, never its "
+            f"{CPU_INDUCTOR_WARMUP:.0f}-s warm-up"
+        )
     return None
 
 
@@ -128,17 +137,27 @@ def pays(left_seconds: float, speedup: float, warmup: float) -> bool:
 def inductor_pays(left_seconds: float, steps_left: float, costs: Costs) -> bool:
     """Whether inductor pays back its warm-up (slowed by the load) in what is left; never where its steps were
     measured less than `KEEP` times faster, which a run would only give back after the warm-up."""
-    return costs.speedup >= KEEP and steps_left >= MIN_INDUCTOR_STEPS and \
-        pays(left_seconds, costs.speedup, costs.warmup * load_factor())
+    return (
+        costs.speedup >= KEEP
+        and steps_left >= MIN_INDUCTOR_STEPS
+        and pays(left_seconds, costs.speedup, costs.warmup * load_factor())
+    )
 
 
-def measured_way(device: torch.device, left_seconds: float, steps_left: float, blocker: str | None,
-                 costs: Costs, inductor_ok: bool = True) -> tuple[Way, str]:
+def measured_way(
+    device: torch.device,
+    left_seconds: float,
+    steps_left: float,
+    blocker: str | None,
+    costs: Costs,
+    inductor_ok: bool = True,
+) -> tuple[Way, str]:
     """auto's choice for a run with `left_seconds` of eager steps (`steps_left` steps) left to charge, and the
     reason. `inductor_ok`: False where inductor cannot build the run's kernels (bfloat16 on a card that emulates it)."""
     left = f"about {left_seconds:,.0f} s of eager steps left to pay it back"
-    expected = (f"steps about {costs.speedup:.2g}x faster compiled, a warm-up of about {costs.warmup:.0f} s "
-                f"({costs.source})")
+    expected = (
+        f"steps about {costs.speedup:.2g}x faster compiled, a warm-up of about {costs.warmup:.0f} s ({costs.source})"
+    )
     if device.type == "cpu":
         if inductor_pays(left_seconds, steps_left, costs):
             return Way(inductor=True), f"train.compile=auto; {left}, {expected}"

@@ -105,13 +105,17 @@ class StepRunner:
         s = self.s
         left = self._left_seconds(state, per_step)
         early, t = state.early, s.job.train
-        if early.patience is not None and early_stop.can_act(early, state.best_val_loss, early.patience,
-                                                            early_stop.evaluations_left(state.step, s.max_steps,
-                                                                                        t.eval_interval)):
+        if early.patience is not None and early_stop.can_act(
+            early,
+            state.best_val_loss,
+            early.patience,
+            early_stop.evaluations_left(state.step, s.max_steps, t.eval_interval),
+        ):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-        key = record_key(s.device, s.dtype, Way(inductor=True, graph=self.blocker is None), s.raw_model.config,
-                         t.batch_size)
+        key = record_key(
+            s.device, s.dtype, Way(inductor=True, graph=self.blocker is None), s.raw_model.config, t.batch_size
+        )
         costs = measured_costs(key, s.device, inductor_cache_folder())
         way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
@@ -184,8 +188,10 @@ class StepRunner:
             self.graph.model = self.model
         self.s.optimizer.zero_grad(set_to_none=True)
         self.way = Way(graph=self.way.graph)
-        self.s.say(f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
-                  "on without it")
+        self.s.say(
+            f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
+            "on without it"
+        )
 
     def _ready(self, state: LoopState, detail: str) -> None:
         self._now()  # the warm-up's last kernels have finished
@@ -212,19 +218,24 @@ class StepRunner:
     def _compare(self) -> None:
         """Keep the compiled steps where they are `KEEP` times faster than the eager ones, else go back to eager."""
         s = self.s
-        eager, compiled = (distributed.agreed_max(statistics.median(times), s.dist, s.device)
-                           for times in (self.eager_times, self.compiled_times))
+        eager, compiled = (
+            distributed.agreed_max(statistics.median(times), s.dist, s.device)
+            for times in (self.eager_times, self.compiled_times)
+        )
         self.compiled_times = None
         speedup = eager / max(compiled, 1e-12)
-        self.record.update(speedup=round(speedup, 3), eager_ms=round(1000 * eager, 2),
-                           compiled_ms=round(1000 * compiled, 2))
+        self.record.update(
+            speedup=round(speedup, 3), eager_ms=round(1000 * eager, 2), compiled_ms=round(1000 * compiled, 2)
+        )
         self._write_record()
         both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
         if speedup >= KEEP:
             self.s.say(f"compile: kept: {both}")
             return
-        self.s.say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
-                  "next run on this machine")
+        self.s.say(
+            f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
+            "next run on this machine"
+        )
         if self.graph is not None:
             release(s)
         self.model, self.graph, self.way = s.model, None, EAGER

@@ -52,13 +52,20 @@ class AutoDropout:
         if not math.isfinite(self.passes):  # a time budget too large to count in passes
             passes = "endless passes"
         else:
-            count = f"{self.passes:.3g}" if self.passes >= 1e5 else f"{self.passes:.1f}" if self.passes >= 1 \
+            count = (
+                f"{self.passes:.3g}"
+                if self.passes >= 1e5
+                else f"{self.passes:.1f}"
+                if self.passes >= 1
                 else f"{self.passes:.2f}"
+            )
             passes = f"about {count} passes"
         decays = "".join(f", train.{key}={value:g}" for key, value in self.weight_decays.items())
-        return (f"auto: model.dropout={self.value:g}{decays} ({passes} over the {train_tokens:,} "
-                f"training tokens {how}, none up to train.auto_dropout_after={self.free_passes:g}; "
-                "type model.dropout=... to choose)")
+        return (
+            f"auto: model.dropout={self.value:g}{decays} ({passes} over the {train_tokens:,} "
+            f"training tokens {how}, none up to train.auto_dropout_after={self.free_passes:g}; "
+            "type model.dropout=... to choose)"
+        )
 
 
 def dropout_for_passes(passes: float, free_passes: float) -> float:
@@ -69,8 +76,12 @@ def dropout_for_passes(passes: float, free_passes: float) -> float:
     return round(min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * math.log2(passes / max(free_passes, 1e-9))), 2)
 
 
-def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-                            batches: Iterator, autocast: Callable) -> float:
+def measured_tokens_per_sec(
+    model: nn.Module,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    batches: Iterator,
+    autocast: Callable,
+) -> float:
     """Tokens per second of whole training steps (forward, backward, optimizer) on a copy of the model with its
     own optimizer; the first step is a warm-up. The caller's model, optimizer and random streams are untouched."""
     with torch.random.fork_rng(devices=[]):
@@ -93,9 +104,16 @@ def measured_tokens_per_sec(model: nn.Module, make_optimizer: Callable[[nn.Modul
     return tokens / max(elapsed, 1e-9)
 
 
-def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_tokens: int, tokens_per_step: int,
-                    speed: Callable[[], float], dist: distributed.DistInfo, device: torch.device,
-                    free_passes: float) -> AutoDropout:
+def resolve_dropout(
+    max_steps: int | None,
+    max_seconds: float | None,
+    train_tokens: int,
+    tokens_per_step: int,
+    speed: Callable[[], float],
+    dist: distributed.DistInfo,
+    device: torch.device,
+    free_passes: float,
+) -> AutoDropout:
     """The dropout for the passes this run will make: from its step limit, or its time budget at `speed()`
     tokens per second per process, whichever ends it first."""
     passes, source = math.inf, "steps"
@@ -109,9 +127,17 @@ def resolve_dropout(max_steps: int | None, max_seconds: float | None, train_toke
     return AutoDropout(dropout_for_passes(passes, free_passes), passes, source, free_passes)
 
 
-def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, train_tokens: np.ndarray,
-                       tokens_per_step: int, dist: distributed.DistInfo, device: torch.device,
-                       dtype: torch.dtype, measured: float | None = None) -> AutoDropout | None:
+def apply_auto_dropout(
+    job: TrainJob,
+    model: nn.Module,
+    max_steps: int | None,
+    train_tokens: np.ndarray,
+    tokens_per_step: int,
+    dist: distributed.DistInfo,
+    device: torch.device,
+    dtype: torch.dtype,
+    measured: float | None = None,
+) -> AutoDropout | None:
     """Resolve `model.dropout: null` for this run and set it on the model and in the job (so the checkpoint records
     it); None when the user gave a value. Its `line` is printed once every check of the start has passed.
     `measured`: this run's tokens/s per process, timed already (training/settings/precision.py)."""
@@ -126,11 +152,13 @@ def apply_auto_dropout(job: TrainJob, model: nn.Module, max_steps: int | None, t
 
         def optimizer_for(m: nn.Module) -> torch.optim.Optimizer:
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
+
         with fit_memory(model, t, device, dtype):  # a batch that cannot fit: one line before it is allocated
             return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
 
-    auto = resolve_dropout(max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device,
-                           t.auto_dropout_after)
+    auto = resolve_dropout(
+        max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device, t.auto_dropout_after
+    )
     set_dropout(model, auto.value)
     job.model = replace(job.model, dropout=auto.value)
     auto.weight_decays = auto_weight_decays(t, auto.value, typed_command_line())
@@ -146,6 +174,8 @@ def auto_weight_decays(t: TrainConfig, dropout: float, typed: set[str] | None) -
     if dropout <= 0:
         return {}
     share = min(1.0, dropout / FULL_DECAY_DROPOUT)
-    return {key: round(getattr(t, key) + share * (getattr(t, auto) - getattr(t, key)), 4)
-            for key, auto in AUTO_DECAYS.items()
-            if getattr(t, auto) is not None and f"train.{key}" not in (typed or ())}
+    return {
+        key: round(getattr(t, key) + share * (getattr(t, auto) - getattr(t, key)), 4)
+        for key, auto in AUTO_DECAYS.items()
+        if getattr(t, auto) is not None and f"train.{key}" not in (typed or ())
+    }

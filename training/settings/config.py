@@ -29,16 +29,36 @@ AVERAGES = ("none", "ema", "swa")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 INF = float("inf")
 # train.<key>: (low, high, low end open, high end open)
-RANGES = {"max_epochs": (0, INF, True, False), "max_seconds": (0, INF, True, False), "lr": (0, INF, True, False),
-          "auto_dropout_after": (0, INF, False, False), "weight_decay": (0, INF, False, False),
-          "grad_clip": (0, INF, False, False), "beta1": (0, 1, False, True), "beta2": (0, 1, False, True),
-          "muon_lr": (0, INF, True, False), "muon_momentum": (0, 1, False, True),
-          "muon_weight_decay": (0, INF, False, False), "auto_weight_decay": (0, INF, False, False),
-          "auto_muon_weight_decay": (0, INF, False, False), "embedding_lr": (0, INF, True, False),
-          "embedding_weight_decay": (0, INF, False, False), "input_noise": (0, 1, False, True),
-          "ema_half_life": (0, INF, True, False), "swa_start": (0, 1, False, True), "mtp_fade": (0, 1, True, False)}
-WORDS = {"lr_schedule": SCHEDULES, "dtype": ("auto", *DTYPES), "optimizer": OPTIMIZERS, "average": AVERAGES,
-         "syllable_rows": ("seen", "all"), "muon_weight_decay_schedule": ("constant", "dip"), "init_weights": WEIGHTS}
+RANGES = {
+    "max_epochs": (0, INF, True, False),
+    "max_seconds": (0, INF, True, False),
+    "lr": (0, INF, True, False),
+    "auto_dropout_after": (0, INF, False, False),
+    "weight_decay": (0, INF, False, False),
+    "grad_clip": (0, INF, False, False),
+    "beta1": (0, 1, False, True),
+    "beta2": (0, 1, False, True),
+    "muon_lr": (0, INF, True, False),
+    "muon_momentum": (0, 1, False, True),
+    "muon_weight_decay": (0, INF, False, False),
+    "auto_weight_decay": (0, INF, False, False),
+    "auto_muon_weight_decay": (0, INF, False, False),
+    "embedding_lr": (0, INF, True, False),
+    "embedding_weight_decay": (0, INF, False, False),
+    "input_noise": (0, 1, False, True),
+    "ema_half_life": (0, INF, True, False),
+    "swa_start": (0, 1, False, True),
+    "mtp_fade": (0, 1, True, False),
+}
+WORDS = {
+    "lr_schedule": SCHEDULES,
+    "dtype": ("auto", *DTYPES),
+    "optimizer": OPTIMIZERS,
+    "average": AVERAGES,
+    "syllable_rows": ("seen", "all"),
+    "muon_weight_decay_schedule": ("constant", "dip"),
+    "init_weights": WEIGHTS,
+}
 NULLABLE = {"max_epochs", "max_seconds", "auto_weight_decay", "auto_muon_weight_decay", "embedding_lr", "init_weights"}
 
 
@@ -99,12 +119,21 @@ class TrainConfig:
             checks.positive_int(f"train.{key}", getattr(self, key), minimum=0)
         checks.positive_int("train.max_steps", self.max_steps, minimum=0, optional=True)
         if self.max_steps == 0 and not self.resume:  # resuming at 0 steps still evaluates the saved checkpoint
-            raise ConfigError("train.max_steps=0 trains nothing, so no checkpoint would be written for generate.py "
-                              "to read; give 1 or more (0 is only for train.resume=..., to evaluate a run again)")
+            raise ConfigError(
+                "train.max_steps=0 trains nothing, so no checkpoint would be written for generate.py "
+                "to read; give 1 or more (0 is only for train.resume=..., to evaluate a run again)"
+            )
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)
         for key, (low, high, low_open, high_open) in RANGES.items():
-            checks.number_in(f"train.{key}", getattr(self, key), low, high, low_open=low_open, high_open=high_open,
-                             optional=key in NULLABLE)
+            checks.number_in(
+                f"train.{key}",
+                getattr(self, key),
+                low,
+                high,
+                low_open=low_open,
+                high_open=high_open,
+                optional=key in NULLABLE,
+            )
         checks.number_in("train.min_lr", self.min_lr, 0, self.lr)
         for i, w in enumerate(self.mtp_weights):
             checks.number_in(f"train.mtp_weights[{i}]", w, 0, INF)
@@ -121,9 +150,13 @@ def checked_early_stop(value: str | None) -> str | None:
         return value
     text = str(value)
     if not text.isdecimal() or int(text) < 1:  # a count with spaces around it too (common/config_checks.py)
-        raise checks.refusal("train.early_stop", value, "give null (off), auto, or the evaluations without a better "
-                             "validation loss after which the run stops (1 or more)",
-                             lambda word: word == "auto" or word.isdecimal() and int(word) >= 1)
+        raise checks.refusal(
+            "train.early_stop",
+            value,
+            "give null (off), auto, or the evaluations without a better "
+            "validation loss after which the run stops (1 or more)",
+            lambda word: word == "auto" or word.isdecimal() and int(word) >= 1,
+        )
     return str(int(text))
 
 
@@ -143,12 +176,16 @@ class TrainJob:
         checks.device_name("device", self.device)
         for key, value in (("model.embedding", self.model.embedding), ("model.head", self.model.head)):
             if value == "jamo" and self.data.tokenizer != "hangul":
-                raise ConfigError(f"{key}=jamo composes syllables from the hangul tokenizer's ids; add "
-                                  f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable "
-                                  "ids)")
+                raise ConfigError(
+                    f"{key}=jamo composes syllables from the hangul tokenizer's ids; add "
+                    f"data.tokenizer=hangul (data.tokenizer={self.data.tokenizer} has no fixed syllable "
+                    "ids)"
+                )
         if self.train.mtp_weights and self.model.head != "softmax":
-            raise ConfigError("train.mtp_weights scores later targets through the softmax head's logits; the staged "
-                              "head (model.head=jamo) does not build them: set train.mtp_weights=[]")
+            raise ConfigError(
+                "train.mtp_weights scores later targets through the softmax head's logits; the staged "
+                "head (model.head=jamo) does not build them: set train.mtp_weights=[]"
+            )
         if not self.train.resume:  # a resumed run's settings are checked once its checkpoint's are applied (setup)
             refuse_idle_settings(self, context=not self.train.init_from)
 

@@ -34,19 +34,35 @@ def _muon(key: str) -> Idle:
 
 def _scheduled(key: str, off: Any = MISSING) -> Idle:
     """`key` acts only under a decaying schedule; `off`: its value that asks for nothing (no warmup), never idle."""
-    return Idle(key, lambda j: j.train.lr_schedule != "constant" or value_of(j, key) == off, "train.lr_schedule",
-                "train.lr_schedule=cosine")
+    return Idle(
+        key,
+        lambda j: j.train.lr_schedule != "constant" or value_of(j, key) == off,
+        "train.lr_schedule",
+        "train.lr_schedule=cosine",
+    )
 
 
 def _snapshot(key: str, off: Any) -> Idle:
     """A TensorBoard snapshot's setting: idle with snapshots off, unless it asks for nothing itself (`off`)."""
-    return Idle(key, lambda j: j.train.snapshot_interval > 0 or value_of(j, key) == off, "train.snapshot_interval",
-                "train.snapshot_interval above 0")
+    return Idle(
+        key,
+        lambda j: j.train.snapshot_interval > 0 or value_of(j, key) == off,
+        "train.snapshot_interval",
+        "train.snapshot_interval above 0",
+    )
 
 
 RULES = (
-    *(_muon(f"train.{k}") for k in ("muon_lr", "muon_momentum", "muon_weight_decay", "muon_weight_decay_schedule",
-                                    "auto_muon_weight_decay")),
+    *(
+        _muon(f"train.{k}")
+        for k in (
+            "muon_lr",
+            "muon_momentum",
+            "muon_weight_decay",
+            "muon_weight_decay_schedule",
+            "auto_muon_weight_decay",
+        )
+    ),
     Idle("train.ema_half_life", lambda j: j.train.average == "ema", "train.average", "train.average=ema"),
     Idle("train.swa_start", lambda j: j.train.average == "swa", "train.average", "train.average=swa"),
     Idle("train.average_every", lambda j: j.train.average != "none", "train.average", "train.average=ema or swa"),
@@ -96,8 +112,10 @@ def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: b
             continue
         value, other = shown_value(value_of(job, rule.key)), shown_value(value_of(job, rule.other))
         if _chosen(job, rule.key) and not rule.acts(job):
-            raise ConfigError(f"{rule.key}={value} cannot act in this run: it acts only with {rule.needs}, and this "
-                              f"run has {rule.other}={other}; drop {rule.key}, or set {rule.needs}")
+            raise ConfigError(
+                f"{rule.key}={value} cannot act in this run: it acts only with {rule.needs}, and this "
+                f"run has {rule.other}={other}; drop {rule.key}, or set {rule.needs}"
+            )
     if keys is None or "train.mtp_weights" in keys or "train" in keys:
         refuse_idle_targets(job.train.mtp_weights, job.model.context_length if context else None)
     if keys is None or "train.warmup_steps" in keys or "train" in keys:
@@ -108,13 +126,17 @@ def refuse_idle_targets(weights: list[float], context_length: int | None) -> Non
     """train.mtp_weights must end in a weight that scores something, within the context: entry i (from 0) scores
     the token i + 2 ahead, which a window of context_length tokens holds only for i + 2 <= context_length."""
     if weights and weights[-1] == 0:
-        raise ConfigError(f"train.mtp_weights={list(weights)} ends in a 0 weight, which scores nothing (a 0 only "
-                          "skips a target before a weighted one); drop the trailing zeros")
+        raise ConfigError(
+            f"train.mtp_weights={list(weights)} ends in a 0 weight, which scores nothing (a 0 only "
+            "skips a target before a weighted one); drop the trailing zeros"
+        )
     if context_length is not None and len(weights) >= context_length:
-        raise ConfigError(f"train.mtp_weights has {len(weights)} entries, the last scoring the token "
-                          f"{len(weights) + 1} ahead, but a window of model.context_length={context_length} holds "
-                          f"targets at most {context_length} ahead, so its last {len(weights) - context_length + 1} "
-                          f"would score nothing; give at most {context_length - 1} entries (or a longer context)")
+        raise ConfigError(
+            f"train.mtp_weights has {len(weights)} entries, the last scoring the token "
+            f"{len(weights) + 1} ahead, but a window of model.context_length={context_length} holds "
+            f"targets at most {context_length} ahead, so its last {len(weights) - context_length + 1} "
+            f"would score nothing; give at most {context_length - 1} entries (or a longer context)"
+        )
 
 
 def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
@@ -122,18 +144,30 @@ def refuse_long_warmup(job: Any, resumed: Any, max_steps: int | None) -> None:
     train.lr, nor decay. Checked when the config is composed (a typed train.max_steps) and again at setup, once
     train.max_epochs has become steps; a resumed run checks it only when its command line types it."""
     t = job.train
-    if max_steps is None or t.lr_schedule == "constant" or t.warmup_steps < max_steps or not \
-            _chosen(job, "train.warmup_steps"):
+    if (
+        max_steps is None
+        or t.lr_schedule == "constant"
+        or t.warmup_steps < max_steps
+        or not _chosen(job, "train.warmup_steps")
+    ):
         return
     if resumed is not None and "train.warmup_steps" not in (typed_command_line() or ()):
         return
-    epochs = f"train.max_epochs={t.max_epochs:g} passes" if t.max_epochs is not None else \
-        "the default passes (train.max_epochs=null)"
-    limit = f"train.max_steps={max_steps}" if t.max_steps is not None else \
-        f"step {max_steps} ({epochs} over this training split)"
-    raise ConfigError(f"train.warmup_steps={t.warmup_steps} does not end before the run does, at {limit}: the "
-                      f"rate would never reach train.lr={t.lr:g}, nor decay to train.min_lr; give train.warmup_steps "
-                      f"below {max_steps}, or a longer run")
+    epochs = (
+        f"train.max_epochs={t.max_epochs:g} passes"
+        if t.max_epochs is not None
+        else "the default passes (train.max_epochs=null)"
+    )
+    limit = (
+        f"train.max_steps={max_steps}"
+        if t.max_steps is not None
+        else f"step {max_steps} ({epochs} over this training split)"
+    )
+    raise ConfigError(
+        f"train.warmup_steps={t.warmup_steps} does not end before the run does, at {limit}: the "
+        f"rate would never reach train.lr={t.lr:g}, nor decay to train.min_lr; give train.warmup_steps "
+        f"below {max_steps}, or a longer run"
+    )
 
 
 def refuse_idle_at_start(job: Any, resumed: Any) -> None:

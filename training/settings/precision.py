@@ -43,8 +43,9 @@ def run_dtype(job: TrainJob, device: torch.device) -> tuple[torch.dtype | None, 
     return dtype, line
 
 
-def measured_dtype(job: TrainJob, model: nn.Module, train_tokens: np.ndarray, device: torch.device,
-                   dist: distributed.DistInfo) -> tuple[torch.dtype, str, dict]:
+def measured_dtype(
+    job: TrainJob, model: nn.Module, train_tokens: np.ndarray, device: torch.device, dist: distributed.DistInfo
+) -> tuple[torch.dtype, str, dict]:
     """float32 or bf16 autocast, whichever makes this run's steps faster here: (dtype, the precision line, the
     record: milliseconds per step in each and the tokens/s of the one chosen)."""
     t = job.train
@@ -62,9 +63,14 @@ def measured_dtype(job: TrainJob, model: nn.Module, train_tokens: np.ndarray, de
     ms = {name: distributed.agreed_max(value, dist, device) for name, value in ms.items()}  # one choice on every rank
     name = "bfloat16" if ms["bfloat16"] < ms["float32"] else "float32"
     job.train.dtype = name
-    why = (f"train.dtype=auto; measured on this CPU, a step takes {ms['bfloat16']:.1f} ms in bfloat16 and "
-           f"{ms['float32']:.1f} ms in float32")
+    why = (
+        f"train.dtype=auto; measured on this CPU, a step takes {ms['bfloat16']:.1f} ms in bfloat16 and "
+        f"{ms['float32']:.1f} ms in float32"
+    )
     line = precision_line(DTYPES[name], why, device) or f"precision: float32 on {device} ({why})"
-    record = {"step_ms": {k: round(v, 2) for k, v in ms.items()}, "chosen": name,
-              "tokens_per_sec": 1000 * tokens / ms[name]}
+    record = {
+        "step_ms": {k: round(v, 2) for k, v in ms.items()},
+        "chosen": name,
+        "tokens_per_sec": 1000 * tokens / ms[name],
+    }
     return DTYPES[name], line, record

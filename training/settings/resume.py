@@ -24,8 +24,15 @@ from training.runner.plan import compile_setting
 MODEL_CHANGEABLE = ("model.dropout", "model.attention")
 # train.optimizer and train.syllable_rows: the optimizer's state is per optimizer and per parameter shape;
 # train.average: an average of one kind cannot go on as another
-FIXED_OTHER = ("data.tokenizer", "data.val_fraction", "data.val_files", "seed", "train.optimizer",
-               "train.syllable_rows", "train.average")
+FIXED_OTHER = (
+    "data.tokenizer",
+    "data.val_fraction",
+    "data.val_files",
+    "seed",
+    "train.optimizer",
+    "train.syllable_rows",
+    "train.average",
+)
 # What a checkpoint written before a key existed was trained with: it resumes with that value, and typing
 # another is refused as for any fixed key. (Before train.syllable_rows, every syllable row was trained.)
 BEFORE_THE_KEY = {"train.syllable_rows": "all", "train.average": "none"}
@@ -33,6 +40,7 @@ BEFORE_THE_KEY = {"train.syllable_rows": "all", "train.average": "none"}
 
 def is_fixed(key: str) -> bool:
     return key in FIXED_OTHER or key.startswith("model.") and key not in MODEL_CHANGEABLE
+
 
 NEVER_INHERITED = ("train.resume", "train.overwrite", "device")  # about this start, not about the run
 GROUPS = ("model", "data", "train")
@@ -138,9 +146,11 @@ def apply_checkpoint_settings(job, ckpt, overrides: Iterable[str] | None = None)
         if new is None and key == "model.vocab_size" or new == old:
             continue
         if is_fixed(key):
-            raise UserError(f"{key}={shown_value(new)} cannot change when resuming: {ckpt.path} was trained with "
-                            f"{key}={shown_value(old)}; drop the override to continue that run, or start a new run "
-                            "(without train.resume) to train with it")
+            raise UserError(
+                f"{key}={shown_value(new)} cannot change when resuming: {ckpt.path} was trained with "
+                f"{key}={shown_value(old)}; drop the override to continue that run, or start a new run "
+                "(without train.resume) to train with it"
+            )
         changed.append((_position(key, source), f"{key}={shown_value(new)} (was {old})"))
     job.model = replace(job.model, vocab_size=ckpt.model_config.vocab_size)
     return [text for _, text in sorted(changed, key=lambda c: c[0])]  # in the order they were typed
@@ -154,5 +164,6 @@ def _position(key: str, source: list[str] | None) -> int:
 def summary(ckpt, changed: list[str]) -> str:
     """The one line printed when a resumed run starts."""
     base = f"resuming {ckpt.path} at step {ckpt.step}"
-    return f"{base}; from this command line: {', '.join(changed)}" if changed else \
-        f"{base} with the checkpoint's settings"
+    return (
+        f"{base}; from this command line: {', '.join(changed)}" if changed else f"{base} with the checkpoint's settings"
+    )
