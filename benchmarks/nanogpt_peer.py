@@ -124,6 +124,14 @@ def write_bins(corpus: Path, out: Path):
     return c.tokenizer
 
 
+def nanogpt_lr(s: dict, step: int, fraction: float) -> float:
+    """train.py's get_lr, decaying over the time budget (`fraction` of it used) instead of lr_decay_iters."""
+    lr, lo, warm = s["learning_rate"], s["min_lr"], s["warmup_iters"]
+    if step < warm:
+        return lr * (step + 1) / (warm + 1)
+    return lo + 0.5 * (1.0 + math.cos(math.pi * min(1.0, fraction))) * (lr - lo)
+
+
 def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, steps: int | None, seed: int):
     """nanoGPT's train.py loop, stopped by the clock (or after `steps`); returns (model, steps, seconds)."""
     import numpy as np
@@ -156,12 +164,6 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
         model.train()
         return out
 
-    def lr_at(step: int, fraction: float) -> float:  # train.py's get_lr, decaying over the time budget
-        lr, lo, warm = s["learning_rate"], s["min_lr"], s["warmup_iters"]
-        if step < warm:
-            return lr * (step + 1) / (warm + 1)
-        return lo + 0.5 * (1.0 + math.cos(math.pi * min(1.0, fraction))) * (lr - lo)
-
     step, started = 0, time.perf_counter()
     X, Y = get_batch("train")
     while True:
@@ -169,7 +171,7 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
         if progress >= 1:
             break
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, progress)
+            group["lr"] = nanogpt_lr(s, step, progress)
         if step % s["eval_interval"] == 0:
             losses = estimate_loss()
             if step:

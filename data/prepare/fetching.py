@@ -110,6 +110,36 @@ def _base_url(source: CorpusSource, base_url: str | None) -> str:
     return source.base_url.rstrip("/") + "/"
 
 
+def _fetch_all(
+    source: CorpusSource, folder: Path, base: str, force: bool, limits: Limits, progress: bool
+) -> tuple[list[str], dict[str, int]]:
+    """Every file of `source` re-used or downloaded and validated, in order, its checksum recorded in
+    SHA256SUMS as it comes: (the texts, how many checksums were new or replaced)."""
+    sums_file = folder / "SHA256SUMS"
+    sums, texts, counts = _read_sums(sums_file), [], {"new": 0, "replaced": 0}
+    bar = tqdm(
+        source.files, desc=f"{source.name}", unit="file", disable=not progress, file=sys.stderr, dynamic_ncols=True
+    )
+    for remote in bar:
+        local = folder / "raw" / remote.path
+        recorded = sums.get(remote.path)
+        expected = remote.sha256 or recorded
+        text, digest = None if force else _reuse(source, remote, local, expected), None
+        if text is None:  # --force trusts anew what validates, unless the registry pins it
+            text, digest = _fetch(
+                source, remote, base + quote(remote.path), local, remote.sha256 if force else expected, limits
+            )
+        elif not expected:
+            digest = file_sha256(local)  # a kept copy never recorded, which has just validated
+        if digest and not remote.sha256 and digest != recorded:
+            counts["new" if recorded is None else "replaced"] += 1
+            sums[remote.path] = digest  # saved after each file: an interrupted run keeps what it verified
+            _write(sums_file, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
+        texts.append(text)
+    bar.close()
+    return texts, counts
+
+
 def prepare(
     source: CorpusSource,
     cache_dir: str | Path | None = None,
@@ -131,37 +161,15 @@ def prepare(
             "documents (koconovel); drop --files"
         )
     folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / source.name
-    raw = folder / "raw"
     try:
-        raw.mkdir(parents=True, exist_ok=True)
+        (folder / "raw").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(
             f"cannot create the corpus cache folder {folder}: {e.strerror or e} (pass --cache-dir)"
         ) from None
     base = _base_url(source, base_url)
+    texts, counts = _fetch_all(source, folder, base, force, limits, progress)
     sums_file = folder / "SHA256SUMS"
-    sums = _read_sums(sums_file)
-    texts, counts = [], {"new": 0, "replaced": 0}
-    bar = tqdm(
-        source.files, desc=f"{source.name}", unit="file", disable=not progress, file=sys.stderr, dynamic_ncols=True
-    )
-    for remote in bar:
-        local = raw / remote.path
-        recorded = sums.get(remote.path)
-        expected = remote.sha256 or recorded
-        text, digest = None if force else _reuse(source, remote, local, expected), None
-        if text is None:  # --force trusts anew what validates, unless the registry pins it
-            text, digest = _fetch(
-                source, remote, base + quote(remote.path), local, remote.sha256 if force else expected, limits
-            )
-        elif not expected:
-            digest = file_sha256(local)  # a kept copy never recorded, which has just validated
-        if digest and not remote.sha256 and digest != recorded:
-            counts["new" if recorded is None else "replaced"] += 1
-            sums[remote.path] = digest  # saved after each file: an interrupted run keeps what it verified
-            _write(sums_file, "".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
-        texts.append(text)
-    bar.close()
     if counts["new"]:
         print(
             f"first download of {counts['new']} file(s) without a pinned checksum: they validated, and their "
