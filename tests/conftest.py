@@ -100,9 +100,7 @@ def sigint_reaches_children():
 
 
 @pytest.fixture(autouse=True)
-def _own_compile_records(tmp_path_factory, monkeypatch):
-    """What a test's compiles measure (training/runner/plan.py) stays out of the user's cache and other tests."""
-    from training.runner import plan
-
-    folder = tmp_path_factory.mktemp("compile_records")
-    monkeypatch.setattr(plan, "records_path", lambda: folder / "compile_records.json")
+def _own_user_cache(tmp_path_factory, monkeypatch):
+    """Every test starts with a user cache of its own, empty as on a fresh machine (no folder of ours made in it), and
+    the commands it runs inherit it: what a test's compiles measure stays out of the user's cache and other tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))

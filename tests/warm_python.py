@@ -207,8 +207,9 @@ class WarmPython:
 
 # Variables that change in the pytest process without changing what a command reads at start: pytest's own (set
 # at every test), and the inductor cache folder torch writes into os.environ as its default when a test compiles.
-# KOCHAR_CPU_BF16 is read by the project's code (common/device.py), which every command imports after the fork.
-NOT_AT_START = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KOCHAR_CPU_BF16")
+# KOCHAR_CPU_BF16 and XDG_CACHE_HOME (each test's own user cache, tests/conftest.py) are read by the project's code
+# (common/device.py, common/atomic_files.py), which every command imports after the fork.
+NOT_AT_START = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KOCHAR_CPU_BF16", "XDG_CACHE_HOME")
 
 
 def _startup(env: dict[str, str]) -> dict[str, str]:

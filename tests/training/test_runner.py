@@ -6,6 +6,7 @@ buffers, the loss and gradient norm are copied out before the next replay, the o
 happen once per step, and a capture that fails leaves the run eager. tests/test_cuda.py runs the real graph."""
 
 import contextlib
+import json
 import math
 from unittest import mock
 
@@ -77,7 +78,9 @@ def test_the_payback_rule():
     assert not pays(0, 10.0, 0.1)
 
 
-PRIOR_CPU, PRIOR_CUDA = compile_plan.prior_costs(CPU), compile_plan.prior_costs(CUDA)
+with mock.patch.object(compile_plan, "has_native_bf16", return_value=True):
+    PRIOR_CPU = compile_plan.prior_costs(CPU, torch.bfloat16)  # a CPU with bf16 instructions, in bf16
+PRIOR_CUDA = compile_plan.prior_costs(CUDA, torch.bfloat16)
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +179,8 @@ def test_make_train_never_compiles_even_when_its_steps_are_slowed(tmp_path, monk
 
 def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     """A bf16 auto run on a CPU made to compile at once, with a stand-in for inductor whose steps are faster or
-    slower than the eager ones (the clock the runner reads says so)."""
+    slower than the eager ones (the clock the runner reads says so). Its records go to the user's cache, which
+    starts empty as on a fresh machine (tests/conftest.py)."""
     from tests.helpers import train_job
     from training import trainer
     from training.runner import steps as step_runner
@@ -195,8 +199,6 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     monkeypatch.setattr(step_runner.torch, "compile", StandIn)
     monkeypatch.setattr(step_runner, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
     monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
-    records = tmp_path / "records.json"
-    monkeypatch.setattr(compile_plan, "records_path", lambda: records)
     job = train_job(
         tmp_path,
         "data.path=data/corpus/ko_default.txt",
@@ -230,14 +232,116 @@ def test_a_faster_compiled_run_is_kept_and_recorded(tmp_path, monkeypatch, capsy
 def test_what_a_run_recorded_is_what_the_next_run_expects(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compile_plan, "records_path", lambda: tmp_path / "records.json")
-    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # nothing measured yet
-    compile_plan.write_record("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5)
-    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.Costs(
+    prior = compile_plan.prior_costs(CPU, torch.float32)
+    assert compile_plan.measured_costs("k", CPU, torch.float32, "/cache") == prior  # nothing measured yet
+    assert compile_plan.write_record("k", warmup_s=30.0, warm=False, cache="/cache", speedup=1.5) is None
+    assert compile_plan.measured_costs("k", CPU, torch.float32, "/cache") == compile_plan.Costs(
         1.5, 30.0 * compile_plan.WARM_SHARE, "measured here before"
     )  # warm now
-    assert compile_plan.measured_costs("k", CPU, "/another").warmup == 30.0  # that cache is not the one that holds it
+    assert (
+        compile_plan.measured_costs("k", CPU, torch.float32, "/another").warmup == 30.0
+    )  # not the cache that holds it
     (tmp_path / "records.json").write_text("not json")
-    assert compile_plan.measured_costs("k", CPU, "/cache") == compile_plan.prior_costs(CPU)  # unreadable: no hint
+    assert compile_plan.measured_costs("k", CPU, torch.float32, "/cache") == prior  # unreadable: no hint
+
+
+def test_a_fresh_machine_gets_its_records_folder_made():
+    assert not compile_plan.records_path().parent.exists()  # this test's user cache is empty (tests/conftest.py)
+    assert compile_plan.write_record("k", warmup_s=12.0) is None
+    assert compile_plan.read_record("k") == {"warmup_s": 12.0}
+
+
+def test_records_that_cannot_be_written_are_said_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a_file"))  # its kochar-gpt folder cannot be made
+    result, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=False)
+    out = capsys.readouterr().out
+    folder = tmp_path / "a_file" / "kochar-gpt"
+    assert result.step == 40 and records == {}
+    assert out.count(f"compile: could not record the measurements in {folder} (") == 1, out
+    assert "compile: back to eager: a compiled step takes 30.0 ms" in out and "recorded for the next" not in out
+
+
+DEEP = "[" * 200_000 + "]" * 200_000  # deeper than Python's parser recurses
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2]",
+        "null",
+        '{"k": [1, 2]}',
+        '{"k": "fast"}',
+        '{"k": {"warmup_s": -5, "speedup": "2", "warm": 1, "cache": 3, "eager_ms": true}}',
+        '{"k": {"warmup_s": NaN, "speedup": Infinity, "compiled_ms": -Infinity}}',
+        '{"k": {"warmup_s": {"s": 1}}}',
+        DEEP,
+        "\xff\xfe not text",
+    ],
+    ids=["a list", "null", "a list record", "a text record", "wrong types", "non-finite", "nested", "deep", "bytes"],
+)
+def test_a_records_file_of_any_shape_reads_as_empty_and_is_written_over(text):
+    path = compile_plan.records_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
+    assert compile_plan.read_record("k") == {}
+    assert compile_plan.measured_costs("k", CPU, torch.float32, "/c") == compile_plan.prior_costs(CPU, torch.float32)
+    assert compile_plan.write_record("k", warmup_s=3.0, speedup=1.2) is None
+    assert compile_plan.read_record("k") == {"warmup_s": 3.0, "speedup": 1.2}
+
+
+def test_a_run_goes_on_over_records_of_the_wrong_shape(tmp_path, monkeypatch, capsys):
+    _, records = _compiled_run(tmp_path / "first", monkeypatch, compiled_faster=True)
+    ((key, _),) = records.items()
+    compile_plan.records_path().write_text(json.dumps({key: {"warmup_s": -1.0, "speedup": [2]}, "other": 7}))
+    result, records = _compiled_run(tmp_path / "second", monkeypatch, compiled_faster=True)
+    assert result.step == 40 and records[key]["speedup"] == 2.0 and records[key]["warmup_s"] > 0
+
+
+@pytest.mark.parametrize("counts,warm", [([(5, 3), (7, 3)], True), ([(5, 3), (6, 4)], False), ([(0, 0)] * 2, False)])
+def test_a_warm_up_is_recorded_warm_only_where_inductors_cache_served_every_graph(tmp_path, monkeypatch, counts, warm):
+    readings = iter(counts)
+    monkeypatch.setattr(step_runner, "inductor_cache_counts", lambda: next(readings))
+    _, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=True)
+    ((_, record),) = records.items()
+    assert record["warm"] is warm
+
+
+def test_auto_weighs_what_this_machine_measured_where_the_priors_never_compile():
+    """A float32 CPU run compiles on no prior; once this machine has a record of the run's compile, auto times the run
+    and says the numbers it weighed."""
+    assert fixed_way("auto", CPU, torch.float32, "x", True) is None
+    measured = compile_plan.Costs(1.04, 20.0, "measured here before")
+    way, why = measured_way(CPU, 3000, 60000, "x", measured)
+    assert way == EAGER and "compiled steps are not 1.1x faster on this CPU" in why and "measured here before" in why
+    assert worth_a_line(CPU, torch.float32, EAGER, measured=True)
+    fast = compile_plan.Costs(1.5, 20.0, "measured here before")
+    assert measured_way(CPU, 3000, 60000, "x", fast)[0] == Way(inductor=True)
+
+
+@pytest.mark.slow
+def test_on_a_fresh_user_cache_a_compiled_run_leaves_records_the_next_auto_run_reads(tmp_path, corpus):
+    from tests.helpers import cli
+
+    def train(name: str, compile_: str):
+        args = ("model=tiny", f"data.path={corpus}", "train.max_steps=12", "train.eval_interval=12")
+        return cli(
+            "train.py",
+            *args,
+            "train.dtype=float32",
+            "train.sample_chars=0",
+            f"train.compile={compile_}",
+            f"hydra.run.dir={tmp_path / name}",
+        )
+
+    records = compile_plan.records_path()
+    assert not records.parent.exists()  # a fresh machine's cache: no folder of ours in it
+    first = train("compiled", "true")
+    assert first.returncode == 0 and records.is_file(), first.stderr
+    assert any("warmup_s" in r for r in compile_plan.read_all().values())
+    second = train("auto", "auto")
+    assert second.returncode == 0, second.stderr
+    assert "compile: eager (train.compile=auto; " in second.stdout and "measured here before" in second.stdout
 
 
 # -- the whole step as a CUDA graph, on the CPU: a stand-in replay writes what a replay writes -------------------

@@ -7,16 +7,18 @@ Design choices (docs/en/training.md, "Compile", has the rules and the priors' me
   `left` being the eager seconds left, halved where early stopping may act; inductor needs `MIN_INDUCTOR_STEPS` left,
   and a speedup measured under `KEEP` never compiles again.
 - The speedup and warm-up are this machine's where a run measured them (`records_path`, keyed by what decides a
-  compile's cost and gain), else the priors below. A hint, never a requirement: an unreadable file reads as empty,
-  and writing it is best-effort.
-- A CPU compiles only in bfloat16 with bf16 instructions; MPS stays eager. Under torchrun every rank takes the same
-  choice, and no CUDA graph is used (DDP's all-reduce runs between the step's kernels).
+  compile's cost and gain), else the priors below. A hint, never a requirement: what the file holds in another shape
+  reads as absent, and a file that cannot be written is said in one line; the run goes on either way.
+- A CPU compiles only in bfloat16 with bf16 instructions, or where this machine measured a speedup; MPS stays eager.
+  Under torchrun every rank takes the same choice, and no CUDA graph is used (DDP's all-reduce runs between the
+  step's kernels).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -27,6 +29,7 @@ import torch
 from common.atomic_files import atomic_write, user_cache_dir
 from common.config_checks import refusal
 from common.device import has_native_bf16
+from common.errors import os_error_cause
 
 COMPILE_VALUES = ("false", "true", "auto")
 SPELLINGS = {
@@ -47,6 +50,7 @@ GRAPH_SPEEDUP, GRAPH_WARMUP = 3.0, 0.5  # priors: a CUDA graph of a launch-bound
 CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP = 1.3, 20.0  # inductor's kernels under the graph; its compile
 CUDA_INDUCTOR_ALONE = 1.15  # inductor without a graph (the launches stay)
 CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP = 1.6, 25.0  # bf16 on a CPU with bf16 instructions
+CPU_OTHER_INDUCTOR_SPEEDUP = 1.05  # float32, emulated bf16: under KEEP, so only a speedup measured here compiles
 
 
 def compile_setting(value: object) -> str:
@@ -84,10 +88,16 @@ class Costs:
     source: str
 
 
-def prior_costs(device: torch.device) -> Costs:
-    if device.type == "cpu":
-        return Costs(CPU_BF16_INDUCTOR_SPEEDUP, CPU_INDUCTOR_WARMUP, "not measured on this machine yet")
-    return Costs(CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP, "not measured on this machine yet")
+def prior_costs(device: torch.device, dtype: torch.dtype) -> Costs:
+    if device.type != "cpu":
+        return Costs(CUDA_INDUCTOR_SPEEDUP, CUDA_INDUCTOR_WARMUP, "not measured on this machine yet")
+    speedup = CPU_BF16_INDUCTOR_SPEEDUP if cpu_gains(device, dtype) else CPU_OTHER_INDUCTOR_SPEEDUP
+    return Costs(speedup, CPU_INDUCTOR_WARMUP, "not measured on this machine yet")
+
+
+def cpu_gains(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether inductor is expected to pay on this CPU without a measurement: bf16 with bf16 instructions."""
+    return dtype == torch.bfloat16 and has_native_bf16(device)
 
 
 def load_factor() -> float:
@@ -109,8 +119,11 @@ def graph_blocker(device: torch.device, distributed: bool, mtp: bool) -> str | N
     return None
 
 
-def fixed_way(setting: str, device: torch.device, dtype: torch.dtype, blocker: str | None) -> tuple[Way, str] | None:
-    """The way and its reason when it needs no measurement; None when auto must time the run first."""
+def fixed_way(
+    setting: str, device: torch.device, dtype: torch.dtype, blocker: str | None, measured: bool = False
+) -> tuple[Way, str] | None:
+    """The way and its reason when it needs no measurement; None when auto must time the run first (`measured`: this
+    machine holds a record of this run's compile, which auto weighs even where the priors would not compile)."""
     if setting == "false":
         return EAGER, "train.compile=false"
     if setting == "true":
@@ -120,7 +133,7 @@ def fixed_way(setting: str, device: torch.device, dtype: torch.dtype, blocker: s
         return Way(inductor=True), why
     if device.type == "mps":
         return EAGER, "train.compile=auto; compile is not measured on MPS"
-    if device.type == "cpu" and not (dtype == torch.bfloat16 and has_native_bf16(device)):
+    if device.type == "cpu" and not cpu_gains(device, dtype) and not measured:
         kind = "float32" if dtype == torch.float32 else "emulated bfloat16"
         return EAGER, (
             f"train.compile=auto; inductor gains little over {kind} on this CPU, never its "
@@ -161,6 +174,8 @@ def measured_way(
     if device.type == "cpu":
         if inductor_pays(left_seconds, steps_left, costs):
             return Way(inductor=True), f"train.compile=auto; {left}, {expected}"
+        if costs.speedup < KEEP:
+            return EAGER, f"train.compile=auto; compiled steps are not {KEEP:g}x faster on this CPU ({expected})"
         return EAGER, f"train.compile=auto; {left}, too few for inductor's warm-up ({expected})"
     alone = Costs(min(costs.speedup, CUDA_INDUCTOR_ALONE), costs.warmup, costs.source)
     if blocker is not None:  # CUDA without a graph: inductor alone, where it pays
@@ -174,10 +189,10 @@ def measured_way(
     return Way(inductor=inductor, graph=True), f"train.compile=auto; {left}{more}"
 
 
-def worth_a_line(device: torch.device, dtype: torch.dtype, way: Way) -> bool:
-    """Where the choice is said: as the precision line (every GPU run, a CPU run that autocasts), and whenever
-    something compiles."""
-    return device.type != "cpu" or dtype != torch.float32 or way != EAGER
+def worth_a_line(device: torch.device, dtype: torch.dtype, way: Way, measured: bool = False) -> bool:
+    """Where the choice is said: as the precision line (every GPU run, a CPU run that autocasts), whenever something
+    compiles, and where this machine's own measurements decided it."""
+    return device.type != "cpu" or dtype != torch.float32 or way != EAGER or measured
 
 
 WARM_SHARE = 0.3  # a warm inductor cache's warm-up against a cold one's (docs/en/training.md)
@@ -205,41 +220,76 @@ def record_key(device: torch.device, dtype: torch.dtype, way: Way, model_config,
     return f"{device_name(device)}|torch {torch.__version__}|{dtype}|{way.name}|{model}|batch {batch}"
 
 
-def read_all() -> dict:
-    try:
-        records = json.loads(records_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# What a record may hold, each field with its test: anything else in the file (another shape, another type, a
+# negative or non-finite number) is ignored, so a hand-edited file can mislead no choice and end no run.
+RECORD_FIELDS = {
+    "warmup_s": _positive,
+    "speedup": _positive,
+    "eager_ms": _positive,
+    "compiled_ms": _positive,
+    "warm": lambda v: isinstance(v, bool),
+    "cache": lambda v: isinstance(v, str),
+}
+
+
+def usable_record(value: object) -> dict:
+    """The fields of a stored record that this code can use; {} for anything that is not a mapping."""
+    if not isinstance(value, dict):
         return {}
-    return records if isinstance(records, dict) else {}
+    return {k: v for k, v in value.items() if k in RECORD_FIELDS and RECORD_FIELDS[k](v)}
 
 
-def read_record(key: str) -> dict | None:
-    record = read_all().get(key)
-    return record if isinstance(record, dict) else None
-
-
-def write_record(key: str, **values: float | bool | str) -> None:
-    """Merge `values` into the record of `key`, keeping the newest `KEPT` records."""
-    records = read_all()
-    record = {**(records.pop(key, None) or {}), **values}
-    records[key] = record
+def read_all() -> dict[str, dict]:
+    """Every record of the file with something usable in it; a missing or unreadable file reads as empty."""
     try:
-        atomic_write(records_path(), json.dumps(dict(list(records.items())[-KEPT:]), indent=1))
-    except OSError:
-        pass
+        stored = json.loads(records_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting too deep for the parser
+        return {}
+    if not isinstance(stored, dict):
+        return {}
+    return {key: record for key, value in stored.items() if (record := usable_record(value))}
 
 
-def measured_costs(key: str, device: torch.device, cache_folder: str | None) -> Costs:
+def read_record(key: str) -> dict:
+    return read_all().get(key, {})
+
+
+def write_record(key: str, **values: float | bool | str) -> str | None:
+    """Merge `values` into the record of `key`, keeping the newest `KEPT` records, the folder made where missing.
+    Returns why the file could not be written (a few words), or None once it is."""
+    records = read_all()
+    records[key] = {**records.pop(key, {}), **usable_record(values)}
+    path = records_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(dict(list(records.items())[-KEPT:]), indent=1))
+    except OSError as e:
+        return os_error_cause(e)
+    return None
+
+
+def inductor_cache_counts() -> tuple[int, int]:
+    """(hits, misses) of inductor's compiled-graph cache in this process so far; (0, 0) where torch counts neither."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0, 0
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+def measured_costs(key: str, device: torch.device, dtype: torch.dtype, cache_folder: str | None) -> Costs:
     """Inductor's expected speedup and warm-up for the run of `key`: this machine's, where a run measured them (the
     warm-up a share of a cold one while inductor's cache folder is still there), else the priors."""
-    prior, record = prior_costs(device), read_record(key)
-    if not record:
+    prior, record = prior_costs(device, dtype), read_record(key)
+    if not record.keys() & {"speedup", "warmup_s"}:
         return prior
-    speedup = record.get("speedup")
-    speedup = float(speedup) if isinstance(speedup, int | float) and speedup > 0 else prior.speedup
-    warmup = record.get("warmup_s")
-    if not isinstance(warmup, int | float):
+    speedup = float(record.get("speedup", prior.speedup))
+    if "warmup_s" not in record:
         return Costs(speedup, prior.warmup, "speedup measured here before")
-    cold = float(warmup) / (WARM_SHARE if record.get("warm") else 1.0)
+    cold = float(record["warmup_s"]) / (WARM_SHARE if record.get("warm") else 1.0)
     cached = cache_folder is not None and record.get("cache") == cache_folder
     return Costs(speedup, cold * WARM_SHARE if cached else cold, "measured here before")

@@ -32,10 +32,13 @@ from training.runner.plan import (
     compile_setting,
     fixed_way,
     graph_blocker,
+    inductor_cache_counts,
     measured_costs,
     measured_way,
+    prior_costs,
     read_record,
     record_key,
+    records_path,
     worth_a_line,
     write_record,
 )
@@ -62,8 +65,11 @@ class StepRunner:
         self.warming: float | None = None  # when the chosen way started to warm up
         self.compiled = False  # inductor has compiled the step (or failed to)
         self.record: dict = {}  # the chosen way's key and warm-up, recorded for the next run
+        self.cache_counts = (0, 0)  # inductor's cache (hits, misses) when the warm-up began
+        self.unrecorded = False  # the records file could not be written (said once)
         self.setting = compile_setting(t.compile)
-        fixed = fixed_way(self.setting, s.device, s.dtype, self.blocker) if way is None else (way, "chosen by caller")
+        measured = bool(read_record(self._key(Way(inductor=True, graph=self.blocker is None))).keys() - {"cache"})
+        fixed = (way, "chosen by caller") if way else fixed_way(self.setting, s.device, s.dtype, self.blocker, measured)
         if fixed is not None:
             self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
 
@@ -113,14 +119,12 @@ class StepRunner:
         ):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-        key = record_key(
-            s.device, s.dtype, Way(inductor=True, graph=self.blocker is None), s.raw_model.config, t.batch_size
-        )
-        costs = measured_costs(key, s.device, inductor_cache_folder())
+        key = self._key(Way(inductor=True, graph=self.blocker is None))
+        costs = measured_costs(key, s.device, s.dtype, inductor_cache_folder())
         way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
             way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
-        self._adopt(way, why)
+        self._adopt(way, why, measured=costs.source != prior_costs(s.device, s.dtype).source)
 
     def _left_seconds(self, state: LoopState, per_step: float) -> float:
         s = self.s
@@ -128,19 +132,19 @@ class StepRunner:
         by_clock = s.job.train.max_seconds - state.elapsed() if s.job.train.max_seconds else math.inf
         return max(0.0, min(by_steps, by_clock))
 
-    def _adopt(self, way: Way, why: str, said: bool = False) -> None:
+    def _key(self, way: Way) -> str:
+        return record_key(self.s.device, self.s.dtype, way, self.s.raw_model.config, self.s.job.train.batch_size)
+
+    def _adopt(self, way: Way, why: str, said: bool = False, measured: bool = False) -> None:
         s = self.s
         self.way = way
-        if not said and worth_a_line(s.device, s.dtype, way):
+        if not said and worth_a_line(s.device, s.dtype, way, measured):
             self.s.say(f"compile: {way.name} ({why})")
         if way == EAGER:
             return
         self.warming = time.perf_counter()
-        cache = inductor_cache_folder()
-        key = record_key(s.device, s.dtype, way, s.raw_model.config, s.job.train.batch_size)
-        before = read_record(key) or {}
-        warm = cache is not None and before.get("cache") == cache and "warmup_s" in before  # compiled here before
-        self.record = {"key": key, "cache": cache, "warm": warm}
+        self.record = {"key": self._key(way), "cache": inductor_cache_folder()}
+        self.cache_counts = inductor_cache_counts()  # the warm-up is warm where inductor's cache serves every graph
         if way.inductor:
             self.model = torch.compile(s.model)
         if way.graph:
@@ -199,7 +203,9 @@ class StepRunner:
         self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
         self.warming = None
         if self.way.inductor:
-            self.record["warmup_s"] = round(seconds, 2)
+            (hits, misses), (hits_before, misses_before) = inductor_cache_counts(), self.cache_counts
+            warm = hits > hits_before and misses == misses_before
+            self.record.update(warmup_s=round(seconds, 2), warm=warm)
             self.compiled_times = [] if self.eager_times else None  # compared where auto timed eager steps
             if self.compiled_times is None:
                 self._write_record()
@@ -227,22 +233,30 @@ class StepRunner:
         self.record.update(
             speedup=round(speedup, 3), eager_ms=round(1000 * eager, 2), compiled_ms=round(1000 * compiled, 2)
         )
-        self._write_record()
+        recorded = self._write_record()
         both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
         if speedup >= KEEP:
             self.s.say(f"compile: kept: {both}")
             return
-        self.s.say(
-            f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling; recorded for the "
-            "next run on this machine"
-        )
+        noted = "; recorded for the next run on this machine" if recorded else ""
+        self.s.say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling{noted}")
         if self.graph is not None:
             release(s)
         self.model, self.graph, self.way = s.model, None, EAGER
 
-    def _write_record(self) -> None:
-        if self.s.dist.is_main and self.record.get("key"):
-            write_record(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
+    def _write_record(self) -> bool:
+        """Keep the measurements for the next run on this machine; a file that cannot be written is said once, naming
+        its folder, and the run goes on. True once written."""
+        if not (self.s.dist.is_main and self.record.get("key")):
+            return False
+        failed = write_record(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
+        if failed and not self.unrecorded:
+            self.unrecorded = True
+            self.s.say(
+                f"compile: could not record the measurements in {records_path().parent} ({failed}); the next "
+                "run on this machine measures again"
+            )
+        return failed is None
 
     def _now(self) -> float:
         if self.s.device.type == "cuda":
