@@ -62,6 +62,7 @@ def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], Non
     """One step of train.py's loop on a session of its own set-up, run `way` (training/runner/plan.py)."""
     from benchmarks.lever_speed import session
     from training.runner.steps import StepRunner
+    from training.step import train_step
 
     with contextlib.redirect_stdout(sys.stderr):  # the set-up's and the runner's lines: stdout is the JSON
         s, state = session(overrides, folder)
@@ -69,7 +70,7 @@ def ours_step(overrides: list[str], way, folder: Path) -> tuple[Callable[[], Non
 
     def step() -> None:
         with contextlib.redirect_stdout(sys.stderr):
-            runner.step(state)
+            train_step(s, state, runner.step_fn(state))
 
     return step, s.raw_model
 

@@ -89,10 +89,11 @@ def check_costs(run: Path) -> dict[str, float]:
 
     from benchmarks.timing import mean_seconds
     from hf_export.writer import choose_layout
-    from inference.checkpoint import load_checkpoint, resolve_checkpoint, usable
+    from inference.checkpoint import load_checkpoint, refuse_non_finite_logits, usable
     from inference.exported_checks import expected_tensors
     from inference.loading import model_from_checkpoint
-    from inference.weight_checks import _expected, check_state, refuse_non_finite_logits
+    from inference.run_files import resolve_checkpoint
+    from inference.weight_checks import _expected, check_state
     from training.guards.memory import available_bytes, estimate
     from training.settings.config import TrainConfig
 

@@ -58,6 +58,13 @@ class BatchSampler:
 
     __next__ = next_batch
 
+    def peek(self, n: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The next `n` batches without moving on: `next_batch` draws the same ones after."""
+        saved = self.state_dict()
+        batches = [self.next_batch() for _ in range(n)]
+        self.load_state_dict(saved)
+        return batches
+
     def __iter__(self):
         return self
 

@@ -10,6 +10,7 @@ Design choices:
 from __future__ import annotations
 
 import errno
+import math
 import pickle
 import re
 import shutil
@@ -20,16 +21,18 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
+from torch import Tensor, nn
 
 from common.atomic_files import Writer, atomic_write
 from common.errors import UserError
-from inference.weight_checks import checked_weights, probe_model, refuse_non_finite_logits
+from inference.weight_checks import checked_weights, meta_model
 from model.config import ModelConfig
 
 FORMAT = "kochar-gpt/checkpoint"
 VERSION = 3
 CKPT_NAME = "ckpt.pt"
 BEST_NAME = "best.pt"
+PROBE_TOKENS = 8  # positions of the forward pass that checks the logits (attention over several, every block, head)
 
 
 class CheckpointWriteError(UserError):
@@ -58,6 +61,35 @@ class TrainingState:
 _TRAINING_KEYS = tuple(f.name for f in fields(TrainingState))
 
 
+def _whole(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive(value: object) -> bool:
+    return _number(value) and math.isfinite(value) and value > 0
+
+
+_MAPPING = (lambda v: isinstance(v, dict), "a mapping")
+# What each entry of a training state must be, and the words a refusal says it in
+TRAINING_SHAPES = {
+    "step": (_whole, "a whole number"),
+    "optimizer": _MAPPING,
+    "scaler": _MAPPING,
+    "best_val_loss": (_number, "a number"),
+    "val_loss": (_number, "a number"),
+    "elapsed_seconds": (lambda v: _number(v) and 0 <= v < math.inf, "a number of seconds"),
+    "rng": _MAPPING,
+    "sampler": _MAPPING,
+    "world_size": (lambda v: _whole(v, 1), "a whole number from 1"),
+    "average_updates": (_whole, "a whole number"),
+    "early_stop": _MAPPING,
+}
+
+
 @dataclass
 class Checkpoint:
     model_config: ModelConfig
@@ -68,7 +100,8 @@ class Checkpoint:
     training: TrainingState | None = None
     averaged: dict[str, torch.Tensor] | None = None  # train.average: the averaged weights (same keys as `model`)
     path: Path | None = None  # where it was loaded from (not saved)
-    missing_training: tuple[str, ...] = ()  # training-state entries absent from the file (not saved)
+    training_refusal: str = ""  # why the file's training state cannot be resumed, where it has one (not saved)
+    ignored: tuple[str, ...] = ()  # records of how the run was made, in a shape no reader can use (not saved)
     held: str | None = None  # an exported folder's one set: averaged | raw | unknown (None: a training checkpoint)
     held_updates: int | None = None  # the updates of the average an exported folder holds (its record says)
     source: dict | None = None  # an export's source checkpoint: its path, step, val loss (inference/run_files.py)
@@ -123,42 +156,78 @@ class Checkpoint:
                 )
             averaged = checked_weights(model_config, averaged, path)
         raw = payload.get("training") if version >= 2 else {k: payload[k] for k in _TRAINING_KEYS if k in payload}
-        training, missing = _training_state(raw)
+        training, refusal = _training_state(raw)
+        tokens_per_char, config = payload.get("tokens_per_char", 1.0), payload.get("config") or {}
+        for key, value, usable_, need in (
+            ("tokenizer", payload["tokenizer"], isinstance(payload["tokenizer"], dict), "a mapping"),
+            ("tokens_per_char", tokens_per_char, _positive(tokens_per_char), "a positive number"),
+            ("config", config, isinstance(config, dict), "a mapping of the run's settings"),
+        ):
+            if not usable_:
+                raise UserError(
+                    f"checkpoint {path} has an unusable {key} ({_shown(value)}, not {need}): it cannot be sampled "
+                    f"or resumed; {another_checkpoint(path)}"
+                )
+        config, ignored = _records_checked(config)
         return cls(
-            model_config,
-            weights,
-            payload["tokenizer"],
-            float(payload.get("tokens_per_char", 1.0)),
-            dict(payload.get("config") or {}),
-            training,
-            averaged,
-            path,
-            missing,
+            model_config=model_config,
+            model=weights,
+            tokenizer=payload["tokenizer"],
+            tokens_per_char=float(tokens_per_char),
+            config=config,
+            training=training,
+            averaged=averaged,
+            path=path,
+            training_refusal=refusal,
+            ignored=ignored,
         )
 
     def resume_refusal(self) -> str | None:
         """Why this checkpoint cannot be resumed (one line saying what still works), or None."""
         if self.training is not None:
             return None
-        what = (
-            f"lacks the training state's {', '.join(self.missing_training)}"
-            if self.missing_training
-            else "holds no training state (optimizer, step, random states)"
-        )
+        what = self.training_refusal or "holds no training state (optimizer, step, random states)"
         return (
             f"checkpoint {self.path} {what}, so it cannot be resumed; its weights can still be sampled "
             "(generate.py) and scored (evaluate.py), or start a new run"
         )
 
 
-def _training_state(raw: Any) -> tuple[TrainingState | None, tuple[str, ...]]:
-    """The TrainingState, or None and the entries it lacks (older files may lack the optional ones)."""
+def _shown(value: object) -> str:
+    return repr(value)[:40] if isinstance(value, str | int | float) else f"a {type(value).__name__}"
+
+
+def _training_state(raw: Any) -> tuple[TrainingState | None, str]:
+    """The TrainingState, or None and why not: the entries it lacks (older files may lack the optional ones), or
+    one of another shape than the code writes."""
     if not isinstance(raw, dict) or not raw:
-        return None, ()
+        return None, ""
     optional = {"scaler": {}, "val_loss": float("nan"), "world_size": 1, "average_updates": 0, "early_stop": {}}
     state = optional | {k: raw[k] for k in _TRAINING_KEYS if k in raw}
-    missing = tuple(k for k in _TRAINING_KEYS if k not in state)
-    return (None, missing) if missing else (TrainingState(**state), ())
+    missing = [k for k in _TRAINING_KEYS if k not in state]
+    if missing:
+        return None, f"lacks the training state's {', '.join(missing)}"
+    for key, (fits, need) in TRAINING_SHAPES.items():
+        if not fits(state[key]):
+            return None, f"has an unusable training state ({key} is {_shown(state[key])}, not {need})"
+    return TrainingState(**state), ""
+
+
+def _records_checked(config: dict) -> tuple[dict, tuple[str, ...]]:
+    """`config` without its records of how the run was made (`measured`, `init_from`) where they are in a shape the
+    code never writes, and their names: a resume says it ignored them (training/settings/resume.py)."""
+    precision = config.get("measured", {}).get("precision") if isinstance(config.get("measured"), dict) else None
+    step_ms = precision.get("step_ms") if isinstance(precision, dict) else None
+    checks = {
+        "measured": isinstance(step_ms, dict)
+        and all(_positive(ms) for ms in step_ms.values())
+        and precision.get("chosen") in step_ms
+        and _positive(precision.get("tokens_per_sec")),
+        "init_from": isinstance(config.get("init_from"), dict)
+        and all(isinstance(v, str | int | float | None) for v in config["init_from"].values()),
+    }
+    bad = tuple(key for key, fits in checks.items() if key in config and not fits)
+    return {k: v for k, v in config.items() if k not in bad}, tuple(f"config.{key}" for key in bad)
 
 
 def another_checkpoint(path: str | Path | None) -> str:
@@ -179,6 +248,34 @@ def refuse_non_finite(ckpt: Checkpoint) -> None:
                 "infinity): it cannot be sampled, scored, exported or fine-tuned from; "
                 f"{another_checkpoint(ckpt.path)}"
             )
+
+
+@torch.no_grad()
+def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
+    """One UserError naming the weights where `model`'s logits on a few tokens are not finite."""
+    c = model.config
+    n = min(PROBE_TOKENS, c.context_length)
+    device = next(model.parameters()).device
+    ids = (torch.arange(n, device=device) * 7919 + 1) % c.vocab_size  # a prime stride: ids far apart
+    was_training = model.training
+    model.eval()
+    try:
+        logits, _ = model(ids[None])
+    finally:
+        model.train(was_training)
+    if not bool(torch.isfinite(logits).all()):
+        raise UserError(
+            f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
+            "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
+            f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}"
+        )
+
+
+def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
+    """A CPU model holding `weights` (as float32) for one check: built on `meta`, the weights assigned in place."""
+    model = meta_model(config)
+    model.load_state_dict({k: v.float() for k, v in weights.items()}, assign=True)
+    return model
 
 
 def usable(ckpt: Checkpoint, which: str | None = None) -> Checkpoint:
@@ -226,46 +323,6 @@ def _write_failure(e: BaseException) -> str:
 def strip_compile_prefix(state_dict: dict) -> dict:
     """torch.compile wraps the model as `_orig_mod`, DDP as `module`; checkpoints never carry those prefixes."""
     return {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state_dict.items()}
-
-
-def newest_checkpoint(root: str | Path = "runs") -> Path:
-    root = Path(root)
-    found = list(root.rglob(CKPT_NAME)) if root.is_dir() else []
-    if not found:
-        raise UserError(f"no checkpoint found under {root}/; train first (python train.py) or pass ckpt=<run dir>")
-    return max(found, key=lambda p: p.stat().st_mtime)
-
-
-def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
-    """One UserError naming `key` where a folder holds both a run's checkpoint and an exported model."""
-    from hf_format import RECORD
-
-    folder = Path(path).expanduser()
-    record = folder / RECORD
-    ckpts = [folder / n for n in (CKPT_NAME, BEST_NAME) if (folder / n).is_file()]
-    if ckpts and record.is_file() and (folder / "model.safetensors").is_file():
-        which = f"{key}={ckpts[0]}" + ("" if key.startswith("train.") else f" or {key}={record}")
-        raise UserError(
-            f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
-            f"{record}: name the one you mean ({which}), or move one of them to a folder of its own"
-        )
-
-
-def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
-    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/."""
-    if path in (None, ""):
-        newest = newest_checkpoint(runs_root)
-        refuse_two_models(newest.parent, key)
-        return newest
-    p = Path(path).expanduser()
-    if p.is_dir():
-        refuse_two_models(p, key)
-        if (p / CKPT_NAME).is_file():
-            return p / CKPT_NAME
-        raise UserError(f"no {CKPT_NAME} in run directory {p}")
-    if not p.exists():
-        raise UserError(f"checkpoint not found: {p}")
-    return p
 
 
 def load_checkpoint(path: str | Path, mmap: bool = False) -> Checkpoint:

@@ -8,9 +8,8 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_two_models
-from inference.run_files import RunFile, run_file
-from inference.weight_checks import refuse_non_finite_logits
+from inference.checkpoint import Checkpoint, load_checkpoint, refuse_non_finite, refuse_non_finite_logits
+from inference.run_files import RunFile, refuse_two_models, run_file
 from inference.weights import WeightsUsed, choose_weights
 from model import AttentionLanguageModel
 from tokenizer import Tokenizer, tokenizer_from_dict

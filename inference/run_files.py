@@ -19,15 +19,7 @@ from pathlib import Path
 from common.config_checks import shown_value
 from common.errors import UserError
 from data.config import DataConfig
-from inference.checkpoint import (
-    BEST_NAME,
-    CKPT_NAME,
-    Checkpoint,
-    load_checkpoint,
-    newest_checkpoint,
-    refuse_two_models,
-    resolve_checkpoint,
-)
+from inference.checkpoint import BEST_NAME, CKPT_NAME, Checkpoint, load_checkpoint
 
 RESUMABLE_MODEL_KEYS = ("dropout", "attention")  # training/settings/resume.py's MODEL_CHANGEABLE
 CORPUS_KEYS = ("path", "val_fraction", "val_files", "tokenizer")  # the data keys that fix the validation text
@@ -111,6 +103,46 @@ def _corpus(ckpt: Checkpoint) -> tuple:
     values["data.path"] = os.path.normpath(os.path.expanduser(path)) if isinstance(path, str) else path
     values["data.val_files"] = json.dumps(values["data.val_files"], default=str)
     return (*values.items(), ("tokens_per_char", float(ckpt.tokens_per_char)))
+
+
+def newest_checkpoint(root: str | Path = "runs") -> Path:
+    root = Path(root)
+    found = list(root.rglob(CKPT_NAME)) if root.is_dir() else []
+    if not found:
+        raise UserError(f"no checkpoint found under {root}/; train first (python train.py) or pass ckpt=<run dir>")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def refuse_two_models(path: str | Path, key: str = "ckpt") -> None:
+    """One UserError naming `key` where a folder holds both a run's checkpoint and an exported model."""
+    from hf_format import RECORD
+
+    folder = Path(path).expanduser()
+    record = folder / RECORD
+    ckpts = [folder / n for n in (CKPT_NAME, BEST_NAME) if (folder / n).is_file()]
+    if ckpts and record.is_file() and (folder / "model.safetensors").is_file():
+        which = f"{key}={ckpts[0]}" + ("" if key.startswith("train.") else f" or {key}={record}")
+        raise UserError(
+            f"{key}={folder} holds two models, a run's checkpoint {ckpts[0]} and an exported model "
+            f"{record}: name the one you mean ({which}), or move one of them to a folder of its own"
+        )
+
+
+def resolve_checkpoint(path: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> Path:
+    """A checkpoint file, a run directory holding ckpt.pt, or None for the newest run under runs/."""
+    if path in (None, ""):
+        newest = newest_checkpoint(runs_root)
+        refuse_two_models(newest.parent, key)
+        return newest
+    p = Path(path).expanduser()
+    if p.is_dir():
+        refuse_two_models(p, key)
+        if (p / CKPT_NAME).is_file():
+            return p / CKPT_NAME
+        raise UserError(f"no {CKPT_NAME} in run directory {p}")
+    if not p.exists():
+        raise UserError(f"checkpoint not found: {p}")
+    return p
 
 
 def run_file(ckpt: str | Path | None, runs_root: str | Path = "runs", key: str = "ckpt") -> RunFile:

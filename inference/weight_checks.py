@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,7 +24,6 @@ from model.config import ModelConfig
 from model.input_output import upgrade_state_names
 from model.qkv_layout import PARTS, QKV, head_key, match_layout, qkv_prefix, split_head_key
 
-PROBE_TOKENS = 8  # positions of the forward pass that checks the logits (attention over several, every block, head)
 _FACTORIES = frozenset(
     {torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye, torch.tensor}
 )
@@ -168,33 +166,3 @@ def _check_shape(state: dict[str, Any], key: str, shape: tuple[int, ...], path: 
         raise _refusal(path, f"its weights lack {key}, which its model settings need")
     if tuple(found.shape) != shape:
         raise _refusal(path, f"{key} is {list(found.shape)} but its model settings need {list(shape)}")
-
-
-@torch.no_grad()
-def refuse_non_finite_logits(model: nn.Module, source: str | Path | None, which: str = "") -> None:
-    """One UserError naming the weights where `model`'s logits on a few tokens are not finite."""
-    from inference.checkpoint import another_checkpoint  # which imports this module
-
-    c = model.config
-    n = min(PROBE_TOKENS, c.context_length)
-    device = next(model.parameters()).device
-    ids = (torch.arange(n, device=device) * 7919 + 1) % c.vocab_size  # a prime stride: ids far apart
-    was_training = model.training
-    model.eval()
-    try:
-        logits, _ = model(ids[None])
-    finally:
-        model.train(was_training)
-    if not bool(torch.isfinite(logits).all()):
-        raise UserError(
-            f"the {which + ' ' if which in ('averaged', 'raw') else ''}weights of {source} compute "
-            "logits that are not finite numbers (NaN or infinity) on a few tokens: they cannot be "
-            f"sampled, scored, exported, resumed or fine-tuned from; {another_checkpoint(source)}"
-        )
-
-
-def probe_model(config: ModelConfig, weights: dict[str, Tensor]) -> nn.Module:
-    """A CPU model holding `weights` (as float32) for one check: built on `meta`, the weights assigned in place."""
-    model = meta_model(config)
-    model.load_state_dict({k: v.float() for k, v in weights.items()}, assign=True)
-    return model

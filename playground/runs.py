@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from common.errors import UserError
-from inference.checkpoint import CKPT_NAME, refuse_two_models, resolve_checkpoint
+from inference.checkpoint import CKPT_NAME
 from inference.exported_folder import RECORD, exported_folder, is_exported
 from inference.loading import load_any
-from inference.run_files import RunFile, folder_file, run_file
+from inference.run_files import RunFile, folder_file, refuse_two_models, resolve_checkpoint, run_file
 from inference.weights import choose_weights
 from playground.schemas import ApiError
 

@@ -5,7 +5,6 @@ Design choices:
 - `best.pt` is a byte copy of the evaluation's `ckpt.pt`, not a second serialisation.
 - Nothing non-finite is saved (training/guards/divergence.py); every write is atomic, so a failed one (a full disk)
   is one line and the old file stays. Everything a resume needs is plain data (`weights_only=True` loads it).
-- Resuming from another file than the run's `ckpt.pt` keeps that newer `ckpt.pt` as `ckpt.step<N>.pt`, and says so.
 """
 
 from __future__ import annotations
@@ -14,13 +13,11 @@ import random
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from cli.overrides import shell_path
-from common.atomic_files import atomic_rename
 from common.errors import UserError
 from data.sampler import BatchSampler
 from inference.checkpoint import (
@@ -29,20 +26,18 @@ from inference.checkpoint import (
     TrainingState,
     copy_checkpoint,
     load_checkpoint,
-    resolve_checkpoint,
     save_checkpoint,
     strip_compile_prefix,
     usable,
 )
+from inference.run_files import resolve_checkpoint
 from model.hangul.held_rows import dense_state_dict
 from training.early_stop import EarlyStop
 from training.guards.divergence import all_finite
 from training.optim.layout import match_optimizer_layout
 from training.reporting.progress import close_bars
-
-if TYPE_CHECKING:
-    from training.session import LoopState, Session
-    from training.settings.config import TrainJob
+from training.settings.config import TrainJob
+from training.state import LoopState, Session
 
 
 def save(s: Session, state: LoopState, name: str, also: str | None = None) -> None:
@@ -54,31 +49,27 @@ def save(s: Session, state: LoopState, name: str, also: str | None = None) -> No
         state.watch.refuse_unfinite(state.step, "the model weights")
     average = s.average
     training = TrainingState(
-        state.step,
-        s.optimizer.state_dict(),
-        s.scaler.state_dict(),
-        state.best_val_loss,
-        state.val_loss,
-        state.elapsed(),
-        capture_rng(),
-        s.sampler.state_dict(),
-        s.dist.world_size,
-        average.updates if average else 0,
-        state.early.record(),
+        step=state.step,
+        optimizer=s.optimizer.state_dict(),
+        scaler=s.scaler.state_dict(),
+        best_val_loss=state.best_val_loss,
+        val_loss=state.val_loss,
+        elapsed_seconds=state.elapsed(),
+        rng=capture_rng(),
+        sampler=s.sampler.state_dict(),
+        world_size=s.dist.world_size,
+        average_updates=average.updates if average else 0,
+        early_stop=state.early.record(),
     )
-    config = {
-        **asdict(s.job),
-        **({"init_from": s.init_record} if s.init_record else {}),
-        **({"measured": s.measured} if s.measured else {}),
-    }
+    recorded = {"init_from": s.init_record, "measured": s.measured}  # how the run was made, where it says
     ckpt = Checkpoint(
-        s.raw_model.config,
-        strip_compile_prefix(dense_state_dict(s.raw_model)),
-        s.tokenizer.to_dict(),
-        s.tokens_per_char,
-        config,
-        training,
-        average.dense_state() if average else None,
+        model_config=s.raw_model.config,
+        model=strip_compile_prefix(dense_state_dict(s.raw_model)),
+        tokenizer=s.tokenizer.to_dict(),
+        tokens_per_char=s.tokens_per_char,
+        config={**asdict(s.job), **{k: v for k, v in recorded.items() if v}},  # the whole run config
+        training=training,
+        averaged=average.dense_state() if average else None,
     )
     try:
         save_checkpoint(ckpt, s.run_dir / name)  # a failed write (full disk) is one UserError; the old file stays
@@ -143,28 +134,6 @@ def restore_training(
             f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
             "sampled (generate.py) and scored (evaluate.py), or start a new run"
         ) from None
-
-
-def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
-    """Resuming from another file than the run's ckpt.pt: keep that ckpt.pt under its own name, so the first
-    save does not overwrite it. Returns the line that says so."""
-    current = run_dir / CKPT_NAME
-    if not current.is_file() or resumed.path is None or current.resolve() == resumed.path.resolve():
-        return None
-    try:
-        step = str(load_checkpoint(current).step)
-    except UserError:
-        step = "unreadable"
-    kept = run_dir / f"ckpt.step{step}.pt"
-    n = 1
-    while kept.exists():
-        n += 1
-        kept = run_dir / f"ckpt.step{step}.{n}.pt"
-    atomic_rename(current, kept)
-    return (
-        f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
-        f"(step {step}) is kept as {kept.name}"
-    )
 
 
 def capture_rng() -> dict:

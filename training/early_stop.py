@@ -1,5 +1,5 @@
-"""Early stopping (`train.early_stop`) and where a run stood best: the noise margin of validation, the count of
-evaluations without a better one, and the lines that end a run whose end is worse than its best.
+"""Early stopping (`train.early_stop`): the noise margin of validation, the count of evaluations without a better
+one, and when a patience can act.
 
 Design choices (docs/en/training.md, "Best weights and early stopping"):
 - Patience counts evaluations, and stops only once validation is worse than the best by more than
@@ -10,7 +10,8 @@ Design choices (docs/en/training.md, "Best weights and early stopping"):
 - `observe` runs in every evaluation before its checkpoint is written, so `ckpt.pt` records a stop; under torchrun
   every rank decides together. The count is saved, so a resumed run stops where the unbroken one would, and one
   that stopped early counts as finished until a limit is raised or the patience no longer holds.
-- The closing lines find the file the readers use as they do (inference/run_files.py).
+- The loop asks `stop_cause` (training/trainer.py), which reads `EarlyStop.stopped_at`; the closing lines that say
+  where a run stood best are reporting's (training/reporting/summary.py).
 """
 
 from __future__ import annotations
@@ -18,23 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from cli.overrides import shell_path
-from common.errors import ConfigError, UserError
-from inference.checkpoint import BEST_NAME, CKPT_NAME
-from inference.run_files import folder_file, header
-from training import distributed
-from training.evaluation import bits_per_char
-
-if TYPE_CHECKING:
-    from training.session import LoopState, Session
+from common.errors import ConfigError
+from inference.checkpoint import BEST_NAME
+from inference.run_files import header
+from training.settings.config import TrainConfig
 
 AUTO_PATIENCE = 4
 EARLY = "early_stop"  # the `stopped` of a run that stopped early (its result line, run/stopped in TensorBoard)
 LIMITS = ("max_steps", "max_seconds")  # what a resumed run must raise to train on (max_epochs is in max_steps)
 NOISE_MARGIN_BPC = 0.05
-READERS = "generate.py, evaluate.py, serve.py, export.py and train.init_from"
 
 
 def margin_nats(tokens_per_char: float) -> float:
@@ -64,17 +58,19 @@ def can_act(e: EarlyStop, best_val_loss: float, patience_: int, left: int | None
     return left - 1 + stale >= patience_
 
 
-def refuse_idle_patience(job, state: LoopState, max_steps: int | None, resumed: bool, typed: set[str] | None) -> None:
+def refuse_idle_patience(
+    t: TrainConfig, e: EarlyStop, step: int, best_val_loss: float, max_steps: int | None, typed: set[str] | None
+) -> None:
     """A `train.early_stop=N` of the user's own that cannot act in this run is refused, naming the key, as the idle
     rules do (training/settings/idle.py); `auto` (the default) is then silent, and a resumed run that stopped early
-    is `start`'s to answer."""
-    t = job.train
-    if t.early_stop in (None, "auto") or state.early.stopped_at is not None:
+    is `start`'s to answer. `typed`: a resumed run's keys typed on the command line (None: a new run, or no command
+    line), where only a patience typed again is refused."""
+    if t.early_stop in (None, "auto") or e.stopped_at is not None:
         return
-    if resumed and typed is not None and "train.early_stop" not in typed and "train" not in typed:
+    if typed is not None and "train.early_stop" not in typed and "train" not in typed:
         return
-    n, left = int(t.early_stop), evaluations_left(state.step, max_steps, t.eval_interval)
-    if can_act(state.early, state.best_val_loss, n, left):
+    n, left = int(t.early_stop), evaluations_left(step, max_steps, t.eval_interval)
+    if can_act(e, best_val_loss, n, left):
         return
     raise ConfigError(
         f"train.early_stop={n} cannot act in this run: it stops a run after {n} evaluations in a row "
@@ -119,11 +115,10 @@ class EarlyStop:
         whole = lambda v: v if isinstance(v, int) and not isinstance(v, bool) else None  # noqa: E731
         limits = r.get("limits") if isinstance(r.get("limits"), dict) else {}
         return cls(
-            None,
-            whole(r.get("best_step")),
-            whole(r.get("stale")) or 0,
-            whole(r.get("stopped_at")),
-            {k: v for k, v in limits.items() if k in LIMITS and (v is None or isinstance(v, int | float))},
+            best_step=whole(r.get("best_step")),
+            stale=whole(r.get("stale")) or 0,
+            stopped_at=whole(r.get("stopped_at")),
+            limits={k: v for k, v in limits.items() if k in LIMITS and (v is None or isinstance(v, int | float))},
         )
 
     def count(
@@ -148,6 +143,11 @@ class EarlyStop:
             self.stopped_at = step
         return self.stopped_at == step
 
+    def acts(self, step: int, best_val_loss: float, max_steps: int | None, interval: int) -> bool:
+        """Whether the patience resolved can stop this run before its last evaluation."""
+        left = evaluations_left(step, max_steps, interval)
+        return self.patience is not None and can_act(self, best_val_loss, self.patience, left)
+
     def going_on(self, now: dict) -> str | None:
         """Why a resumed run that stopped early trains on with the limits `now` (a limit raised: the count starts
         again; the patience no longer holding), or None: it counts as finished."""
@@ -166,62 +166,40 @@ class EarlyStop:
         return None
 
 
-def observe(s: Session, state: LoopState, last: bool) -> None:
-    """At an evaluation, before `state.best_val_loss` takes it in and its checkpoint is written: count it, and
-    decide on every rank together whether the run stops here (`state.early.stopped_at`)."""
-    state.early.count(
-        state.step,
-        state.val_loss,
-        state.best_val_loss,
-        s.tokens_per_char,
-        last,
-        lambda stop: distributed.any_rank(stop, s.dist, s.device),
-    )
-
-
-def stops_here(state: LoopState) -> bool:
-    """Whether the evaluation just counted stopped the run (the loop then ends)."""
-    if state.early.stopped_at != state.step:
-        return False
-    state.stopped = EARLY
-    return True
-
-
-def start(s: Session, state: LoopState) -> bool:
-    """Resolve the patience and say it; False for a resumed run that stopped early and is given nothing more to do
-    (it counts as finished: nothing is trained, and the run ends as any finished run does)."""
-    t, e = s.job.train, state.early
+def start(
+    e: EarlyStop, t: TrainConfig, max_steps: int | None, step: int, best_val_loss: float, run_dir: Path
+) -> list[str]:
+    """Resolve the patience, and the lines that say it. A resumed run that stopped early and is given nothing more to
+    do keeps `stopped_at`: it counts as finished, and the loop's `stop_cause` ends it before a step."""
     e.patience = patience(t.early_stop, t.max_steps)
-    now = {"max_steps": s.max_steps, "max_seconds": t.max_seconds}
-    if e.best_step is None and state.step:  # a checkpoint written before the count was saved: best.pt's step
-        e.best_step = _best_file_step(s.run_dir)
+    now, lines = {"max_steps": max_steps, "max_seconds": t.max_seconds}, []
+    if e.best_step is None and step:  # a checkpoint written before the count was saved: best.pt's step
+        e.best_step = _best_file_step(run_dir)
     if e.stopped_at is not None:
         why = e.going_on(now)
         if why is None:
-            s.say(
+            e.said = True
+            return [
                 f"train.resume: this run stopped early at step {e.stopped_at} (validation had not improved for "
                 f"{e.stale} evaluations since step {e.best_step}); it counts as finished, so nothing is trained: "
                 "raise train.max_steps, train.max_epochs or train.max_seconds, or set train.early_stop=null, to "
                 "train on"
-            )
-            state.stopped, e.said = EARLY, True
-            return False
-        s.say(f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
+            ]
+        lines.append(f"early stop: the run stopped early at step {e.stopped_at}; {why}, so it trains on")
         e.stopped_at = None
     e.limits = now
-    left = evaluations_left(state.step, s.max_steps, t.eval_interval)
-    if e.patience is not None and can_act(e, state.best_val_loss, e.patience, left):  # else auto, silent
+    if e.acts(step, best_val_loss, max_steps, t.eval_interval):  # else auto, silent
         how = (
             "auto: this run's length is set by time or passes, not train.max_steps"
             if t.early_stop == "auto"
             else f"train.early_stop={t.early_stop}"
         )
-        s.say(
+        lines.append(
             f"early stop: after {e.patience} evaluation{'s' if e.patience > 1 else ''} in a row without a better "
             f"validation loss (every {t.eval_interval} steps), once it is {NOISE_MARGIN_BPC:g} bits per character "
             f"above the best ({how}; train.early_stop=null turns it off)"
         )
-    return True
+    return lines
 
 
 def _best_file_step(run_dir: Path) -> int | None:
@@ -229,43 +207,3 @@ def _best_file_step(run_dir: Path) -> int | None:
         return header(run_dir / BEST_NAME).step
     except Exception:  # noqa: BLE001 - a missing or unreadable best.pt leaves the step unknown, nothing more
         return None
-
-
-def closing(s: Session, state: LoopState) -> str:
-    """The run's last lines besides its result: that it stopped early (and what resuming it does), and, when its
-    last validation is worse than its best beyond the noise margin, where it stood best and which file is read."""
-    if not s.dist.is_main:
-        return ""
-    e, lines = state.early, []
-    if state.stopped == EARLY and e.stopped_at == state.step and not e.said:
-        lines.append(
-            f"early stop at step {state.step}: {e.stale} evaluations in a row without a better validation "
-            f"loss (the best: step {e.best_step}, val loss {state.best_val_loss:.4f}); ckpt.pt and best.pt "
-            f"are kept, and train.resume={shell_path(s.run_dir)} trains on only once a limit is raised"
-        )
-    if math.isfinite(state.best_val_loss):
-        lines += closing_lines(s.run_dir, s.tokens_per_char)
-    return "\n".join(lines)
-
-
-def closing_lines(run_dir: Path, tokens_per_char: float) -> list[str]:
-    """The lines that end a run whose last validation is worse than its best beyond the noise margin: where it stood
-    best, where it ended, and which file the readers use; none when the end is the best or within the margin."""
-    try:
-        chosen = folder_file(run_dir)
-    except UserError:  # a file that cannot be read: every reader says so in its own line
-        return []
-    if chosen.chosen != "best" or chosen.other is None:
-        return []
-    best, last = chosen.header, chosen.other
-    if not turned(last.val_loss, best.val_loss, tokens_per_char):
-        return []
-    bpc = lambda loss: bits_per_char(loss, tokens_per_char)  # noqa: E731 - a local shorthand
-    worse = bpc(last.val_loss) - bpc(best.val_loss)
-    return [
-        f"validation turned: the best was step {best.step}, val loss {best.val_loss:.4f} "
-        f"({bpc(best.val_loss):.4f} bpc); the last, step {last.step}, {last.val_loss:.4f} "
-        f"({bpc(last.val_loss):.4f} bpc, {worse:.3f} bpc worse)",
-        f"{READERS} read {BEST_NAME} (the best) from this run; ckpt={shell_path(run_dir / CKPT_NAME)} reads the "
-        "last weights",
-    ]

@@ -1,10 +1,10 @@
 """Everything a run needs before its first step: device and precision, resume, data, model, optimizer.
 
 Design choices:
-- `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances): the loop stays one screen.
-- Every check that can fail runs before anything is deleted, written or printed (old TensorBoard events go last).
-- A resumed run whose checkpoint has reached its limit already trains nothing: it says so and is evaluated as it
-  stands, as `train.max_steps=0` documents; it exits 0.
+- `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances), both training/state.py.
+- Every check that can fail runs before anything is deleted, written or printed (training/run_folder.py goes last).
+- A resumed run whose checkpoint has reached its limit already trains nothing: the loop's `stop_cause` ends it before
+  a step, and it is evaluated as it stands, as `train.max_steps=0` documents; it exits 0.
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from tqdm import tqdm
 
 from cli.overrides import shell_path
-from common.device import autocast, enable_fast_matmul, pick_device
+from common.device import enable_fast_matmul, pick_device
 from common.errors import UserError
 from common.malloc_tuning import keep_freed_memory
 from data.corpus import Corpus, load_corpus
@@ -30,80 +29,109 @@ from data.sampler import BatchSampler
 from inference.checkpoint import Checkpoint
 from model import AttentionLanguageModel
 from model.hangul.held_rows import compact_syllable_rows
-from tokenizer import Tokenizer, tokenizer_from_dict
+from tokenizer import tokenizer_from_dict
 from training import distributed
-from training.checkpoints import keep_newer_checkpoint, open_resume, restore_training, seed_everything
-from training.early_stop import EarlyStop, refuse_idle_patience
-from training.evaluation import eval_note
-from training.guards.divergence import LossWatch
+from training.checkpoints import open_resume, restore_training, seed_everything
+from training.early_stop import refuse_idle_patience
 from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
-from training.optim.averaging import WeightAverage, refuse_empty_average, weight_average
+from training.optim.averaging import refuse_empty_average, weight_average
 from training.optim.factory import make_optimizer
-from training.reporting.tensorboard import RunLogger
+from training.run_folder import commit_run_dir, open_logger
 from training.settings import settle
-from training.settings.auto import AutoDropout, apply_auto_dropout
+from training.settings.auto import apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
 from training.settings.idle import refuse_long_warmup
 from training.settings.precision import measured_dtype
-from training.settings.resume import summary, typed_command_line
+from training.settings.resume import typed_command_line
+from training.state import LoopState, Session
 
 
-@dataclass
-class Session:
-    job: TrainJob
-    run_dir: Path
-    dist: distributed.DistInfo
-    device: torch.device
-    dtype: torch.dtype
-    tokenizer: Tokenizer
-    train_tokens: np.ndarray
-    val_tokens: np.ndarray
-    tokens_per_char: float
-    raw_model: AttentionLanguageModel
-    model: nn.Module  # raw_model, or its DDP wrapper: what a step runs (the runner compiles its own handle to it)
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    sampler: BatchSampler
-    logger: RunLogger
-    max_steps: int | None  # None: only the time budget stops the run
-    decay_steps: int | None  # None: the schedule follows the clock (train.max_seconds)
-    tokens_per_step: int
-    step_limit: str = "max_steps"  # what max_steps stands for: max_steps, or max_epochs converted to steps
-    auto_dropout: AutoDropout | None = None  # model.dropout resolved at start (null = auto), else None
-    init_record: dict | None = None  # train.init_from: the source checkpoint, its step, the tokens added
-    average: WeightAverage | None = None  # train.average: the weights' average, kept beside them
-    measured: dict = field(default_factory=dict)  # what auto measured at start (precision), recorded in checkpoints
+def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
+    """Device, resume, settings, data, model and precision, then the training parts, each refused in one line
+    before anything is written; once every check has passed, the run folder and its logger (training/run_folder.py)."""
+    dist = distributed.init_distributed(job.device)
+    device = pick_device(job.device, dist.local_rank)
+    enable_fast_matmul(device)
+    if device.type == "cpu":
+        keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
+    resumed, source = open_resume(job, run_dir, dist.is_main), load_source(job)
+    changed, dtype, precision = settle(job, resumed, device)  # the precision line: once every check has passed
+    t = job.train
+    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
+    seed_everything(job.seed)
+    corpus, init = load_data(job, resumed, source)
+    train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
+    raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init, device, dtype, train_tokens)
+    measured = {}
+    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: the faster of the two, timed here
+        dtype, precision, measured["precision"] = measured_dtype(job, raw_model, train_tokens, device, dist)
+    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
+    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
+    refuse_long_warmup(job, resumed, max_steps)  # training/settings/idle.py, once epochs are steps
+    speed = measured.get("precision", {}).get("tokens_per_sec")  # the automatic dropout times none again
+    auto = apply_auto_dropout(job, raw_model, max_steps, train_tokens, tokens_per_step, dist, device, dtype, speed)
+    optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)  # after auto's decays
+    average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
+    scaler, sampler, state = training_state(job, raw_model, optimizer, resumed, device, dtype, dist, train_tokens)
+    refuse_idle_patience(t, state.early, state.step, state.best_val_loss, max_steps, resumed and typed_command_line())
+    model = distribute(raw_model, sampler, dist, job.seed, device)
+    auto_line = auto.line(len(train_tokens)) if auto else None
+    commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto_line, init.line() if init else None))
+    session = Session(
+        job=job,
+        run_dir=run_dir,
+        dist=dist,
+        device=device,
+        dtype=dtype,
+        tokenizer=corpus.tokenizer,
+        train_tokens=train_tokens,
+        val_tokens=val_tokens,
+        tokens_per_char=len(corpus.tokens) / max(1, corpus.num_chars),
+        raw_model=raw_model,
+        model=model,
+        optimizer=optimizer,
+        scaler=scaler,
+        sampler=sampler,
+        max_steps=max_steps,
+        decay_steps=t.lr_decay_steps or max_steps,
+        tokens_per_step=tokens_per_step,
+        step_limit=limit,
+        auto_dropout=auto,
+        init_record=init.record() if init else (resumed.config.get("init_from") if resumed else None),
+        average=average,
+        measured=measured or (resumed.config.get("measured", {}) if resumed else {}),
+        logger=open_logger(
+            run_dir, dist, state.step + 1 if resumed else None, corpus.tokenizer, raw_model, val_tokens, job
+        ),
+    )
+    return session, state
 
-    def autocast(self):
-        return autocast(self.device, self.dtype)
 
-    @property
-    def eval_model(self) -> nn.Module:
-        return self.raw_model  # eager: never the compiled training graph, never DDP's wrapper
-
-    def say(self, line: str) -> None:
-        """A line of the run's, once (rank 0), above the progress bar."""
-        if self.dist.is_main:
-            tqdm.write(line)
-
-
-@dataclass
-class LoopState:
-    step: int = 0
-    best_val_loss: float = math.inf
-    val_loss: float = math.nan  # nan until the first evaluation
-    watch: LossWatch = field(default_factory=LossWatch)  # the losses since the last check (guards/divergence.py)
-    elapsed_before: float = 0.0  # seconds trained before this process (resume)
-    tokens_per_sec: float = 0.0
-    stopped: str = "max_steps"  # max_steps | max_epochs | max_seconds | early_stop | SIGINT | SIGTERM
-    started: float = field(default_factory=time.perf_counter)
-    last_log: tuple[float, int] = (0.0, 0)  # (time, step) of the last throughput measurement
-    last_snapshot: int | None = None  # step of this process's last TensorBoard snapshot
-    early: EarlyStop = field(default_factory=EarlyStop)  # train.early_stop's count (training/early_stop.py)
-
-    def elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.started
+def training_state(
+    job: TrainJob,
+    raw_model: AttentionLanguageModel,
+    optimizer: torch.optim.Optimizer,
+    resumed: Checkpoint | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    dist: distributed.DistInfo,
+    train_tokens: np.ndarray,
+) -> tuple[torch.amp.GradScaler, BatchSampler, LoopState]:
+    """Float16's loss scaler, the batch sampler and the loop's state, a resumed run's restored into them and into
+    the optimizer."""
+    t = job.train
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    sampler = BatchSampler(
+        train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank, t.input_noise
+    )
+    if resumed is None:
+        return scaler, sampler, LoopState(last_log=(time.perf_counter(), 0))
+    return (
+        scaler,
+        sampler,
+        LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)),
+    )
 
 
 def min_corpus_tokens(context_length: int, val_fraction: float) -> int:
@@ -153,18 +181,29 @@ def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | No
 
 
 def build_model(
-    job: TrainJob, vocab_size: int, resumed: Checkpoint | None, init: InitSource | None = None
+    job: TrainJob,
+    vocab_size: int,
+    resumed: Checkpoint | None,
+    init: InitSource | None,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    train_tokens: np.ndarray,
 ) -> AttentionLanguageModel:
+    """The run's model on its device: a resumed run's weights, a fine-tune's grown source, else fresh; one that
+    cannot fit is one line, not an allocator's error (guards/memory.py)."""
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
     if config.dropout is None:  # auto: resolved once the run's limits (and speed) are known
         config = replace(config, dropout=0.0)
-    model = AttentionLanguageModel(config)
-    if resumed is not None:
-        model.load_state_dict(resumed.model)
-    elif init is not None:
-        model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
+    with building_fits(job.model.with_vocab(vocab_size), job.train, device, dtype or torch.bfloat16):
+        model = AttentionLanguageModel(config)
+        if resumed is not None:
+            model.load_state_dict(resumed.model)
+        elif init is not None:
+            model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
+        model = model.to(device)
+    hold_syllable_rows(job, model, train_tokens)
     return model
 
 
@@ -175,173 +214,20 @@ def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_token
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
 
 
-def commit_run_dir(
-    job: TrainJob,
-    run_dir: Path,
-    resumed: Checkpoint | None,
-    changed: list[str],
+def distribute(
+    raw_model: AttentionLanguageModel,
+    sampler: BatchSampler,
     dist: distributed.DistInfo,
-    lines: tuple[str | None, ...] = (),
-) -> None:
-    """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed."""
-    if not dist.is_main:
-        return
-    for line in filter(None, lines):  # precision, auto settings: a refused start prints its error line alone
-        print(line, flush=True)
-    if job.train.overwrite and resumed is None:  # the old curves go only now
-        for old_events in run_dir.glob("events.out.tfevents.*"):
-            old_events.unlink()
-    if resumed is not None:
-        note = keep_newer_checkpoint(run_dir, resumed)
-        print(summary(resumed, changed) + (f"\n{note}" if note else ""), flush=True)
-
-
-def print_first_batch(sampler: BatchSampler, dist: distributed.DistInfo) -> None:
-    """Under DDP, each rank prints a digest of its first batch, so users can see that ranks read different data."""
-    saved = sampler.state_dict()
-    first = sampler.next_batch()[0]
-    sampler.load_state_dict(saved)
+    seed: int,
+    device: torch.device,
+) -> nn.Module:
+    """What a step runs: the model, or under torchrun its DDP wrapper, each rank with its own dropout masks and a
+    digest of its first batch printed, so users can see that ranks read different data."""
+    if not dist.enabled:
+        return raw_model  # compiled, if at all, once the loop has chosen (training/runner/steps.py)
+    if dist.rank:
+        torch.manual_seed(seed + dist.rank)  # rank 0 keeps the run's seeded stream
+    first, _ = sampler.peek()[0]
     digest = hashlib.sha1(first.cpu().numpy().tobytes()).hexdigest()[:12]
     print(f"rank {dist.rank}/{dist.world_size}: first batch {digest}", flush=True)
-
-
-def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
-    t = job.train
-    dist = distributed.init_distributed(job.device)
-    device = pick_device(job.device, dist.local_rank)
-    enable_fast_matmul(device)
-    if device.type == "cpu":
-        keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
-    resumed = open_resume(job, run_dir, dist.is_main)
-    source = load_source(job)
-    changed, dtype, precision = settle(job, resumed, device)  # the precision line: once every check has passed
-    refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
-    seed_everything(job.seed)
-    corpus, init = load_data(job, resumed, source)
-    train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
-    with building_fits(job.model.with_vocab(corpus.tokenizer.vocab_size), t, device, dtype or torch.bfloat16):
-        raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init).to(device)  # a line, not OOM
-    hold_syllable_rows(job, raw_model, train_tokens)
-    measured = {}
-    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: the faster of the two, timed here
-        dtype, precision, measured["precision"] = measured_dtype(job, raw_model, train_tokens, device, dist)
-    tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
-    max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)
-    refuse_long_warmup(job, resumed, max_steps)  # training/settings/idle.py, once epochs are steps
-    auto = apply_auto_dropout(
-        job,
-        raw_model,
-        max_steps,
-        train_tokens,
-        tokens_per_step,
-        dist,
-        device,
-        dtype,
-        measured.get("precision", {}).get("tokens_per_sec"),
-    )
-    # after auto: it may set the weight decays the optimizer is made with
-    optimizer = make_optimizer(raw_model, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
-    average = weight_average(job, raw_model, resumed, max_steps, t.lr_decay_steps or max_steps)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    sampler = BatchSampler(
-        train_tokens, raw_model.context_length, t.batch_size, device, job.seed, dist.rank, t.input_noise
-    )
-    state = (
-        LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model))
-        if resumed
-        else LoopState(last_log=(time.perf_counter(), 0))
-    )
-    refuse_idle_patience(job, state, max_steps, resumed is not None, typed_command_line())
-    if dist.rank:
-        torch.manual_seed(job.seed + dist.rank)  # different dropout masks per rank
-    if dist.enabled:
-        print_first_batch(sampler, dist)
-    model = raw_model  # compiled, if at all, once the loop has chosen (training/runner/steps.py)
-    if dist.enabled:
-        model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
-    commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto.line(len(train_tokens)) if auto else None))
-    if init is not None and dist.is_main:
-        print(init.line(), flush=True)
-    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=state.step + 1 if resumed else None)
-    if dist.is_main:
-        corpus.tokenizer.save(run_dir / "vocab.json")
-    logger.watch(
-        raw_model,
-        corpus.tokenizer,
-        list(t.sample_prompts),
-        t.sample_tokens,
-        val_tokens[: min(t.attention_tokens, raw_model.context_length)].tolist(),
-        job.seed,
-    )
-    session = Session(
-        job,
-        run_dir,
-        dist,
-        device,
-        dtype,
-        corpus.tokenizer,
-        train_tokens,
-        val_tokens,
-        len(corpus.tokens) / max(1, corpus.num_chars),
-        raw_model,
-        model,
-        optimizer,
-        scaler,
-        sampler,
-        logger,
-        max_steps,
-        t.lr_decay_steps or max_steps,
-        tokens_per_step,
-        limit,
-        auto,
-        init.record() if init else (resumed.config.get("init_from") if resumed else None),
-        average,
-        measured or (resumed.config.get("measured", {}) if resumed else {}),
-    )
-    return session, state
-
-
-def start_notes(s: Session, state: LoopState) -> None:
-    """The lines a run prints once, before its first step (rank 0): the evaluation batches capped, nothing to train."""
-    if not s.dist.is_main:
-        return
-    for line in (eval_note(s), nothing_left_line(s, state)):
-        if line:
-            print(line, flush=True)
-
-
-def nothing_left(s: Session, state: LoopState) -> bool:
-    """Whether the run's limit is reached before its first step (a resumed run); the time budget's limit then
-    stops it (`state.stopped`)."""
-    t = s.job.train
-    if s.max_steps is not None and state.step >= s.max_steps:
-        return True
-    if t.max_seconds and state.step and state.elapsed_before >= t.max_seconds:
-        state.stopped = "max_seconds"
-        return True
-    return False
-
-
-def nothing_left_line(s: Session, state: LoopState) -> str | None:
-    t = s.job.train
-    if not nothing_left(s, state):
-        return None
-    if s.max_steps is not None and state.step >= s.max_steps:
-        if s.step_limit == "max_epochs":
-            epochs = (
-                f"train.max_epochs={t.max_epochs}"
-                if t.max_epochs is not None
-                else f"the default of {DEFAULT_EPOCHS:g} passes (train.max_epochs=null)"
-            )
-            limit, more = f"{epochs}, {s.max_steps} steps over this training split,", "train.max_epochs"
-        else:
-            limit, more = f"train.max_steps={s.max_steps}", "train.max_steps"
-    else:
-        limit, more = (
-            f"train.max_seconds={t.max_seconds:g}, used up ({state.elapsed_before:.0f} s trained),",
-            "train.max_seconds",
-        )
-    return (
-        f"nothing to train: the checkpoint resumed is at step {state.step}, and {limit} ends the run there; it is "
-        f"evaluated as it stands (raise {more} to train on)"
-    )
+    return DDP(raw_model, device_ids=[dist.local_rank] if device.type == "cuda" else None)

@@ -1,7 +1,9 @@
 """One optimisation step: micro-batches with gradient accumulation, clipping, the optimizer update.
 
-`compute_loss` is module-level on purpose: the crash-safety tests replace it to make a loss NaN, so no
-fault-injection switch lives in the production loop.
+Every way a step runs goes through `train_step` and the two halves written here once, `forward_backward` and
+`apply_gradients`: eagerly (`eager_update`), with the model compiled, and recorded into the whole step's CUDA graph
+(training/runner/graph.py), which calls them while it records. `compute_loss` is module-level on purpose: the
+crash-safety tests replace it to make a loss NaN, so no fault-injection switch lives in the production loop.
 
 Three levers of the data-limited records, off by default, follow the run's progress (`run_progress`):
 `train.mtp_weights`, `train.muon_weight_decay_schedule` and `train.average` (training/optim/averaging.py).
@@ -10,6 +12,7 @@ Three levers of the data-limited records, off by default, follow the run's progr
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +22,8 @@ from torch import Tensor, nn
 
 from training.optim.factory import set_lr, set_muon_weight_decay
 from training.optim.schedule import lr_at, lr_at_fraction
-from training.session import LoopState, Session
 from training.settings.config import TrainConfig
+from training.state import LoopState, Session
 
 
 @dataclass
@@ -97,13 +100,48 @@ def begin_step(s: Session, state: LoopState) -> tuple[float, float, list[float]]
     return lr, progress, mtp_weights_at(t, progress)
 
 
-def micro_batch(s: Session, model: nn.Module, x: Tensor, y: Tensor, mtp: list[float], accum: int) -> Tensor:
-    """One micro-batch's forward and backward, its gradient added to the step's (scaled for accumulation and, in
-    float16, by the loss scaler): its next-token loss, detached."""
-    with s.autocast():
-        total, loss = multi_token_loss(model, x, y, mtp) if mtp else (compute_loss(model, x, y),) * 2
-    s.scaler.scale(total / accum).backward()
-    return loss.detach()
+Batches = Iterable[tuple[Tensor, Tensor]]
+# How a step's forward, backward and update run, given the mtp weights: (the mean loss, the gradient norm)
+StepRun = Callable[[list[float]], tuple[Tensor, Tensor]]
+
+
+def train_step(s: Session, state: LoopState, run: StepRun | None = None) -> StepResult:
+    """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
+    is found at the trainer's next check (training/guards/divergence.py), before anything is saved. `run`: how
+    the forward, backward and update run (training/runner/steps.py: the model eager or compiled, or the CUDA graph
+    replayed); None: `eager_update` of `s.model`."""
+    lr, progress, mtp = begin_step(s, state)
+    loss, grad_norm = run(mtp) if run is not None else eager_update(s, s.model, mtp)
+    end_step(s, state, progress)
+    return StepResult(loss, lr, grad_norm)
+
+
+def eager_update(s: Session, model: nn.Module, mtp: list[float]) -> tuple[Tensor, Tensor]:
+    """The step as the lecture writes it, on `model` (`s.model`, or compiled): each micro-batch's forward and
+    backward on fresh batches, then clipping and the update, and the gradients set to None."""
+    batches = (s.sampler.next_batch() for _ in range(s.job.train.grad_accum_steps))
+    loss = forward_backward(s, model, batches, mtp)
+    grad_norm = apply_gradients(s)
+    s.optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm
+
+
+def forward_backward(
+    s: Session, model: nn.Module, batches: Batches, mtp: list[float], autocast: Callable | None = None
+) -> Tensor:
+    """Each micro-batch's forward and backward, its gradient added to the step's (scaled for accumulation and, in
+    float16, by the loss scaler): the mean next-token loss, detached, on the device. Under DDP only the last
+    micro-batch's backward all-reduces. `autocast`: the context the forward runs in (default: the session's)."""
+    accum = s.job.train.grad_accum_steps
+    loss_sum = torch.zeros((), device=s.device)
+    for micro, (x, y) in enumerate(batches):
+        last = micro == accum - 1
+        with model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext():
+            with (autocast or s.autocast)():
+                total, loss = multi_token_loss(model, x, y, mtp) if mtp else (compute_loss(model, x, y),) * 2
+            s.scaler.scale(total / accum).backward()
+        loss_sum += loss.detach()
+    return loss_sum / accum
 
 
 def apply_gradients(s: Session) -> Tensor:
@@ -121,22 +159,3 @@ def end_step(s: Session, state: LoopState, progress: float) -> None:
     state.step += 1
     if s.average is not None and s.average.due(state.step, progress):
         s.average.update(s.raw_model)
-
-
-def train_step(s: Session, state: LoopState, model: nn.Module | None = None) -> StepResult:
-    """Advance the model by one optimizer step, without reading anything back from the device: a non-finite loss
-    is found at the trainer's next check (training/guards/divergence.py), before anything is saved. `model`: the
-    module the step runs (`s.model` compiled, training/runner/steps.py), else `s.model`."""
-    model = s.model if model is None else model
-    lr, progress, mtp = begin_step(s, state)
-    accum = s.job.train.grad_accum_steps
-    loss_sum = torch.zeros((), device=s.device)
-    for micro in range(accum):
-        x, y = s.sampler.next_batch()
-        last = micro == accum - 1
-        with model.no_sync() if s.dist.enabled and not last else contextlib.nullcontext():
-            loss_sum += micro_batch(s, model, x, y, mtp, accum)
-    grad_norm = apply_gradients(s)
-    s.optimizer.zero_grad(set_to_none=True)
-    end_step(s, state, progress)
-    return StepResult(loss_sum / accum, lr, grad_norm)

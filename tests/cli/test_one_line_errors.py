@@ -270,7 +270,8 @@ def test_values_of_the_wrong_type_are_refused_while_composing(tmp_path):
 
 def test_checkpoint_files_that_are_not_checkpoints(tmp_path):
     from common.errors import UserError
-    from inference.checkpoint import load_checkpoint, resolve_checkpoint
+    from inference.checkpoint import load_checkpoint
+    from inference.run_files import resolve_checkpoint
 
     (tmp_path / "empty_run").mkdir()
     with pytest.raises(UserError, match="no ckpt.pt in run directory"):

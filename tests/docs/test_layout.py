@@ -113,6 +113,67 @@ def test_layers_point_one_way_and_nothing_imports_an_entry_script():
     assert not wrong, "\n".join(wrong)
 
 
+def module_imports() -> dict[str, set[str]]:
+    """Each production module's name -> the modules of ours it imports, at run time or for its types alone (a type
+    import is a dependency a reader follows too), whether as `import a.b` or `from a.b import c`."""
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in production_files()
+    }
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            graph[name] |= {m for m in found if m in modules and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (Tarjan's strongly connected
+    components of more than one module)."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Within a package too: a circle means neither module can be read, tested or moved without the other."""
+    circles = import_circles(module_imports())
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle_inside_a_package():
+    graph = {"training.a": {"training.b"}, "training.b": {"training.c"}, "training.c": {"training.a"}, "x": set()}
+    assert import_circles(graph) == [["training.a", "training.b", "training.c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
 def test_no_fault_injection_in_production_code():
     offenders = [p for p in production_files() if "KOCHAR_FAULT" in p.read_text(encoding="utf-8")]
     assert not offenders

@@ -17,19 +17,19 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import training.runner.steps  # noqa: E402
 import training.step  # noqa: E402
+import training.trainer  # noqa: E402
 
 at, _, kind = sys.argv.pop(1).partition(":")
 nan_at, kind = int(at), kind or "nan"
-real_step, real_loss = training.runner.steps.train_step, training.step.compute_loss
+real_step, real_loss = training.trainer.train_step, training.step.compute_loss
 
 
-def step_with_fault(session, state, model=None):
+def step_with_fault(session, state, run=None):
     if state.step + 1 == nan_at and kind == "nan":
         training.step.compute_loss = lambda model, x, y: real_loss(model, x, y) * float("nan")
     try:
-        result = real_step(session, state, model)
+        result = real_step(session, state, run)
     finally:
         training.step.compute_loss = real_loss
     if state.step == nan_at and kind == "enormous":
@@ -39,6 +39,6 @@ def step_with_fault(session, state, model=None):
     return result
 
 
-training.runner.steps.train_step = step_with_fault
+training.trainer.train_step = step_with_fault
 sys.argv[0] = str(ROOT / "train.py")
 runpy.run_path(str(ROOT / "train.py"), run_name="__main__")

@@ -18,7 +18,8 @@ import torch
 
 from common.atomic_files import file_sha256
 from common.errors import UserError
-from inference.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, resolve_checkpoint
+from inference.checkpoint import FORMAT, load_checkpoint
+from inference.run_files import newest_checkpoint, resolve_checkpoint
 from tests.helpers import ENDLESS, TINY, LineReader, assert_one_line_error, cli, cli_all, start, stderr_lines
 
 # Signals, kills and torchrun timing: `make test` runs these after the parallel tests, one at a time.

@@ -5,11 +5,11 @@ from inference.checkpoint import (
     VERSION,
     Checkpoint,
     load_checkpoint,
-    resolve_checkpoint,
     save_checkpoint,
     strip_compile_prefix,
 )
 from inference.loading import load_run
+from inference.run_files import resolve_checkpoint
 from model import AttentionLanguageModel
 from tests.helpers import cli
 from tokenizer import KoreanCharTokenizer

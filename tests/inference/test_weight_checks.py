@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from common.errors import UserError
-from inference.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint, usable
+from inference.checkpoint import Checkpoint, load_checkpoint, probe_model, save_checkpoint, usable
 from inference.loading import load_run
-from inference.weight_checks import expected_state, meta_model, probe_model
+from inference.run_files import resolve_checkpoint
+from inference.weight_checks import expected_state, meta_model
 from model.config import CHOICES, SWITCHES, ModelConfig
 from tests.helpers import ROOT, assert_one_line_error, cli, tiny_model, train_job
 from tokenizer import KoreanCharTokenizer
@@ -265,7 +266,7 @@ def test_reading_weights_imports_no_torch_dynamo(tmp_path):
 
 
 def test_the_logit_check_passes_what_trains_and_is_cheap():
-    from inference.weight_checks import refuse_non_finite_logits
+    from inference.checkpoint import refuse_non_finite_logits
 
     model = tiny_model().train()
     refuse_non_finite_logits(model, "x")

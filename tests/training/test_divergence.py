@@ -31,17 +31,16 @@ def _hashes(run) -> dict[str, str]:
 def _inject(monkeypatch, run, kind: str, at: int) -> dict:
     """Make step `at` diverge as `kind`; returns the checkpoints' hashes as they were just before it."""
     from training import step as step_module
-    from training.runner import steps as step_runner  # the loop's steps go through its StepRunner
 
-    real_step, real_loss, real_evaluate, before = step_runner.train_step, step_module.compute_loss, trainer.evaluate, {}
+    real_step, real_loss, real_evaluate, before = trainer.train_step, step_module.compute_loss, trainer.evaluate, {}
 
-    def faulty_step(s, state, model=None):
+    def faulty_step(s, state, how=None):
         if state.step + 1 != at:
-            return real_step(s, state, model)
+            return real_step(s, state, how)
         before.update(_hashes(run))
         if kind == "nan_loss":
             monkeypatch.setattr(step_module, "compute_loss", lambda m, x, y: real_loss(m, x, y) * float("nan"))
-        result = real_step(s, state, model)
+        result = real_step(s, state, how)
         monkeypatch.setattr(step_module, "compute_loss", real_loss)
         with torch.no_grad():
             if kind == "enormous_weights":  # finite, and the validation overflows: NaN in float32 and bf16 alike
@@ -54,7 +53,7 @@ def _inject(monkeypatch, run, kind: str, at: int) -> dict:
                 monkeypatch.setattr(trainer, "evaluate", lambda s: (real_evaluate(s)[0], float("nan")))
         return result
 
-    monkeypatch.setattr(step_runner, "train_step", faulty_step)
+    monkeypatch.setattr(trainer, "train_step", faulty_step)
     return before
 
 

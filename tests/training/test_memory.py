@@ -30,7 +30,7 @@ def _no_steps(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a step ran")
 
-    monkeypatch.setattr("training.runner.steps.train_step", refuse)
+    monkeypatch.setattr("training.trainer.train_step", refuse)
     monkeypatch.setattr("training.settings.auto.measured_tokens_per_sec", refuse)
 
 
@@ -84,7 +84,7 @@ def test_an_allocator_s_out_of_memory_error_says_the_same(tmp_path, corpus, monk
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("training.runner.steps.train_step", fail)
+    monkeypatch.setattr("training.trainer.train_step", fail)
     with pytest.raises(UserError) as e:
         _train(tmp_path, corpus, "train.batch_size=8")
     assert str(e.value) == (
@@ -150,7 +150,7 @@ def test_the_available_memory_is_read():
 
 def test_a_model_too_big_to_build_is_refused_before_it_is_allocated(tmp_path, corpus, monkeypatch):
     built = []
-    monkeypatch.setattr("training.session.build_model", lambda *a, **k: built.append(1))
+    monkeypatch.setattr("training.session.AttentionLanguageModel", lambda *a, **k: built.append(1))
     with pytest.raises(UserError) as e:
         _train(
             tmp_path,
@@ -183,7 +183,7 @@ def test_an_allocator_s_out_of_memory_error_while_building_the_model_is_the_same
     def fail(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory")
 
-    monkeypatch.setattr("training.session.build_model", fail)
+    monkeypatch.setattr("training.session.AttentionLanguageModel", fail)
     with pytest.raises(
         UserError,
         match="^the model does not fit in memory: .* needs, with its gradients, optimizer "

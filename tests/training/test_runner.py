@@ -162,6 +162,7 @@ def test_make_train_never_compiles_even_when_its_steps_are_slowed(tmp_path, monk
     from tests.helpers import config_object
     from training.runner import steps as step_runner
     from training.session import setup
+    from training.step import train_step
 
     monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
     job = config_object(
@@ -173,7 +174,7 @@ def test_make_train_never_compiles_even_when_its_steps_are_slowed(tmp_path, monk
     runner = step_runner.StepRunner(s)
     monkeypatch.setattr(runner, "_now", Clock(0.4))
     while runner.way is None:
-        runner.step(state)
+        train_step(s, state, runner.step_fn(state))
     assert runner.way == EAGER and state.step == compile_plan.PROBE_STEPS + 1
 
 

@@ -54,11 +54,30 @@ def test_grad_clipping_is_logged_and_applied(tmp_path):
         cfg_for(tmp_path, "train.max_steps=3", "train.eval_interval=3", "train.grad_clip=0.01", "train.log_interval=1"),
         tmp_path / "run",
     )
-    from tests.helpers import scalar_tags
-
     norms = [v for _, v in scalar_tags(tmp_path / "run")["train/grad_norm"]]
     assert len(norms) == 3 and all(n > 0.01 for n in norms)  # the pre-clip norm is what is logged
     assert r.step == 3
+
+
+@pytest.mark.parametrize("clip", [0.01, 0.0])
+def test_the_update_applies_the_clipped_gradients(tmp_path, clip):
+    """The gradients the optimizer steps on have the norm train.grad_clip allows (0: off), whatever way the step
+    runs: eager, compiled and the CUDA graph all apply them through training/step.py's `apply_gradients`."""
+    from training.session import setup
+    from training.step import apply_gradients, forward_backward
+
+    s, _ = setup(cfg_for(tmp_path, "train.max_steps=3", f"train.grad_clip={clip}", "train.dtype=float32"), tmp_path)
+    s.logger.close()
+    forward_backward(s, s.model, s.sampler.peek(), [])
+    before = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in s.raw_model.parameters()]))
+    stepped = []
+    s.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: stepped.append([p.grad.clone() for p in s.raw_model.parameters()])
+    )
+    logged = apply_gradients(s)
+    after = torch.linalg.vector_norm(torch.stack([g.norm() for g in stepped[0]]))
+    assert float(logged) == pytest.approx(float(before)) and float(before) > 0.01
+    assert float(after) == pytest.approx(clip if clip else float(before), rel=1e-4)
 
 
 def _final_weights(run_dir: Path) -> dict:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from common.errors import Interrupted
 
+SIGNALS = ("SIGINT", "SIGTERM")  # what a run stopped by a signal records as `stopped`
 _active: StopSignals | None = None  # the handlers installed now (one training per process)
 
 

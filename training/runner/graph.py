@@ -24,9 +24,8 @@ import time
 import torch
 from torch import Tensor
 
-from training import step as step_module
-from training.session import LoopState, Session
-from training.step import StepResult, apply_gradients, begin_step, end_step
+from training.state import Session
+from training.step import Batches, apply_gradients, forward_backward
 
 WARMUP_STEPS = 2  # eager steps on the side stream before the capture
 
@@ -41,7 +40,7 @@ def optimizer_in_graph(s: Session) -> bool:
 
 
 class GraphStep:
-    """Steps of a `Session` run as one captured graph (see the module docstring). Call it as `train_step`."""
+    """Steps of a `Session` run as one captured graph (see the module docstring): `train_step` calls it as its run."""
 
     def __init__(self, s: Session, backend, model: torch.nn.Module) -> None:
         t = s.job.train
@@ -55,13 +54,14 @@ class GraphStep:
         self.warmed, self.captured = 0, False
         self.capture_seconds = 0.0
 
-    def __call__(self, state: LoopState) -> StepResult:
+    def __call__(self, mtp: list[float]) -> tuple[Tensor, Tensor]:
+        """One step's forward, backward and update (training/step.py `train_step` runs it): the first steps eagerly
+        on the capture's side stream, then the capture, then a replay each step."""
+        s = self.s
         warming = not self.captured and self.warmed < WARMUP_STEPS
         if not self.captured and not warming:
             self._capture()
-        s = self.s
-        lr, progress, _ = begin_step(s, state)
-        self._fill()
+        self._fill(s.sampler.next_batch() for _ in range(self.x.shape[0]))
         if warming:  # the very step the capture will record, run eagerly: inductor compiles for these inputs
             self.warmed += 1
             with self.backend.side():
@@ -71,29 +71,24 @@ class GraphStep:
         else:
             self.backend.replay()
             grad_norm = self.grad_norm if self.optimizer_inside else apply_gradients(s)
-        end_step(s, state, progress)
-        return StepResult(self.loss.clone(), lr, grad_norm.clone())
+        return self.loss.clone(), grad_norm.clone()
 
-    def _fill(self) -> None:
+    def _fill(self, batches: Batches) -> None:
         """The step's batches copied into the static inputs."""
-        for micro in range(self.x.shape[0]):
-            x, y = self.s.sampler.next_batch()
+        for micro, (x, y) in enumerate(batches):
             self.x[micro].copy_(x)
             self.y[micro].copy_(y)
 
     def compile_pass(self) -> None:
-        """The recorded forward and backward once, on batches put back afterwards and with no update, so that inductor
-        compiles for exactly the captured inputs here, before the warm-up steps (training/runner/steps.py runs it
-        where a signal may cut it short)."""
-        s = self.s
-        position = s.sampler.state_dict()
-        self._fill()
-        s.sampler.load_state_dict(position)
+        """The recorded forward and backward once, on the step's own batches (drawn again by the step) and with no
+        update, so that inductor compiles for exactly the captured inputs here, before the warm-up steps
+        (training/runner/steps.py runs it where a signal may cut it short)."""
+        self._fill(self.s.sampler.peek(self.x.shape[0]))
         try:
             with self.backend.side():
                 self._forward_backward()
         finally:
-            s.optimizer.zero_grad(set_to_none=True)
+            self.s.optimizer.zero_grad(set_to_none=True)
 
     def _capture(self) -> None:
         s = self.s
@@ -111,26 +106,18 @@ class GraphStep:
 
     def _body(self) -> None:
         """What the graph records: every micro-batch's forward and backward, the loss, and (where it can be
-        replayed) clipping and the optimizer's step."""
-        s = self.s
+        replayed) clipping and the optimizer's step: training/step.py's own code, recorded."""
         self._forward_backward()
         if self.optimizer_inside:
-            clip = s.job.train.grad_clip or float("inf")
-            self.grad_norm.copy_(torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip))
-            s.optimizer.step()
+            self.grad_norm.copy_(apply_gradients(self.s))
 
     def _forward_backward(self) -> None:
         """Every micro-batch's forward and backward on the static inputs; their mean loss into `self.loss`."""
-        s, accum = self.s, self.x.shape[0]
-        total = torch.zeros((), device=s.device)
-        for micro in range(accum):
-            with self._autocast():
-                loss = step_module.compute_loss(self.model, self.x[micro], self.y[micro])
-            s.scaler.scale(loss / accum).backward()
-            total += loss.detach()
-        self.loss.copy_(total / accum)
+        batches = zip(self.x, self.y, strict=True)
+        self.loss.copy_(forward_backward(self.s, self.model, batches, [], self._autocast))
 
     def _autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast without its weight cache, which a replay could not refill."""
         s = self.s
         if s.dtype == torch.float32:
             return contextlib.nullcontext()

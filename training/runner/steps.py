@@ -11,16 +11,17 @@ Design choices:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from common.device import has_native_bf16
 from model.cuda_graph import CudaGraph
-from training import distributed, early_stop
+from training import distributed
 from training.guards.signals import stop_at_once
 from training.runner.graph import GraphStep, GraphUnavailable, release
 from training.runner.plan import (
@@ -42,13 +43,13 @@ from training.runner.plan import (
     worth_a_line,
     write_record,
 )
-from training.session import LoopState, Session
 from training.settings import inductor_cache_folder
-from training.step import StepResult, micro_batch, mtp_weights_at, run_progress, train_step
+from training.state import LoopState, Session
+from training.step import StepRun, eager_update, forward_backward
 
 
 class StepRunner:
-    """Calls `train_step`, or its compiled or graphed form, for each step of the loop."""
+    """Chooses, for each step of the loop, how `train_step` runs it (`step_fn`): eager, compiled, or the CUDA graph."""
 
     def __init__(self, s: Session, graph_backend=None, way: Way | None = None):
         """`way`: a way chosen by the caller (the benchmarks), instead of train.compile's."""
@@ -73,50 +74,57 @@ class StepRunner:
         if fixed is not None:
             self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
 
-    def step(self, state: LoopState) -> StepResult:
-        if self.way is None:
-            return self._probe(state)
-        if self.warming is not None and self.way.inductor and not self.compiled:
-            self._compile(state)
-        if self.graph is None:
-            return self._timed(lambda: self._compiled_step(state))
-        try:
-            result = self._timed(lambda: self.graph(state))
-        except GraphUnavailable as e:
-            self.graph = None
-            self.s.say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
-            return self._compiled_step(state)
-        except Exception as e:  # noqa: BLE001 - the graph's warm-up steps are the first compiled ones
-            if self.graph.captured or not self.way.inductor:
-                raise
-            self._drop_inductor(e)
-            return train_step(self.s, state, self.model)
-        if self.graph.captured and self.warming is not None:
-            self._ready(state, f"graph captured in {self.graph.capture_seconds:.2f} s")
-        return result
+    def step_fn(self, state: LoopState) -> StepRun:
+        """How this step's forward, backward and update run, for `train_step`: eagerly while auto times them, then
+        compiled or as one CUDA graph, as chosen."""
+        return functools.partial(self._run, state)
 
-    def _probe(self, state: LoopState) -> StepResult:
+    def _run(self, state: LoopState, mtp: list[float]) -> tuple[Tensor, Tensor]:
+        if self.way is None:
+            return self._probe(state, mtp)
+        if self.warming is not None and self.way.inductor and not self.compiled:
+            self._compile(mtp)
+        timed = self.compiled_times is not None and self.warming is None  # auto compares compiled and eager
+        started = self._now() if timed else 0.0
+        out = self._compiled(state, mtp) if self.graph is None else self._graphed(state, mtp)
+        if timed and self.compiled_times is not None:
+            self.compiled_times.append(self._now() - started)
+            if len(self.compiled_times) >= COMPARE_STEPS:
+                self._compare()
+        return out
+
+    def _probe(self, state: LoopState, mtp: list[float]) -> tuple[Tensor, Tensor]:
         """An eager step of auto's timing; after PROBE_STEPS of them (the first, which allocates, untimed) the choice
         is made."""
         started = self._now()
-        result = train_step(self.s, state, self.model)
+        out = eager_update(self.s, self.model, mtp)
         if self.probed:
             self.eager_times.append(self._now() - started)
         self.probed += 1
         if len(self.eager_times) >= PROBE_STEPS:
             self._decide(state, statistics.median(self.eager_times))
-        return result
+        return out
+
+    def _graphed(self, state: LoopState, mtp: list[float]) -> tuple[Tensor, Tensor]:
+        try:
+            out = self.graph(mtp)
+        except GraphUnavailable as e:
+            self.graph = None
+            self.s.say(f"compile: the CUDA graph could not be built ({e}); the steps go on without it")
+            return self._compiled(state, mtp)
+        except Exception as e:  # noqa: BLE001 - the graph's warm-up steps are the first compiled ones
+            if self.graph.captured or not self.way.inductor:
+                raise
+            self._drop_inductor(e)
+            return eager_update(self.s, self.model, mtp)
+        if self.graph.captured and self.warming is not None:
+            self._ready(state, f"graph captured in {self.graph.capture_seconds:.2f} s")
+        return out
 
     def _decide(self, state: LoopState, per_step: float) -> None:
         s = self.s
         left = self._left_seconds(state, per_step)
-        early, t = state.early, s.job.train
-        if early.patience is not None and early_stop.can_act(
-            early,
-            state.best_val_loss,
-            early.patience,
-            early_stop.evaluations_left(state.step, s.max_steps, t.eval_interval),
-        ):
+        if state.early.acts(state.step, state.best_val_loss, s.max_steps, s.job.train.eval_interval):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
         key = self._key(Way(inductor=True, graph=self.blocker is None))
@@ -151,21 +159,18 @@ class StepRunner:
             backend = self.graph_backend(s) if self.graph_backend else CudaGraph(s.device)
             self.graph = GraphStep(s, backend, self.model)
 
-    def _compile(self, state: LoopState) -> None:
-        """Inductor compiles the model's forward and backward on this step's batch, put back afterwards, with no
-        update and the random streams as they were: a signal ends the compile at once (the loop then saves the step
-        reached, which nothing here has moved), and a model inductor cannot build runs eagerly."""
+    def _compile(self, mtp: list[float]) -> None:
+        """Inductor compiles the model's forward and backward on this step's own batch (drawn again by the step),
+        with no update and the random streams as they were: a signal ends the compile at once (the loop then saves
+        the step reached, which nothing here has moved), and a model inductor cannot build runs eagerly."""
         s, self.compiled = self.s, True
         try:
             with torch.random.fork_rng(devices=[s.device] if s.device.type == "cuda" else []), stop_at_once():
                 if self.graph is not None:
                     self.graph.compile_pass()
                 else:
-                    position = s.sampler.state_dict()
-                    x, y = s.sampler.next_batch()
-                    s.sampler.load_state_dict(position)
                     try:
-                        micro_batch(s, self.model, x, y, mtp_weights_at(s.job.train, run_progress(s, state)), 1)
+                        forward_backward(s, self.model, s.sampler.peek(), mtp)
                     finally:
                         s.optimizer.zero_grad(set_to_none=True)
         except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
@@ -173,17 +178,17 @@ class StepRunner:
             if self.graph is None:
                 self.warming = None
 
-    def _compiled_step(self, state: LoopState) -> StepResult:
+    def _compiled(self, state: LoopState, mtp: list[float]) -> tuple[Tensor, Tensor]:
         if self.warming is None or not self.way.inductor:
-            return train_step(self.s, state, self.model)
+            return eager_update(self.s, self.model, mtp)
         try:  # the first compiled step may still compile more: a failure there leaves the step to be run eagerly
-            result = train_step(self.s, state, self.model)
+            out = eager_update(self.s, self.model, mtp)
         except Exception as e:  # noqa: BLE001 - whatever inductor raises, the run goes on eagerly
             self._drop_inductor(e)
             self.warming = None
-            return train_step(self.s, state, self.model)
+            return eager_update(self.s, self.model, mtp)
         self._ready(state, f"compiled kernels cached in {inductor_cache_folder()}")
-        return result
+        return out
 
     def _drop_inductor(self, e: Exception) -> None:
         """Inductor failed on its first steps: the session's model (under DDP, its wrapper) runs them again."""
@@ -200,7 +205,7 @@ class StepRunner:
     def _ready(self, state: LoopState, detail: str) -> None:
         self._now()  # the warm-up's last kernels have finished
         seconds = time.perf_counter() - self.warming
-        self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step} ({detail})")
+        self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step + 1} ({detail})")
         self.warming = None
         if self.way.inductor:
             (hits, misses), (hits_before, misses_before) = inductor_cache_counts(), self.cache_counts
@@ -209,17 +214,6 @@ class StepRunner:
             self.compiled_times = [] if self.eager_times else None  # compared where auto timed eager steps
             if self.compiled_times is None:
                 self._write_record()
-
-    def _timed(self, run: Callable[[], StepResult]) -> StepResult:
-        """A compiled step, timed while auto compares compiled steps with eager ones."""
-        if self.compiled_times is None or self.warming is not None:
-            return run()
-        started = self._now()
-        result = run()
-        self.compiled_times.append(self._now() - started)
-        if len(self.compiled_times) >= COMPARE_STEPS:
-            self._compare()
-        return result
 
     def _compare(self) -> None:
         """Keep the compiled steps where they are `KEEP` times faster than the eager ones, else go back to eager."""

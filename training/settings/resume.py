@@ -11,7 +11,7 @@ Design choices:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +153,29 @@ def apply_checkpoint_settings(job, ckpt, overrides: Iterable[str] | None = None)
             )
         changed.append((_position(key, source), f"{key}={shown_value(new)} (was {old})"))
     job.model = replace(job.model, vocab_size=ckpt.model_config.vocab_size)
+    checked_settings(job, ckpt)
     return [text for _, text in sorted(changed, key=lambda c: c[0])]  # in the order they were typed
+
+
+def checked_settings(job, ckpt) -> None:
+    """`job` with its checkpoint's settings, typed and checked as Hydra checks a command line (types, then every
+    range): a value in a shape the code never writes (a hand-edited checkpoint) is one UserError naming the key,
+    before any work, never an error once training has run."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:  # the job's own class is the schema (training/settings/config.py's TrainJob)
+        checked = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(type(job)), asdict(job)))
+    except OmegaConfBaseException as e:
+        key, reason = getattr(e, "full_key", "") or "a setting", str(e).strip().splitlines()[0]
+        raise UserError(
+            f"checkpoint {ckpt.path} records an unusable {key} ({reason}); give {key} on the command line, or "
+            "start a new run (without train.resume)"
+        ) from None
+    except UserError as e:
+        raise UserError(f"checkpoint {ckpt.path} cannot be resumed with these settings: {e}") from None
+    for f in fields(job):
+        setattr(job, f.name, getattr(checked, f.name))
 
 
 def _position(key: str, source: list[str] | None) -> int:
@@ -162,8 +184,9 @@ def _position(key: str, source: list[str] | None) -> int:
 
 
 def summary(ckpt, changed: list[str]) -> str:
-    """The one line printed when a resumed run starts."""
-    base = f"resuming {ckpt.path} at step {ckpt.step}"
-    return (
-        f"{base}; from this command line: {', '.join(changed)}" if changed else f"{base} with the checkpoint's settings"
-    )
+    """The one line printed when a resumed run starts (and what of the checkpoint's records it could not use)."""
+    line = f"resuming {ckpt.path} at step {ckpt.step}"
+    line += f"; from this command line: {', '.join(changed)}" if changed else " with the checkpoint's settings"
+    if getattr(ckpt, "ignored", ()):
+        line += f"; its {' and '.join(ckpt.ignored)}, in a shape this version never writes, is ignored"
+    return line
