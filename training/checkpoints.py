@@ -5,6 +5,7 @@ Design choices:
 - `best.pt` is a byte copy of the evaluation's `ckpt.pt`, not a second serialisation.
 - Nothing non-finite is saved (training/guards/divergence.py); every write is atomic, so a failed one (a full disk)
   is one line and the old file stays. Everything a resume needs is plain data (`weights_only=True` loads it).
+- Resuming from another file than the run's `ckpt.pt` keeps that newer `ckpt.pt` as `ckpt.step<N>.pt`, and says so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from cli.overrides import shell_path
+from common.atomic_files import atomic_rename
 from common.errors import UserError
 from data.sampler import BatchSampler
 from inference.checkpoint import (
@@ -134,6 +136,28 @@ def restore_training(
             f"{' '.join(str(e).split())[:120]}), so it cannot be resumed; its weights can still be "
             "sampled (generate.py) and scored (evaluate.py), or start a new run"
         ) from None
+
+
+def keep_newer_checkpoint(run_dir: Path, resumed: Checkpoint) -> str | None:
+    """Resuming from another file than the run's ckpt.pt: keep that ckpt.pt under its own name, so the first
+    save does not overwrite it. Returns the line that says so."""
+    current = run_dir / CKPT_NAME
+    if not current.is_file() or resumed.path is None or current.resolve() == resumed.path.resolve():
+        return None
+    try:
+        step = str(load_checkpoint(current).step)
+    except UserError:
+        step = "unreadable"
+    kept = run_dir / f"ckpt.step{step}.pt"
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = run_dir / f"ckpt.step{step}.{n}.pt"
+    atomic_rename(current, kept)
+    return (
+        f"note: resuming from {resumed.path.name} (step {resumed.step}); the run's newer {CKPT_NAME} "
+        f"(step {step}) is kept as {kept.name}"
+    )
 
 
 def capture_rng() -> dict:

@@ -12,16 +12,13 @@ Design choices:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
 
 from data.sampler import BatchSampler
-
-if TYPE_CHECKING:
-    from training.session import Session
+from training.state import Session
 
 
 def bits_per_char(loss_nats_per_token: float, tokens_per_char: float = 1.0) -> float:

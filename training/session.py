@@ -2,7 +2,7 @@
 
 Design choices:
 - `setup()` returns a `Session` (what the loop reads) and a `LoopState` (what it advances), both training/state.py.
-- Every check that can fail runs before anything is deleted, written or printed (training/run_folder.py goes last).
+- Every check that can fail runs before anything is deleted, written or printed (the run folder's commit goes last).
 - A resumed run whose checkpoint has reached its limit already trains nothing: the loop's `stop_cause` ends it before
   a step, and it is evaluated as it stands, as `train.max_steps=0` documents; it exits 0.
 """
@@ -33,11 +33,12 @@ from tokenizer import tokenizer_from_dict
 from training import distributed
 from training.checkpoints import open_resume, restore_training, seed_everything
 from training.early_stop import refuse_idle_patience
+from training.guards.divergence import LossWatch
 from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim.averaging import refuse_empty_average, weight_average
 from training.optim.factory import make_optimizer
-from training.run_folder import commit_run_dir, open_logger
+from training.reporting.summary import commit_run_dir, open_logger
 from training.settings import settle
 from training.settings.auto import apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
@@ -49,7 +50,7 @@ from training.state import LoopState, Session
 
 def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     """Device, resume, settings, data, model and precision, then the training parts, each refused in one line
-    before anything is written; once every check has passed, the run folder and its logger (training/run_folder.py)."""
+    before anything is written; once every check has passed, the run folder and its logger (reporting/summary.py)."""
     dist = distributed.init_distributed(job.device)
     device = pick_device(job.device, dist.local_rank)
     enable_fast_matmul(device)
@@ -127,11 +128,8 @@ def training_state(
     )
     if resumed is None:
         return scaler, sampler, LoopState(last_log=(time.perf_counter(), 0))
-    return (
-        scaler,
-        sampler,
-        LoopState(**restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)),
-    )
+    restored = restore_training(optimizer, scaler, sampler, dist.world_size, resumed, raw_model)
+    return scaler, sampler, LoopState(**restored, watch=LossWatch(restored["step"]))  # checked up to the step resumed
 
 
 def min_corpus_tokens(context_length: int, val_fraction: float) -> int:

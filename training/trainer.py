@@ -30,7 +30,6 @@ from training import distributed, early_stop
 from training.checkpoints import save
 from training.early_stop import EARLY
 from training.evaluation import bits_per_char, estimate, evaluate, reader_model
-from training.guards.divergence import LossWatch
 from training.guards.memory import fit_memory
 from training.guards.signals import SIGNALS, StopSignals, stop_at_once, stop_signals
 from training.reporting.progress import progress_bar
@@ -102,7 +101,6 @@ def stop_cause(s: Session, state: LoopState, signals: StopSignals) -> str | None
 
 def run_steps(s: Session, state: LoopState, signals: StopSignals, bar: tqdm) -> str:
     """Steps, logging, evaluations and checkpoints until `stop_cause` says why the run ends, which it returns."""
-    state.watch = LossWatch(state.step)
     runner = StepRunner(s)  # eager, compiled or a CUDA graph, as train.compile chose (training/runner/)
     s.raw_model.train()
     while True:

@@ -257,7 +257,7 @@ def test_the_training_path_is_short_and_reaches_the_loop_the_step_and_the_save()
     """How a run trains reads in at most four files and 1,000 lines: the command, the loop, the step, the save."""
     assert len(TRAINING_PATH) <= 4 and sum(map(lines_of, TRAINING_PATH)) <= 1000
     calls = {path: (ROOT / path).read_text(encoding="utf-8") for path in TRAINING_PATH}
-    assert "def loop(" in calls["training/trainer.py"] and "def validate(" in calls["training/trainer.py"]
+    assert "def stop_cause(" in calls["training/trainer.py"] and "def validate(" in calls["training/trainer.py"]
     assert "def train_step(" in calls["training/step.py"] and "def save(" in calls["training/checkpoints.py"]
 
 

@@ -320,3 +320,102 @@ def test_a_resume_whose_time_budget_is_used_up_trains_nothing(tmp_path, corpus, 
     )
     assert (result.step, result.stopped) == (3, "max_seconds") and file_sha256(run / "ckpt.pt") == before
     assert "train.max_seconds=0.001, used up" in capsys.readouterr().out
+
+
+# -- a checkpoint's fields read back as the code writes them, or refused or ignored in one line ---------------
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, dict]:
+    """A short run's checkpoint payload, for the cases below to edit (each in a folder of its own)."""
+    from tests.helpers import KOREAN
+
+    folder = tmp_path_factory.mktemp("written")
+    (folder / "corpus.txt").write_text(KOREAN * 8, encoding="utf-8")
+    job = train_job(folder, f"data.path={folder / 'corpus.txt'}", "train.max_steps=2", "train.eval_interval=2")
+    train(job, folder / "run")
+    return folder / "corpus.txt", torch.load(folder / "run" / "ckpt.pt", weights_only=True)
+
+
+def _edited(tmp_path: Path, payload: dict, path: tuple, value) -> Path:
+    import copy
+
+    payload = copy.deepcopy(payload)
+    node = payload
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(payload, run / "ckpt.pt")
+    return run
+
+
+def _resumed(tmp_path: Path, corpus: Path, run: Path, steps: int = 4):
+    return train(train_job(tmp_path, f"data.path={corpus}", f"train.resume={run}", f"train.max_steps={steps}"), run)
+
+
+UNREADABLE = [  # what no reader can use: every command refuses the file, naming the field
+    (("tokens_per_char",), "many", "an unusable tokens_per_char ('many', not a positive number)"),
+    (("tokens_per_char",), float("nan"), "an unusable tokens_per_char (nan, not a positive number)"),
+    (("tokens_per_char",), [2.0], "an unusable tokens_per_char (a list, not a positive number)"),
+    (("config",), "settings", "an unusable config ('settings', not a mapping of the run's settings)"),
+    (("tokenizer",), [1, 2], "an unusable tokenizer (a list, not a mapping)"),
+]
+UNRESUMABLE = [  # what a resume needs: it is refused naming the entry, the weights still sample
+    (("training", "step"), "many", "unusable training state (step is 'many', not a whole number)"),
+    (("training", "elapsed_seconds"), float("inf"), "unusable training state (elapsed_seconds is inf, not a number of"),
+    (("training", "world_size"), 0, "unusable training state (world_size is 0, not a whole number from 1)"),
+    (("training", "optimizer"), [1], "unusable training state (optimizer is a list, not a mapping)"),
+    (("config", "train", "lr"), "fast", "records an unusable train.lr (Value 'fast' of type 'str' could not be"),
+    (("config", "seed"), None, "records an unusable seed (Incompatible value 'None'"),
+    (("config", "data", "val_fraction"), [0.1], "records an unusable data.val_fraction ("),
+    (("config", "train", "eval_interval"), -3, "cannot be resumed with these settings: train.eval_interval=-3 is"),
+]
+
+
+@pytest.mark.parametrize("path,value,line", UNREADABLE, ids=lambda c: str(c)[:30])
+def test_a_field_no_reader_can_use_is_refused_in_one_line_naming_it(tmp_path, written, path, value, line):
+    from inference.loading import load_run
+
+    corpus, payload = written
+    run = _edited(tmp_path, payload, path, value)
+    for read in (lambda: load_run(run, torch.device("cpu")), lambda: _resumed(tmp_path, corpus, run)):
+        with pytest.raises(UserError) as e:
+            read()
+        assert line in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("path,value,line", UNRESUMABLE, ids=lambda c: str(c)[:30])
+def test_a_field_a_resume_cannot_use_is_refused_in_one_line_and_the_weights_still_sample(
+    tmp_path, written, path, value, line
+):
+    from inference.loading import load_run
+
+    corpus, payload = written
+    run = _edited(tmp_path, payload, path, value)
+    with pytest.raises(UserError) as e:
+        _resumed(tmp_path, corpus, run)
+    assert line in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert load_run(run, torch.device("cpu")).line().startswith("weights: raw ")
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("measured", "fast"),
+        ("measured", {"precision": {"step_ms": [10.0, 12.0], "chosen": "float32"}}),
+        ("measured", {"precision": {"step_ms": {"float32": -1.0}, "chosen": "float32", "tokens_per_sec": 9.0}}),
+        ("init_from", ["a run"]),
+    ],
+)
+def test_a_record_of_another_shape_is_ignored_with_a_line_and_the_resumed_run_finishes(
+    tmp_path, written, capsys, key, value
+):
+    corpus, payload = written
+    run = _edited(tmp_path, payload, ("config", key), value)
+    result = _resumed(tmp_path, corpus, run)
+    out = capsys.readouterr().out
+    assert result.step == 4 and result.stopped == "max_steps"
+    assert f"its config.{key}, in a shape this version never writes, is ignored" in out, out
+    assert key not in load_checkpoint(run / "ckpt.pt").config  # what was ignored is not written again

@@ -103,8 +103,8 @@ def test_the_loop_reads_the_device_once_per_log_interval(tmp_path, monkeypatch, 
         with syncs:
             return real_loop(*args, **kwargs)
 
-    real_loop = trainer.loop
-    monkeypatch.setattr(trainer, "loop", watched_loop)
+    real_loop = trainer.run_steps
+    monkeypatch.setattr(trainer, "run_steps", watched_loop)
     monkeypatch.setattr(trainer, "validate", unwatched(trainer.validate))
     monkeypatch.setattr(trainer, "save", unwatched(trainer.save))
     corpus = ROOT / "data" / "corpus" / "ko_default.txt"

@@ -1,7 +1,10 @@
-"""What a run says about itself besides its steps: the notes before the first step, the lines that end it, and its
-summary in TensorBoard (`run/stopped`, HParams).
+"""What a run says about itself besides its steps, and where: its folder made ready once every check has passed (the
+start's lines, old TensorBoard events removed, the logger), the notes before the first step, the lines that end it,
+and its summary in TensorBoard (`run/stopped`, HParams).
 
 Design choices:
+- Nothing in the run folder changes before every check of the start has passed: a refused start leaves it as it was,
+  its error line alone on the screen; `train.overwrite` removes only the old TensorBoard events.
 - Lines are rank 0's, printed above the progress bar (`Session.say`); they name the key that explains them.
 - The closing lines find the file the readers use as they do (inference/run_files.py): a run whose last validation
   is worse than its best beyond early stopping's noise margin says where it stood best and which file is read.
@@ -13,14 +16,22 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from cli.overrides import shell_path
 from common.errors import UserError
-from inference.checkpoint import BEST_NAME, CKPT_NAME
+from inference.checkpoint import BEST_NAME, CKPT_NAME, Checkpoint
 from inference.run_files import folder_file
+from model import AttentionLanguageModel
 from model.counts import num_parameters
+from tokenizer import Tokenizer
+from training.checkpoints import keep_newer_checkpoint
+from training.distributed import DistInfo
 from training.early_stop import EARLY, turned
 from training.evaluation import bits_per_char, eval_note
-from training.settings.config import DEFAULT_EPOCHS
+from training.reporting.tensorboard import RunLogger
+from training.settings.config import DEFAULT_EPOCHS, TrainJob
+from training.settings.resume import summary
 from training.state import LoopState, Session
 
 READERS = "generate.py, evaluate.py, serve.py, export.py and train.init_from"
@@ -30,6 +41,47 @@ LIMIT_WORDS = {
     "max_seconds": "the time budget train.max_seconds used",
     EARLY: "validation stopped improving (train.early_stop)",
 }
+
+
+def commit_run_dir(
+    job: TrainJob,
+    run_dir: Path,
+    resumed: Checkpoint | None,
+    changed: list[str],
+    dist: DistInfo,
+    lines: tuple[str | None, ...] = (),
+) -> None:
+    """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed."""
+    if not dist.is_main:
+        return
+    for line in filter(None, lines):  # precision, auto settings: a refused start prints its error line alone
+        print(line, flush=True)
+    if job.train.overwrite and resumed is None:  # the old curves go only now
+        for old_events in run_dir.glob("events.out.tfevents.*"):
+            old_events.unlink()
+    if resumed is not None:
+        note = keep_newer_checkpoint(run_dir, resumed)
+        print(summary(resumed, changed) + (f"\n{note}" if note else ""), flush=True)
+
+
+def open_logger(
+    run_dir: Path,
+    dist: DistInfo,
+    purge_step: int | None,
+    tokenizer: Tokenizer,
+    model: AttentionLanguageModel,
+    val_tokens: np.ndarray,
+    job: TrainJob,
+) -> RunLogger:
+    """The run's TensorBoard writer (rank 0's; a resumed run's curves cut at `purge_step`), what its snapshots show,
+    and `vocab.json` beside the checkpoints."""
+    t = job.train
+    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=purge_step)
+    if dist.is_main:
+        tokenizer.save(run_dir / "vocab.json")
+    attention_ids = val_tokens[: min(t.attention_tokens, model.context_length)].tolist()
+    logger.watch(model, tokenizer, list(t.sample_prompts), t.sample_tokens, attention_ids, job.seed)
+    return logger
 
 
 def start_notes(s: Session, state: LoopState, early_lines: list[str]) -> None:
