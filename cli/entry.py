@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from cli.overrides import prepare_overrides, shell_path  # noqa: F401 - shell_path re-exported for train.py
-from common.errors import UserError
+from common.errors import UserError, close_bars
 
 T = TypeVar("T")
 
@@ -242,11 +242,13 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
     try:
         return fn()
     except KeyboardInterrupt as e:  # Ctrl-C; or training/guards/signals.py's Interrupted, SIGTERM's included
+        close_bars()
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
     except Exception as e:  # noqa: BLE001 - a user's mistake, or our bug: one line here, the traceback in a file
         if debug_enabled():
             raise
+        close_bars()
         if isinstance(e, UserError):
             fail(" ".join(str(e).split()), e.exit_code)
         if _from_interrupt(e):

@@ -21,7 +21,7 @@ import torch
 
 from cli.overrides import shell_path
 from common.atomic_files import atomic_rename
-from common.errors import UserError
+from common.errors import UserError, close_bars
 from data.sampler import BatchSampler
 from inference.checkpoint import (
     CKPT_NAME,
@@ -38,7 +38,6 @@ from model.hangul.held_rows import dense_state_dict
 from training.early_stop import EarlyStop
 from training.guards.divergence import all_finite
 from training.optim.layout import match_optimizer_layout
-from training.reporting.progress import close_bars
 
 if TYPE_CHECKING:
     from training.session import LoopState, Session
