@@ -2,63 +2,21 @@
 
 from __future__ import annotations
 
+from cli.interrupts import debug_enabled, from_interrupt, held, release  # first: Ctrl-C is one line from here
+
 import functools
 import io
 import os
 import re
-import signal
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from cli.overrides import prepare_overrides, shell_path  # noqa: F401 - shell_path re-exported for train.py
-from common.errors import UserError
+from common.errors import UserError, close_bars
 
 T = TypeVar("T")
-
-
-def _from_interrupt(exc: BaseException | None) -> bool:
-    """True for a KeyboardInterrupt, or an error raised because of one: Python 3.11 wraps a Ctrl-C that lands in
-    a class body's __set_name__ (mid-import) in a RuntimeError whose __cause__ is the KeyboardInterrupt."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("KOCHAR_DEBUG", "") not in ("", "0") or os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
-def _interrupt_hook(exc_type, exc, tb) -> None:
-    if _from_interrupt(exc) and not debug_enabled():  # nothing imported here: it may run mid-import
-        print("interrupted", file=sys.__stderr__, flush=True)
-        os._exit(130)  # sys.exit cannot be used from inside an excepthook
-    _previous_hook(exc_type, exc, tb)
-
-
-def _unraisable_hook(unraisable) -> None:
-    """A Ctrl-C that lands in a weakref callback or a __del__ (as while importing) is printed by Python with its
-    traceback and lost: the command would go on. While the default handler holds SIGINT it is sent again to the main
-    thread, a moment later from another one, so that it arrives after the callback (and wakes a sleeping call)."""
-    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if type(unraisable.exc_value) is KeyboardInterrupt and default:
-        main = threading.main_thread().ident
-        threading.Timer(0.01, signal.pthread_kill, (main, signal.SIGINT)).start()
-        return
-    _previous_unraisable_hook(unraisable)
-
-
-# Entry scripts import this first: a Ctrl-C from here on is one line. KOCHAR_READY_FILE: a test interrupts here.
-_previous_hook, _previous_unraisable_hook = sys.excepthook, sys.unraisablehook
-sys.excepthook, sys.unraisablehook = _interrupt_hook, _unraisable_hook
-if os.environ.get("KOCHAR_READY_FILE"):
-    open(os.environ["KOCHAR_READY_FILE"], "a").close()
 
 
 def _refuse_spaced_debug() -> None:
@@ -182,6 +140,7 @@ def config_object(cfg, cls: type[T]) -> T:
 
     from common.config_checks import boolean_overrides
 
+    release()  # Hydra's start-up is over: a Ctrl-C held during it ends the command here, inside the job
     # the job's overrides as typed; none when composing outside a job, as tests do
     boolean_overrides(cls, list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [])
     try:
@@ -214,22 +173,23 @@ def run_hydra(main: Callable[[], object]) -> None:
     """Call a `@hydra.main` function so that Hydra's own errors end as one `error:` line and exit code 2, as ours do."""
     global _held_stderr
     _refuse_spaced_debug()
-    if debug_enabled():
-        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra prints the whole traceback only when asked this way
-        main()
-        return
-    _held_stderr = held = _HeldStderr(sys.stderr)
-    sys.stderr = held
-    try:
-        main()
-    except SystemExit as e:
-        if held.held and e.code not in (0, None):
-            report = held.buffer.getvalue()
-            held.release(keep=False)
-            fail(hydra_report_line(report))
-        raise
-    finally:
-        held.release()
+    with held():  # a Ctrl-C while Hydra starts the job is raised once the job has its config (config_object)
+        if debug_enabled():
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra prints the whole traceback only when asked this way
+            main()
+            return
+        _held_stderr = stderr = _HeldStderr(sys.stderr)
+        sys.stderr = stderr
+        try:
+            main()
+        except SystemExit as e:
+            if stderr.held and e.code not in (0, None):
+                report = stderr.buffer.getvalue()
+                stderr.release(keep=False)
+                fail(hydra_report_line(report))
+            raise
+        finally:
+            stderr.release()
 
 
 def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None) -> T:
@@ -242,14 +202,16 @@ def run_cli(fn: Callable[[], T], traceback_dir: str | os.PathLike | None = None)
     try:
         return fn()
     except KeyboardInterrupt as e:  # Ctrl-C; or training/guards/signals.py's Interrupted, SIGTERM's included
+        close_bars()
         print(getattr(e, "line", "interrupted"), file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 130))
     except Exception as e:  # noqa: BLE001 - a user's mistake, or our bug: one line here, the traceback in a file
         if debug_enabled():
             raise
+        close_bars()
         if isinstance(e, UserError):
             fail(" ".join(str(e).split()), e.exit_code)
-        if _from_interrupt(e):
+        if from_interrupt(e):
             print("interrupted", file=sys.stderr)
             sys.exit(130)
         from cli.crash_report import unexpected_error_line

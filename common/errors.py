@@ -1,7 +1,9 @@
 """One error type for user mistakes, one for a stopping signal: entry scripts print each as one line with its exit
-code; any other exception is our bug and keeps its traceback."""
+code (on a line of its own: `close_bars`); any other exception is our bug and keeps its traceback."""
 
 from __future__ import annotations
+
+import sys
 
 
 class UserError(Exception):
@@ -24,6 +26,14 @@ class Interrupted(KeyboardInterrupt):
         self.signal_name = signal_name
         self.exit_code = 143 if signal_name == "SIGTERM" else 130
         self.line = "terminated" if signal_name == "SIGTERM" else "interrupted"
+
+
+def close_bars() -> None:
+    """Close every progress bar, so the line printed next starts its own line and no bar is drawn after it (one left
+    open draws itself again as the process ends)."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)  # never imported here: without it there is no bar
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 _CAUSES = {

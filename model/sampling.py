@@ -18,19 +18,26 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # the Sampler's tensors are float32 on every device
+
 
 def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Refuse values that would sample nonsense: negative counts, and NaN or infinite numbers (a NaN
-    temperature turns every logit into NaN; an infinite one samples uniformly)."""
+    temperature turns every logit into NaN; an infinite one samples uniformly), in Python or in the float32 that
+    `Sampler` computes in (a temperature past its largest value, 1e39, overflows it; a tiny one is greedy,
+    top_k is capped to the vocabulary and every top_p in (0, 1] is held)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
         or not math.isfinite(temperature)
-        or temperature < 0
+        or not 0 <= temperature <= _FLOAT32_MAX
     ):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy) that float32 holds (at most "
+            f"{_FLOAT32_MAX:g}), got {temperature}"
+        )
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1 (or null), got {top_k}")
     if top_p is not None and (

@@ -20,7 +20,7 @@ import torch
 
 from cli.overrides import shell_path
 from common.atomic_files import atomic_rename
-from common.errors import UserError
+from common.errors import UserError, close_bars
 from data.sampler import BatchSampler
 from inference.checkpoint import (
     CKPT_NAME,
@@ -37,7 +37,6 @@ from model.hangul.held_rows import dense_state_dict
 from training.early_stop import EarlyStop
 from training.guards.divergence import all_finite
 from training.optim.layout import match_optimizer_layout
-from training.reporting.progress import close_bars
 from training.settings.config import TrainJob
 from training.state import LoopState, Session
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from cli.overrides import shell_path
-from training.reporting.progress import close_bars
+from common.errors import close_bars
 
 
 @dataclass

@@ -5,6 +5,9 @@ import io
 import json
 import math
 import re
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +16,7 @@ import torch.nn.functional as F
 
 from common.errors import UserError
 from inference.scoring import encode_for_scoring, score_tokens, window_plan
-from tests.helpers import cli, tiny_model
+from tests.helpers import cli, start, tiny_model
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer
 
 TINY = ["model=tiny", "train.batch_size=8", "train.eval_steps=2", "train.eval_interval=20", "train.sample_chars=0"]
@@ -160,6 +163,34 @@ def test_evaluate_user_errors(runs, tmp_path):
     one.write_text("가", encoding="utf-8")
     r = cli("evaluate.py", f"ckpt={runs['char']}", f"data.path={one}")
     assert r.returncode == 2 and "nothing to score" in r.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_interrupted_while_scoring_says_so_on_a_line_of_its_own_after_the_bar(runs, tmp_path):
+    """The bar is closed before the line: `interrupted` does not share the bar's line, and no bar is drawn after it
+    (one left open draws itself again as the process ends). Stderr is read as bytes: the bar redraws with \\r."""
+    text = tmp_path / "long.txt"
+    text.write_text(HELD_OUT * 10, encoding="utf-8")  # thousands of windows, one at a time: scoring takes seconds
+    proc = start("evaluate.py", f"ckpt={runs['char']}", f"data.path={text}", "stride=1", "batch_size=1")
+    err = bytearray()
+
+    def read() -> None:
+        while chunk := proc.stderr.buffer.read1():
+            err.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while b"evaluate:" not in err and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)  # the bar is drawn: scoring has begun
+        assert proc.wait(timeout=60) == 130, err.decode()
+    finally:
+        proc.kill()
+        reader.join(10)
+    shown = err.decode()
+    assert "evaluate:" in shown and shown.endswith("\ninterrupted\n"), repr(shown[-300:])
 
 
 @pytest.mark.slow

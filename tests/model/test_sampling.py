@@ -42,12 +42,25 @@ def test_a_huge_temperature_samples_nearly_uniformly_without_nan():
     assert ids.unique().numel() > 45  # every id reachable, none NaN-stuck
 
 
+def test_a_temperature_float32_cannot_hold_is_refused_and_its_largest_value_samples():
+    """The Sampler computes in float32 on every device: 1e39 is a finite Python number that it cannot hold."""
+    model, idx = tiny_model(), torch.zeros(1, 1, dtype=torch.long)
+    for temperature in (1e39, 3.5e38, 10**39):
+        with pytest.raises(ValueError, match=r"temperature must be .* float32 holds \(at most 3.40282e\+38\)"):
+            model.generate(idx, 5, temperature=temperature)
+    largest = torch.finfo(torch.float32).max
+    torch.manual_seed(0)
+    ids = torch.cat([sample_next(torch.randn(1, 50) * 8, largest) for _ in range(2000)])
+    assert ids.unique().numel() > 45  # nearly uniform, as a huge temperature samples
+
+
 def test_generate_refuses_non_finite_and_out_of_range_values_in_one_line(tmp_path):
     bad = [
         "temperature=nan",
         "temperature=inf",
         "temperature=-inf",
         "temperature=-1",
+        "temperature=1e39",
         "top_p=nan",
         "top_p=inf",
         "top_p=0",

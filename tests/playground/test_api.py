@@ -143,6 +143,7 @@ def test_char_events_carry_probability_and_alternatives(client):
     [
         ({"temperature": -1}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
+        ({"temperature": 1e39}, "temperature"),  # finite, but not in the float32 the sampler computes in
         ({"top_k": 0}, "top_k"),
         ({"top_p": 1.5}, "top_p"),
         ({"max_new_tokens": -1}, "max_new_tokens"),

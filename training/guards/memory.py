@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from common.errors import UserError
+from common.errors import UserError, close_bars
 from model.config import ModelConfig
 from model.counts import matrix_parameters
-from training.reporting.progress import close_bars
 
 if TYPE_CHECKING:
     from training.settings.config import TrainConfig

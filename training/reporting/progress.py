@@ -99,9 +99,3 @@ def progress_bar(
 ) -> RunBar:
     """The bar of a run at `step` of `max_steps`; `elapsed` is the run's clock (seconds, resumed time included)."""
     return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable, file)
-
-
-def close_bars() -> None:
-    """Close every progress bar, so the error or line printed next starts its own line."""
-    for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()
