@@ -46,7 +46,7 @@ def train_run(folder: Path, name: str, *overrides: str) -> dict:
     from inference.checkpoint import load_checkpoint
 
     run, started = folder / name, time.perf_counter()
-    r, _ = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
+    r = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
     if r.returncode != 0:
         return {"failed": last_line(r.stderr, str(r.returncode))[:300]}
     return {

@@ -32,24 +32,23 @@ def last_line(text: str, fallback: str) -> str:
     return (text.strip().splitlines() or [fallback])[-1]
 
 
-def train_py(
-    overrides: list[str], run_dir: Path, env: dict | None = None
-) -> tuple[subprocess.CompletedProcess, re.Match | None]:
-    """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`: the process and its `run:` line."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
+def python(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` in this checkout, as a user runs it, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, env=env
     )
-    return proc, RESULT.search(proc.stdout)
+
+
+def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`."""
+    return python("train.py", *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true", env=env)
 
 
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None, said: tuple[str, ...] = ()) -> dict:
     """One train.py run's numbers, its `run:` line's and what it logged to TensorBoard, or {error: its last line};
     `said`: the starts of the lines it printed to keep (`lines`), as `precision:` and `compile:`."""
-    proc, m = train_py(overrides, run_dir, env)
+    proc = train_py(overrides, run_dir, env)
+    m = RESULT.search(proc.stdout)
     lines = {"lines": [line for line in proc.stdout.splitlines() if line.startswith(said)]} if said else {}
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line"), **lines}
@@ -96,7 +95,7 @@ def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
 
 def printed_json(script: str, *args: str) -> dict:
     """The JSON object `python SCRIPT ARGS` prints last, or {error: its last line}."""
-    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True)
+    proc = python(script, *args)
     if proc.returncode:
         return {"error": last_line(proc.stderr, f"{Path(script).name} failed")}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,15 +108,7 @@ def evaluate(ckpt: Path, heldout: Path) -> dict:
 
 def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:
     """What `generate.py ckpt=RUN_DIR prompt=PROMPT` prints, or why it failed."""
-    cmd = [
-        sys.executable,
-        str(ROOT / "generate.py"),
-        f"ckpt={run_dir}",
-        f"prompt={prompt}",
-        f"max_new_tokens={max_new_tokens}",
-        *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = python("generate.py", f"ckpt={run_dir}", f"prompt={prompt}", f"max_new_tokens={max_new_tokens}", *extra)
     return proc.stdout.strip() if proc.returncode == 0 else f"(generate.py failed: {proc.stderr.strip()[-200:]})"
 
 
