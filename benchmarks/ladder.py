@@ -83,31 +83,13 @@ def budget(args: argparse.Namespace) -> str:
 
 
 def run_peer(seed: int, train: Path, heldout: Path, out: Path, args: argparse.Namespace) -> dict:
-    budget = ["--steps", str(args.steps)] if args.steps else ["--seconds", str(args.seconds)]
-    r = runs.printed_json(
-        "benchmarks/nanogpt_peer.py",
-        "--nanogpt",
-        args.nanogpt,
-        "--corpus",
-        str(train),
-        "--heldout",
-        str(heldout),
-        "--seed",
-        str(seed),
-        "--out",
-        str(out),
-        *budget,
-    )
+    flags = {"--nanogpt": args.nanogpt, "--corpus": train, "--heldout": heldout, "--seed": seed, "--out": out}
+    flags.update({"--steps": args.steps} if args.steps else {"--seconds": args.seconds})
+    r = runs.printed_json("benchmarks/nanogpt_peer.py", *(str(x) for flag in flags.items() for x in flag))
     if "error" in r:
         return r
-    return {
-        "steps": r["steps"],
-        "seconds": r["seconds_run"],
-        "tokens_per_sec": r["tokens_per_sec"],
-        "tokens": r["tokens"],
-        "heldout_bpc": r["heldout_bpc"],
-        "heldout_chars": r["heldout_chars"],
-    }
+    r["seconds"] = r["seconds_run"]  # the peer's whole loop, as a rung's `seconds`
+    return {k: r[k] for k in ("steps", "seconds", "tokens_per_sec", "tokens", "heldout_bpc", "heldout_chars")}
 
 
 def run_name(rung: str, seed: int, overrides: str) -> str:
