@@ -230,7 +230,7 @@ def _check_make(words: list[str]) -> None:
 
 
 def _check_prepare(args: list[str]) -> None:
-    from data.prepare import REGISTRY
+    from data.prepare.catalog import REGISTRY
     from data.prepare.command import _parse
 
     parsed = _parse(args)  # argparse exits (SystemExit) on an unknown flag
