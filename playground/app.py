@@ -2,7 +2,9 @@
 
 Design choices:
 - Sampling and loading block: each runs in a worker thread, a character at a time, so the event loop keeps serving.
-- A client that goes away stops its sample after the step in flight: worker threads are never abandoned."""
+- A client that goes away stops its sample after the step in flight: worker threads are never abandoned.
+- Attention beyond the context window is the window's that ends at the position (`start` says where it begins),
+  weights rounded to 4 decimals: more digits cannot be seen on the page and only lengthen the answer."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.device import pick_device
 from common.errors import UserError
-from playground.attention import attention_row
+from model.attention_maps import attention_maps
 from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
 from playground.guard import BodyGuard, GenerationSlots
@@ -170,6 +172,37 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)
+
+
+def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
+    """Weights (blocks x heads x keys) of the query at token `position` (None = the last token) of `text`."""
+    run = cached.run
+    ids = run.tokenizer.encode(text).tolist()
+    if not ids:
+        raise ApiError(422, "text", "text is empty: give the text whose attention to show")
+    if position is None:
+        position = len(ids) - 1
+    if not 0 <= position < len(ids):
+        raise ApiError(
+            422,
+            "position",
+            f"position must be in [0, {len(ids) - 1}] for this text ({len(ids)} tokens), got {position}",
+        )
+    start = max(0, position + 1 - run.model.context_length)
+    window = torch.tensor(ids[start : position + 1], dtype=torch.long, device=next(run.model.parameters()).device)
+    with cached.lock, torch.inference_mode():
+        maps = attention_maps(run.model, window)  # (L, H, T, T)
+    rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
+    return {
+        "run": cached.name,
+        "model_weights": run.weights.kind,  # which set of the run's weights (`weights` is the attention's)
+        "position": position,
+        "start": start,
+        "tokens": [run.tokenizer.decode([i]) for i in ids[start : position + 1]],
+        "num_blocks": rows.shape[0],
+        "num_heads": rows.shape[1],
+        "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()],
+    }
 
 
 def _error_handlers(app: FastAPI) -> None:
