@@ -1,4 +1,14 @@
-"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place."""
+"""Writing an exported folder: the layout chosen, the weights mapped, every file written, then moved into place.
+
+Design choices:
+- The tokenizer, `char` and `hangul`: a WordLevel model over single characters with an NFC normaliser (NFD and NFKC
+  change Hangul); id 0 is U+FFFD, what our `<unk>` decodes to (a vocabulary holding U+FFFD keeps `<unk>`). `jamo`
+  makes three tokens of a character, which WordLevel cannot: the folder ships hf_code/tokenization_kochar.py
+  (docs/en/export.md, "The tokenizer").
+- Before the folder gets its name, `transformers` loads it as a user would, beside the run's model on one fixed
+  window: a mapping mistake moves logits by whole units, float32 kernels by far less than `TOLERANCE`. Weights whose
+  own logits are not finite are refused: not export's fault.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +16,25 @@ import json
 import shutil
 from pathlib import Path
 
+import torch
+
+from common.errors import UserError
 from hf_export import destination
 from hf_export.model_card import model_card
 from hf_export.plain import plain_model
-from hf_export.tokenizer_files import CODE, write_tokenizer
-from hf_export.verify import check_folder
 from hf_format import FORMAT, LAYOUTS, RECORD, VERSION, custom, gpt2, llama
 from hf_format.deps import require
-from inference.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint, another_checkpoint
 from inference.loading import model_from_checkpoint
 from inference.weights import held_weights
+from model import AttentionLanguageModel
 from model.config import ModelConfig
+from tokenizer import Tokenizer
+
+CODE = Path(__file__).resolve().parent / "hf_code"  # the code a jamo tokenizer's or a custom model's folder ships
+UNK_SHOWN = "\ufffd"
+TOLERANCE = 1e-3
+WINDOW = 64
 
 
 def choose_layout(c: ModelConfig) -> str:
@@ -91,3 +109,66 @@ def write_folder(
                 raise destination.fault("load the export with transformers from", tmp, e) from None
         destination.commit(tmp, out, overwrite)
     return layout
+
+
+def _char_tokenizer(chars: list[str]):
+    tk = require("tokenizers")
+    unk = "<unk>" if UNK_SHOWN in chars else UNK_SHOWN
+    vocab = {unk: 0} | {c: i + 1 for i, c in enumerate(chars)}
+    tok = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token=unk))
+    tok.normalizer = tk.normalizers.NFC()
+    tok.pre_tokenizer = tk.pre_tokenizers.Split(tk.Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = tk.decoders.Fuse()
+    return tok, unk
+
+
+def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> None:
+    if tokenizer.kind in ("char", "hangul"):  # one token per character: a WordLevel model expresses both
+        transformers = require("transformers")
+        tok, unk = _char_tokenizer(tokenizer.chars)
+        fast = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tok, unk_token=unk, model_max_length=context_length, clean_up_tokenization_spaces=False
+        )
+        fast.save_pretrained(str(out))
+    else:
+        unk = "<unk>"
+        shutil.copy(CODE / "tokenization_kochar.py", out / "tokenization_kochar.py")
+        vocab = {"tokens": tokenizer.tokens}  # in id order after <unk>, characters added by fine-tuning included
+        (out / "kochar_vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        config = {
+            "tokenizer_class": "KocharJamoTokenizer",
+            "unk_token": unk,
+            "model_max_length": context_length,
+            "auto_map": {"AutoTokenizer": ["tokenization_kochar.KocharJamoTokenizer", None]},
+            "clean_up_tokenization_spaces": False,
+        }
+        (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+    if not (out / "special_tokens_map.json").is_file():
+        (out / "special_tokens_map.json").write_text(
+            json.dumps({"unk_token": unk}, ensure_ascii=False, indent=2), encoding="utf-8"
+        )
+
+
+@torch.no_grad()
+def check_folder(folder: Path, model: AttentionLanguageModel, source: object = "the run") -> float:
+    """The largest logit difference between `transformers` on `folder` and `model`; UserError above TOLERANCE."""
+    c = model.config
+    ids = torch.randint(0, c.vocab_size, (1, min(WINDOW, c.context_length)), generator=torch.Generator().manual_seed(0))
+    ours = model.eval()(ids)[0]
+    if not bool(torch.isfinite(ours).all()):
+        raise UserError(
+            f"the weights of {source} compute logits that are not finite numbers (NaN or infinity): "
+            "they cannot be exported; nothing was written; "
+            f"{another_checkpoint(source if isinstance(source, Path) else None)}"
+        )
+    transformers = require("transformers")
+    transformers.utils.logging.set_verbosity_error()  # export prints its own one line: no bars, no warnings
+    transformers.utils.logging.disable_progress_bar()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True).eval()
+    diff = float((ours - theirs(ids).logits.float()).abs().max())
+    if not diff <= TOLERANCE:  # NaN refuses too
+        raise UserError(
+            f"the exported folder does not compute what the run computes (logits differ by {diff:.3g} "
+            f"through {type(theirs).__name__}); nothing was written: please report it"
+        )
+    return diff
