@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from common.errors import UserError
-from tokenizer.base import StreamDecoder, Tokenizer
-from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer
+from tokenizer.base import UNK_TOKEN, StreamDecoder, Tokenizer
+from tokenizer.char import UNK_ID, KoreanCharTokenizer
 from tokenizer.jamo import KoreanJamoTokenizer
 from tokenizer.syllable_block import KoreanHangulTokenizer
 

@@ -18,7 +18,6 @@ from common.errors import UserError
 from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
 from tokenizer.nfc import nfc_unsafe_code_points
 
-UNK_TOKEN = "<unk>"
 UNK_ID = 0
 UNK_DECODED = "\ufffd"
 FORMAT = "kochar-gpt/char-tokenizer"
@@ -39,6 +38,7 @@ class KoreanCharTokenizer(JsonVocabulary):
     kind = "char"
     format = FORMAT  # the vocabulary file's format name (subclasses with other id layouts name their own)
     described = "character"
+    entries = "chars"
     _text_of = staticmethod(text_from_code_points)
 
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
@@ -102,14 +102,6 @@ class KoreanCharTokenizer(JsonVocabulary):
         """Always one here."""
         return np.ones(len(code_points(unicodedata.normalize("NFC", text))), dtype=np.int64)
 
-    def _base_chars(self) -> list[str]:
-        """The characters the vocabulary was built from (not those added by fine-tuning)."""
-        return self.chars[: len(self.chars) - len(self.added)]
-
-    def to_dict(self) -> dict:
-        d = {"format": self.format, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
-        return {**d, "added": self.added} if self.added else d
-
     @classmethod
     def from_dict(cls, d: dict) -> KoreanCharTokenizer:
         d = vocabulary_format(d, cls.format, cls.described)
@@ -123,7 +115,7 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     def _grown(self, new: list[str], seen: set[int]) -> KoreanCharTokenizer:
         """This vocabulary plus `new`; `seen` (every code point of the new text) is for subclasses that record it."""
-        return type(self)(self._base_chars(), self.added + new)
+        return type(self)(self._original(), self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
         """Each id is one whole character."""

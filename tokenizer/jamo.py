@@ -17,7 +17,7 @@ import numpy as np
 
 from common.errors import UserError
 from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
-from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
+from tokenizer.char import UNK_DECODED, UNK_ID, code_points, text_from_code_points
 
 FORMAT = "kochar-gpt/jamo-tokenizer"
 
@@ -126,6 +126,8 @@ class KoreanJamoTokenizer(JsonVocabulary):
     """Id 0 is `<unk>`; ids 1..N are the corpus tokens (characters, then syllable parts) in code order."""
 
     kind = "jamo"
+    format = FORMAT
+    entries = "tokens"
     _text_of = staticmethod(text_from_jamo_codes)
 
     def __init__(self, tokens: Iterable[str], added: Iterable[str] = ()):
@@ -173,16 +175,6 @@ class KoreanJamoTokenizer(JsonVocabulary):
         missing, n = np.unique(cps[per_char > 0], return_counts=True)
         return Counter({chr(int(c)): int(k) for c, k in zip(missing, n, strict=True)})
 
-    def to_dict(self) -> dict:
-        d = {
-            "format": FORMAT,
-            "version": 1,
-            "kind": self.kind,
-            "unk": UNK_TOKEN,
-            "tokens": self.tokens[: len(self.tokens) - len(self.added)],
-        }
-        return {**d, "added": self.added} if self.added else d
-
     @classmethod
     def from_dict(cls, d: dict) -> KoreanJamoTokenizer:
         d = vocabulary_format(d, FORMAT, "jamo")
@@ -200,7 +192,7 @@ class KoreanJamoTokenizer(JsonVocabulary):
         seen = seen_codes(chunks, jamo_codes)
         known = set(self._codes.tolist())
         new = [_code_name(c) for c in sorted(seen - known)]
-        return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
+        return KoreanJamoTokenizer(self._original(), self.added + new)
 
     def next_token_rules(self) -> tuple[np.ndarray, np.ndarray]:
         """The spelling rules sampling follows, so a model never writes half a syllable: (the state after each id,

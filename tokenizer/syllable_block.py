@@ -34,7 +34,7 @@ class KoreanHangulTokenizer(KoreanCharTokenizer):
         self.added: list[str] = [c for c in dict.fromkeys(added) if c not in known]
         self._index(SYLLABLES + others + self.added)
 
-    def _base_chars(self) -> list[str]:
+    def _original(self) -> list[str]:
         """The corpus's characters other than syllables (the syllables are always there)."""
         return self.chars[NUM_SYLLABLES : len(self.chars) - len(self.added)]
 
