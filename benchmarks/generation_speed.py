@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.presets import MODERN, seeded_model
-from benchmarks.timing import median_alternating, per_second, seconds
+from benchmarks.timing import MODERN, median_alternating, per_second, seconds, seeded_model
 from model import AttentionLanguageModel
 from model.decode import DecodeStep, OneThread
 from model.sampling import Sampler

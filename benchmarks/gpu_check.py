@@ -81,7 +81,7 @@ def sampling() -> dict:
     import torch
 
     from benchmarks.graph_sampling import sampling_speeds
-    from benchmarks.presets import seeded_model
+    from benchmarks.timing import seeded_model
     from data.corpus import load_corpus
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from benchmarks.generation_speed import PROMPT_TOKENS
-from benchmarks.presets import model_kwargs, seeded_model
-from benchmarks.timing import median_alternating, per_second
+from benchmarks.timing import median_alternating, model_kwargs, per_second, seeded_model
 from model.streaming import stream
 
 TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)

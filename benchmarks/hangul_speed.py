@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 
 from benchmarks.generation_speed import PROMPT_TOKENS, generation_timer
-from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating
+from benchmarks.timing import median_alternating, seeded_model
 from benchmarks.training_speed import training_timer
 from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import build_tokenizer

@@ -18,7 +18,7 @@ from benchmarks.graph_sampling import bench_gpu_sampling
 from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS
-from benchmarks.presets import PRESETS
+from benchmarks.timing import PRESETS
 from benchmarks.training_speed import bench_training, matmul_peak_flops
 from common.device import enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError

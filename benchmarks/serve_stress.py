@@ -34,7 +34,7 @@ HALF_HEAD = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
 
 
 def _tiny_run(folder: Path) -> None:
-    from benchmarks.presets import seeded_model
+    from benchmarks.timing import seeded_model
     from inference.checkpoint import Checkpoint, save_checkpoint
     from tokenizer import KoreanCharTokenizer
 

@@ -84,7 +84,7 @@ def side_by_side(counts: dict[str, Counter[str]]) -> dict:
 
 
 def ours() -> torch.nn.Module:
-    from benchmarks.presets import seeded_model
+    from benchmarks.timing import seeded_model
 
     return seeded_model(VOCAB, SIZE, head_size=SIZE["embedding_size"], dropout=0.0)
 

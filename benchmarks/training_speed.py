@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating, per_second, repeated, step_timer
+from benchmarks.timing import median_alternating, per_second, repeated, seeded_model, step_timer
 from common.device import autocast
 from model import AttentionLanguageModel
 from model.counts import flops_per_token, num_parameters

@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.generation_speed import generation_timer
-from benchmarks.presets import seeded_model
-from benchmarks.timing import median_alternating, per_second
+from benchmarks.timing import median_alternating, per_second, seeded_model
 from model import AttentionLanguageModel
 from model.counts import num_parameters
 
