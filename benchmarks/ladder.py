@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
 
 from benchmarks import ladder_checks, ladder_report, runs  # noqa: E402
 from benchmarks import options as opt  # noqa: E402
-from benchmarks.heldout import corpus_fingerprint, split_heldout  # noqa: E402
+from benchmarks.runs import corpus_fingerprint, split_heldout  # noqa: E402
 from common.errors import UserError  # noqa: E402
 
 RUNGS = ("lecture", "l1_torch_init", "l2_rope", "l3_rmsnorm", "l4_relu2", "l5_qk_norm", "l6_zero_init", "modern")

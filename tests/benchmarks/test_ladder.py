@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.heldout import split_heldout, tail_boundary
 from benchmarks.ladder_report import markdown, summarise
+from benchmarks.runs import split_heldout, tail_boundary
 from tests.helpers import KOREAN, cli
 
 FAKE_NANOGPT = """
