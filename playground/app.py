@@ -28,11 +28,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from common.device import pick_device
 from common.errors import UserError
 from model.attention_maps import attention_maps
-from playground.cache import CachedRun, RunCache
 from playground.config import ServeConfig
-from playground.guard import BodyGuard, GenerationSlots
-from playground.hosts import HostGuard
-from playground.runs import RunRegistry, relative_message
+from playground.guard import BodyGuard, GenerationSlots, HostGuard
+from playground.runs import CachedRun, RunCache, RunRegistry, relative_message
 from playground.sampling import Continuation, Params, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 

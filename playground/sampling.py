@@ -18,7 +18,7 @@ from torch import Tensor
 from inference.generation import prompt_ids, token_grammar
 from model.sampling import Sampler
 from model.streaming import stream
-from playground.cache import CachedRun
+from playground.runs import CachedRun
 from playground.stages import is_syllable_id, syllable_stages
 
 TOP_ALTERNATIVES = 5

@@ -17,8 +17,7 @@ import uvicorn
 
 from playground.app import create_app
 from playground.config import ServeConfig
-from playground.guard import server_config
-from playground.hosts import allowed_host_names
+from playground.guard import allowed_host_names, server_config
 from tests.playground.test_api import CPU, app_for, make_run
 
 with warnings.catch_warnings():
