@@ -80,7 +80,6 @@ class Continuation:
         self._pending: list[TokenRecord] = []
         self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
         self.generated = 0  # tokens sampled so far
-        self.pieces: list[str] = []
         self.events: list[dict] = []
         self.finished = False
 
@@ -110,7 +109,6 @@ class Continuation:
         }
         if len(tokens) == 1 and tokens[0].stages is not None:
             event["stages"] = tokens[0].stages
-        self.pieces.append(text)
         self.events.append(event)
         return event
 
@@ -163,7 +161,7 @@ class Continuation:
         return None
 
     def summary(self) -> dict:
-        completion = "".join(self.pieces)
+        completion = "".join(e["text"] for e in self.events)
         return {
             "run": self.cached.name,
             "weights": self.cached.run.weights.kind,
