@@ -78,8 +78,6 @@ BLOCK = (
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     out = renamed(sd, c, TOP, BLOCK, "model.layers.{}.")
-    if not c.tie_weights:
-        out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         q, k, v = qkv_rows(sd, i)
@@ -92,12 +90,11 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
             out[f"{m}.self_attn.{name}_proj.bias"] = torch.zeros(c.head_size, dtype=q.dtype)  # a tensor each
         for part in ("weight", "bias"):
             out[f"{m}.mlp.gate_proj.{part}"], out[f"{m}.mlp.up_proj.{part}"] = sd[f"{b}.ffwd.fc.{part}"].chunk(2)
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
-    sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         rows = torch.stack(
