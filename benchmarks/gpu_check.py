@@ -80,7 +80,7 @@ def sampling() -> dict:
     """`sampling_speeds` of the default model over the built-in corpus's vocabulary (float32, as generate.py)."""
     import torch
 
-    from benchmarks.graph_sampling import sampling_speeds
+    from benchmarks.generation_speed import sampling_speeds
     from benchmarks.timing import seeded_model
     from data.corpus import load_corpus
 

@@ -13,8 +13,7 @@ import argparse
 import torch
 
 from benchmarks.encoding_speed import bench_encoding
-from benchmarks.generation_speed import bench_cache_against_crop, bench_generation
-from benchmarks.graph_sampling import bench_gpu_sampling
+from benchmarks.generation_speed import bench_cache_against_crop, bench_generation, bench_gpu_sampling
 from benchmarks.hangul_speed import bench_hangul
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS
