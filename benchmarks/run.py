@@ -4,26 +4,43 @@ Design choices:
 - The checks that need torch (a GPU, bf16) come before any measurement: a bad flag costs seconds.
 - One flat dict per measurement family in a fixed order: docs/en/speed.md and scripts read its keys.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
+- Encoding is timed against what a first version would write (a dict lookup per character, then `torch.tensor`): the
+  speed-up says whether vectorising was worth it; int64 ids match its dtype, `normalized=True` is the corpus path. The
+  table's first build is timed apart; each number is a mean of a few calls, so no side pays for what ran before.
+- The hangul section sets `char` against `hangul` with jamo input and the staged head: the sides differ only in the
+  Hangul-aware parts (same size, batch, float32), so the ratio is their price. The hangul side holds only the syllable
+  rows the corpus reaches, as training does; `hangul_all_rows` holds all 11,172.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
-from benchmarks.encoding_speed import bench_encoding
-from benchmarks.generation_speed import bench_cache_against_crop, bench_generation, bench_gpu_sampling
-from benchmarks.hangul_speed import bench_hangul
+from benchmarks.generation_speed import (
+    PROMPT_TOKENS,
+    bench_cache_against_crop,
+    bench_generation,
+    bench_gpu_sampling,
+    generation_timer,
+)
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS
-from benchmarks.timing import PRESETS
-from benchmarks.training_speed import bench_training, matmul_peak_flops
+from benchmarks.timing import PRESETS, mean_seconds, median_alternating, seeded_model
+from benchmarks.training_speed import bench_training, matmul_peak_flops, training_timer
 from common.device import enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
 from data.corpus import EMBEDDED_CORPUS
 from data.text import read_text
-from tokenizer import KoreanCharTokenizer
+from model.hangul.held_rows import compact_syllable_rows
+from tokenizer import KoreanCharTokenizer, build_tokenizer
+
+ENCODE_REPS = 5
+HANGUL_TARGET_RATIO = 0.9
+HANGUL = dict(embedding="jamo", head="jamo")
+HANGUL_SIDES = {"char": {}, "hangul": HANGUL, "hangul_all_rows": HANGUL}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -83,7 +100,7 @@ def run_benchmarks(opts: argparse.Namespace) -> dict:
 
     result = {**machine(device), "vocab_size": vocab, "corpus": corpus_name}
     generation_preset = PRESETS["tiny" if opts.smoke else "default"]
-    if device.type == "cuda":  # batch-1 sampling replayed as a CUDA graph, against eager (benchmarks/graph_sampling.py)
+    if device.type == "cuda":  # batch-1 sampling replayed as a CUDA graph, against eager (generation_speed.py)
         result["gpu_sampling"] = bench_gpu_sampling(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
     if opts.generation_only:
         result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
@@ -110,3 +127,71 @@ def run_benchmarks(opts: argparse.Namespace) -> dict:
     if device.type == "cuda":
         result["peak_cuda_memory_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     return result
+
+
+def bench_encoding(text: str, rounds: int) -> dict:
+    """Seconds and characters/s of encoding `text`, and the speed-ups over the Python loop."""
+    tok = KoreanCharTokenizer.from_text(text)
+    stoi = {c: i + 1 for i, c in enumerate(tok.chars)}
+    start = time.perf_counter()
+    tok.encode("가")
+    first_call = time.perf_counter() - start
+
+    secs = median_alternating(
+        {
+            "loop": mean_seconds(lambda: torch.tensor([stoi.get(c, 0) for c in text], dtype=torch.long), ENCODE_REPS),
+            "numpy": mean_seconds(lambda: torch.from_numpy(tok.encode(text)), ENCODE_REPS),
+            "numpy64": mean_seconds(lambda: torch.from_numpy(tok.encode(text)).long(), ENCODE_REPS),
+            "numpy_nfc": mean_seconds(lambda: torch.from_numpy(tok.encode(text, normalized=True)), ENCODE_REPS),
+        },
+        rounds,
+    )
+    return {
+        "encode_chars": len(text),
+        "encode_seconds": round(secs["numpy"], 5),
+        "encode_chars_per_sec": round(len(text) / secs["numpy"]),
+        "encode_python_loop_chars_per_sec": round(len(text) / secs["loop"]),
+        "encode_speedup_over_python_loop": round(secs["loop"] / secs["numpy"], 1),
+        "encode_speedup_over_python_loop_int64": round(secs["loop"] / secs["numpy64"], 1),
+        "encode_table_build_seconds_once_per_process": round(first_call, 3),
+        "encode_seconds_prenormalized": round(secs["numpy_nfc"], 5),
+        "encode_speedup_over_python_loop_prenormalized": round(secs["loop"] / secs["numpy_nfc"], 1),
+    }
+
+
+def bench_hangul(
+    preset: dict[str, int], text: str, device: torch.device, rounds: int, steps: int, new_tokens: int
+) -> dict:
+    tokenizers = {kind: build_tokenizer(kind, [text]) for kind in ("char", "hangul")}
+    ids = {kind: torch.from_numpy(t.encode(text).astype("int64")) for kind, t in tokenizers.items()}
+    kind = {side: "char" if side == "char" else "hangul" for side in HANGUL_SIDES}
+    vocabs = {side: tokenizers[kind[side]].vocab_size for side in HANGUL_SIDES}
+    models = {
+        side: seeded_model(vocabs[side], preset, device, dropout=0.0, **options)
+        for side, options in HANGUL_SIDES.items()
+    }
+    compact_syllable_rows(models["hangul"], ids["hangul"].unique())
+    train = median_alternating(
+        {
+            side: training_timer(m, preset["batch"], device, torch.float32, steps, ids[kind[side]])
+            for side, m in models.items()
+        },
+        rounds,
+    )
+    prompts = {side: torch.randint(0, vocabs[side], (1, PROMPT_TOKENS), device=device) for side in ("char", "hangul")}
+    generate = median_alternating(
+        {side: generation_timer(models[side].eval(), prompt, new_tokens, True) for side, prompt in prompts.items()},
+        rounds,
+    )  # hangul_all_rows generates as hangul
+    return {
+        "config": dict(preset),
+        "dtype": "float32",
+        **{f"vocab_size_{s}": vocabs[s] for s in ("char", "hangul")},
+        **{f"train_tokens_per_sec_{side}": round(v, 1) for side, v in train.items()},
+        "train_hangul_over_char": round(train["hangul"] / train["char"], 3),
+        "train_hangul_all_rows_over_char": round(train["hangul_all_rows"] / train["char"], 3),
+        "target_hangul_over_char": HANGUL_TARGET_RATIO,
+        **{f"generate_tokens_per_sec_{side}": round(v, 1) for side, v in generate.items()},
+        "generate_hangul_over_char": round(generate["hangul"] / generate["char"], 3),
+        "generate_new_tokens": new_tokens,
+    }
