@@ -24,6 +24,7 @@ from benchmarks.generation_speed import (
     bench_cache_against_crop,
     bench_generation,
     bench_gpu_sampling,
+    bench_transformers_peer,
     generation_timer,
 )
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
@@ -105,8 +106,6 @@ def run_benchmarks(opts: argparse.Namespace) -> dict:
     if opts.generation_only:
         result["generation"] = bench_cache_against_crop(generation_preset, vocab, device, opts.rounds, opts.new_tokens)
         if device.type == "cpu":
-            from benchmarks.transformers_peer import bench_transformers_peer
-
             result["transformers_peer"] = bench_transformers_peer(
                 generation_preset, vocab, opts.rounds, opts.new_tokens
             )
