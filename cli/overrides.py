@@ -61,11 +61,6 @@ def _unquote(value: str) -> str | None:
     return re.sub(r"\\(\\|'|\")", r"\1", body)
 
 
-def expand_home(path: str) -> str:
-    """`~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them."""
-    return os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", path))
-
-
 def _path_value(value: str) -> str:
     """One path value, expanded, and quoted for Hydra when its grammar would not read it as typed."""
     if value in ("", "null") or value.startswith(_SWEEP_FUNCTIONS):
@@ -73,7 +68,8 @@ def _path_value(value: str) -> str:
     text = _unquote(value)
     if text is None and value[0] in "'\"":
         return value  # malformed quoting: let Hydra's own error name it
-    path = expand_home(value if text is None else text)
+    # `~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them
+    path = os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", value if text is None else text))
     plain = _PLAIN_VALUE.fullmatch(path) and not _TYPED_VALUE.fullmatch(path)
     return path if plain else hydra_quote(path)
 
