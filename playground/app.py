@@ -31,7 +31,7 @@ from model.attention_maps import attention_maps
 from playground.config import ServeConfig
 from playground.guard import BodyGuard, GenerationSlots, HostGuard
 from playground.runs import CachedRun, RunCache, RunRegistry, relative_message
-from playground.sampling import Continuation, Params, SamplingError
+from playground.sampling import Continuation, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -152,11 +152,10 @@ async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
 async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> Response:
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
-    params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
     with ExitStack() as slot:
         slot.enter_context(pg.slots.take(cached.name))
         try:
-            cont = await to_thread.run_sync(Continuation, cached, params)
+            cont = await to_thread.run_sync(Continuation, cached, body)
         except (ValueError, RuntimeError, UnicodeError) as e:
             raise ApiError(
                 422,

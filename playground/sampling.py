@@ -19,6 +19,7 @@ from inference.generation import prompt_ids, token_grammar
 from model.sampling import Sampler
 from model.streaming import stream
 from playground.runs import CachedRun
+from playground.schemas import GenerateRequest
 from playground.stages import is_syllable_id, syllable_stages
 
 TOP_ALTERNATIVES = 5
@@ -26,16 +27,6 @@ TOP_ALTERNATIVES = 5
 
 class SamplingError(RuntimeError):
     """The model gave something no character can be drawn from (NaN or infinite logits: broken weights)."""
-
-
-@dataclass
-class Params:
-    prompt: str
-    max_new_tokens: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    seed: int
 
 
 @dataclass
@@ -47,7 +38,7 @@ class TokenRecord:
 
 
 class Continuation:
-    def __init__(self, cached: CachedRun, params: Params):
+    def __init__(self, cached: CachedRun, params: GenerateRequest):
         self.cached, self.params = cached, params
         run = cached.run
         self.tokenizer = run.tokenizer
