@@ -7,8 +7,7 @@ from collections.abc import Iterable
 from common.errors import UserError
 from tokenizer.base import UNK_TOKEN, StreamDecoder, Tokenizer
 from tokenizer.char import UNK_ID, KoreanCharTokenizer
-from tokenizer.jamo import KoreanJamoTokenizer
-from tokenizer.syllable_block import KoreanHangulTokenizer
+from tokenizer.jamo import KoreanHangulTokenizer, KoreanJamoTokenizer
 
 __all__ = [
     "KoreanCharTokenizer",
