@@ -17,16 +17,9 @@ from model.qkv_layout import QKV, fuse
 
 
 def fits(c: ModelConfig) -> bool:
-    return (
-        c.position == "learned"
-        and c.norm == "layernorm"
-        and c.mlp == "gelu"
-        and not c.qk_norm
-        and c.head_size == c.embedding_size
-        and c.embedding == "token"
-        and c.head == "softmax"
-        and not levers(c)
-    )
+    kinds = (c.position, c.norm, c.mlp, c.embedding, c.head)
+    plain = c.head_size == c.embedding_size and not (c.qk_norm or levers(c))
+    return plain and kinds == ("learned", "layernorm", "gelu", "token", "softmax")
 
 
 def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:

@@ -20,15 +20,8 @@ from model.rope import ROPE_BASE
 
 
 def fits(c: ModelConfig) -> bool:
-    return (
-        c.position == "rope"
-        and c.norm == "rmsnorm"
-        and c.mlp == "swiglu"
-        and not c.qk_norm
-        and c.embedding == "token"
-        and c.head == "softmax"
-        and not levers(c)
-    )
+    kinds = (c.position, c.norm, c.mlp, c.embedding, c.head)
+    return not (c.qk_norm or levers(c)) and kinds == ("rope", "rmsnorm", "swiglu", "token", "softmax")
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
