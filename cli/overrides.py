@@ -30,18 +30,12 @@ def _quote(value: str) -> str:
 
 def _quoted_non_ascii(arg: str, multirun: bool) -> str:
     """A non-ASCII value (`prompt=안녕`) quoted for Hydra; under `-m` each comma-separated sweep value on its own."""
-    key, sep, value = arg.partition("=")
-    if (
-        not sep
-        or arg.startswith("-")
-        or not value
-        or value[0] in "'\"[("
-        or value.isascii()
-        or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)
-    ):
+    m = _OVERRIDE.fullmatch(arg)
+    value = m.group(3) if m and not arg.startswith("-") else ""
+    if not value or value[0] in "'\"[(" or value.isascii():
         return arg
     parts = value.split(",") if multirun else [value]
-    return key + "=" + ",".join(_quote(p) for p in parts)
+    return f"{m.group(1)}{m.group(2)}=" + ",".join(_quote(p) for p in parts)
 
 
 def hydra_quote(value: str) -> str:
