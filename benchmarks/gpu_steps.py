@@ -32,7 +32,7 @@ def nanogpt_step(
 ) -> Callable[[], None]:
     """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
     from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
-    from benchmarks.training_speed import optimizer_step
+    from benchmarks.timing import optimizer_step
 
     model = nanogpt_model(nanogpt_module(checkout), vocab, size).to(device)
     x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device=device)

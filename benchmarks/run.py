@@ -3,6 +3,9 @@
 Design choices:
 - The checks that need torch (a GPU, bf16) come before any measurement: a bad flag costs seconds.
 - One flat dict per measurement family in a fixed order: docs/en/speed.md and scripts read its keys.
+- Training: every (attention, dtype) pair has its own seeded model and optimizer, built before any timing, so pairs
+  take turns, on random ids (a step's speed does not depend on the text, and no data pipeline is timed by accident);
+  float32 is always measured, the baseline of every ratio; the peak is a large matmul's in this run, not a datasheet's.
 - The vocabulary defaults to the corpus's, so the output layer has the size a model trained on it would.
 - Encoding is timed against what a first version would write (a dict lookup per character, then `torch.tensor`): the
   speed-up says whether vectorising was worth it; int64 ids match its dtype, `normalized=True` is the corpus path. The
@@ -29,12 +32,20 @@ from benchmarks.generation_speed import (
 )
 from benchmarks.memory import bench_big_corpus_memory, own_peak_rss_mb
 from benchmarks.options import SHARED_CORPUS
-from benchmarks.timing import PRESETS, mean_seconds, median_alternating, seeded_model
-from benchmarks.training_speed import bench_training, matmul_peak_flops, training_timer
+from benchmarks.timing import (
+    PRESETS,
+    mean_seconds,
+    median_alternating,
+    per_second,
+    repeated,
+    seeded_model,
+    training_timer,
+)
 from common.device import enable_fast_matmul, pick_device, resolve_dtype
 from common.errors import UserError
 from data.corpus import EMBEDDED_CORPUS
 from data.text import read_text
+from model.counts import flops_per_token, num_parameters
 from model.hangul.held_rows import compact_syllable_rows
 from tokenizer import KoreanCharTokenizer, build_tokenizer
 
@@ -193,4 +204,44 @@ def bench_hangul(
         **{f"generate_tokens_per_sec_{side}": round(v, 1) for side, v in generate.items()},
         "generate_hangul_over_char": round(generate["hangul"] / generate["char"], 3),
         "generate_new_tokens": new_tokens,
+    }
+
+
+def matmul_peak_flops(device: torch.device, dtype: torch.dtype, rounds: int, small: bool = False) -> float:
+    """Median FLOP/s of repeated n x n matmuls (2 n^3 FLOPs each)."""
+    n, reps = (256, 2) if small else (4096, 50) if device.type == "cuda" else (1024, 10)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    return median_alternating({"mm": per_second(repeated(lambda: a @ b, reps), 2 * n**3 * reps, device)}, rounds)["mm"]
+
+
+def bench_training(
+    preset: dict[str, int],
+    vocab: int,
+    device: torch.device,
+    dtypes: list[str],
+    rounds: int,
+    steps: int,
+    peak_flops: float,
+) -> dict:
+    """Tokens/s per (attention, dtype), their ratios, the model's size and its achieved fp32 FLOP/s."""
+    timers = {}
+    for attention in ("heads", "fused"):
+        for dt in dtypes:
+            model = seeded_model(vocab, preset, device, dropout=0.0, attention=attention)
+            timers[f"{attention}_{dt}"] = training_timer(model, preset["batch"], device, getattr(torch, dt), steps)
+    model = seeded_model(vocab, preset, device, dropout=0.0)
+    timers["fused_float32_ema"] = training_timer(model, preset["batch"], device, torch.float32, steps, average="ema")
+    tps = median_alternating(timers, rounds)
+    out: dict = {"config": dict(preset), **{f"train_tokens_per_sec_{k}": round(v, 1) for k, v in tps.items()}}
+    for dt in dtypes:
+        out[f"fused_over_heads_{dt}"] = round(tps[f"fused_{dt}"] / tps[f"heads_{dt}"], 3)
+        out[f"fused_{dt}_over_heads_float32"] = round(tps[f"fused_{dt}"] / tps["heads_float32"], 3)
+    out["ema_over_plain_float32"] = round(tps["fused_float32_ema"] / tps["fused_float32"], 3)  # train.average's cost
+    achieved = tps["fused_float32"] * flops_per_token(model)
+    return {
+        **out,
+        "model_params": num_parameters(model),
+        "model_flops_per_token": flops_per_token(model),
+        "achieved_flops_fused_float32": round(achieved),
+        "achieved_fraction_of_matmul_peak_float32": round(achieved / peak_flops, 3),
     }

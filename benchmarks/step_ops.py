@@ -60,7 +60,7 @@ def _third_step_ops(step: Callable[[], object]) -> int:
 
 def model_step_ops(model: torch.nn.Module) -> int:
     """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    from benchmarks.training_speed import optimizer_step
+    from benchmarks.timing import optimizer_step
 
     return _third_step_ops(optimizer_step(model, *_batch(), clip=True))
 
