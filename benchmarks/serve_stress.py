@@ -128,7 +128,7 @@ def _key_value(flag: str, text: str) -> str:
 
 
 def main(argv: list[str]) -> dict:
-    from benchmarks.memory import vm_hwm_kb
+    from benchmarks.run import vm_hwm_kb
 
     args = parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
