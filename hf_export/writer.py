@@ -152,11 +152,9 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, context_length: int) -> Non
             "auto_map": {"AutoTokenizer": ["tokenization_kochar.KocharJamoTokenizer", None]},
             "clean_up_tokenization_spaces": False,
         }
-        (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+        _write_json(out / "tokenizer_config.json", config)
     if not (out / "special_tokens_map.json").is_file():
-        (out / "special_tokens_map.json").write_text(
-            json.dumps({"unk_token": unk}, ensure_ascii=False, indent=2), encoding="utf-8"
-        )
+        _write_json(out / "special_tokens_map.json", {"unk_token": unk})
 
 
 @torch.no_grad()
