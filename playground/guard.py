@@ -41,10 +41,6 @@ async def send_json(send, status: int, message: str, extra_headers: tuple = ()) 
     await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class _SlowReader(Exception):
     pass
 
@@ -65,12 +61,12 @@ class BodyGuard:
         try:
             with anyio.fail_after(self.timeout):
                 body, disconnected = await self._read(receive)
-        except _TooLarge:
-            return await send_json(send, 413, self.too_large)
         except TimeoutError:
             return await send_json(
                 send, 408, f"the request body did not arrive within {self.timeout:g} s (serve.py body_timeout_s=...)"
             )
+        if body is None:
+            return await send_json(send, 413, self.too_large)
         if disconnected:
             return None
         replayed = False
@@ -94,7 +90,8 @@ class BodyGuard:
         except _SlowReader:  # the app's sample stops (its slot is given back); uvicorn closes the connection
             return None
 
-    async def _read(self, receive) -> tuple[bytes, bool]:
+    async def _read(self, receive) -> tuple[bytes | None, bool]:
+        """(the body, or None past `max_bytes`; whether the client went away)."""
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -103,7 +100,7 @@ class BodyGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                raise _TooLarge
+                return None, False
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks), False
