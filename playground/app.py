@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,21 +38,11 @@ STATIC = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("kochar.playground")
 
 
-@dataclass
-class Stats:
-    """Counters the tests read: samples in progress and tokens sampled by finished samples."""
-
-    active: int = 0
-    finished: int = 0
-    tokens: int = 0
-
-
 class Playground:
     def __init__(self, cfg: ServeConfig, device: torch.device | None = None):
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
         self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device), cfg.weights)
-        self.stats = Stats()
         self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
     async def load(self, name: str | None) -> CachedRun:
@@ -82,22 +72,18 @@ def _failure(e: Exception) -> str:
     return f"sampling failed: {type(e).__name__}: {' '.join(str(e).split())}"
 
 
-async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
+async def _steps(cont: Continuation) -> AsyncIterator[dict]:
     """The events of one sample, each computed in a worker thread; closing stops the sample."""
-    pg.stats.active += 1
     try:
         while (event := await to_thread.run_sync(cont.next_event)) is not None:
             yield event
     finally:
         cont.close()
-        pg.stats.active -= 1
-        pg.stats.finished += 1
-        pg.stats.tokens += cont.generated
 
 
-async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[bytes]:
+async def _events(cont: Continuation) -> AsyncIterator[bytes]:
     """The SSE stream of one sample: a `char` event per character, then always `done` or `error`."""
-    steps = _steps(pg, cont)
+    steps = _steps(cont)
     try:
         async for event in steps:
             yield _sse("char", event)
@@ -140,9 +126,9 @@ class _SlotStream(StreamingResponse):
             self._release()
 
 
-async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
+async def _collect(cont: Continuation) -> dict | ApiError:
     try:
-        async for _ in _steps(pg, cont):
+        async for _ in _steps(cont):
             pass
     except Exception as e:  # noqa: BLE001 - a broken model: the run's fault, answered like a broken file
         return ApiError(400, "run", _failure(e))
@@ -164,8 +150,8 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
                 f"({type(e).__name__}: {' '.join(str(e).split())})",
             ) from None
         if body.stream:
-            return _SlotStream(_events(pg, cont), slot.pop_all().close)  # the stream gives the slot back
-        finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
+            return _SlotStream(_events(cont), slot.pop_all().close)  # the stream gives the slot back
+        finished, result = await _until_disconnect(request, partial(_collect, cont))
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)

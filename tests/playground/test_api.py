@@ -20,6 +20,7 @@ from inference.generation import stream_samples
 from model import AttentionLanguageModel
 from model import sampling as sampler
 from model.attention_maps import attention_maps
+from playground import app as app_module
 from playground.app import create_app
 from playground.config import ServeConfig, register_configs
 from tests.conftest import ROOT
@@ -274,6 +275,37 @@ async def _call(app, body: dict, disconnect_when) -> list[dict]:
     return sent
 
 
+class Samples:
+    """Every sample the app makes (its Continuation, recorded): how many still run, ended, and the tokens drawn."""
+
+    def __init__(self, monkeypatch):
+        made = self.made = []
+
+        class Recorded(app_module.Continuation):
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.closed = False
+                made.append(self)
+
+            def close(self) -> None:
+                super().close()
+                self.closed = True
+
+        monkeypatch.setattr(app_module, "Continuation", Recorded)
+
+    @property
+    def active(self) -> int:
+        return sum(not c.closed for c in self.made)
+
+    @property
+    def finished(self) -> int:
+        return sum(c.closed for c in self.made)
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.generated for c in self.made if c.closed)
+
+
 def wait_until_idle(stats, seconds: float = 10) -> None:
     """Sampling stops at the next step boundary after a disconnect; give that step time to end."""
     deadline = time.monotonic() + seconds
@@ -282,9 +314,9 @@ def wait_until_idle(stats, seconds: float = 10) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_client_that_disconnects_stops_its_generation(runs, stream):
+def test_a_client_that_disconnects_stops_its_generation(runs, stream, monkeypatch):
     app = app_for(runs[0], max_new_tokens_limit=100_000)
-    stats = app.state.playground.stats
+    stats = Samples(monkeypatch)
     started = time.monotonic()
     first_char = (
         (lambda sent: any(m.get("body") for m in sent)) if stream else (lambda sent: time.monotonic() - started > 0.5)
