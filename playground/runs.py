@@ -276,10 +276,6 @@ class RunCache:
         self._runs: OrderedDict[Path, CachedRun] = OrderedDict()
         self._guard = threading.Lock()
         self._loading: dict[Path, threading.Lock] = {}
-        self.loads = 0  # how many times a checkpoint was read (the tests count cache hits with it)
-
-    def __len__(self) -> int:
-        return len(self._runs)
 
     def _hit(self, path: Path, stamp: tuple[int, int]) -> CachedRun | None:
         with self._guard:
@@ -304,7 +300,6 @@ class RunCache:
                 return entry
             entry = CachedRun(name, load_run(target, self.device, weights=self.weights), stamp)
             with self._guard:
-                self.loads += 1
                 self._runs[path] = entry
                 self._runs.move_to_end(path)
                 while len(self._runs) > self.capacity:

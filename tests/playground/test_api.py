@@ -21,6 +21,7 @@ from model import AttentionLanguageModel
 from model import sampling as sampler
 from model.attention_maps import attention_maps
 from playground import app as app_module
+from playground import runs as playground_runs
 from playground.app import create_app
 from playground.config import ServeConfig, register_configs
 from tests.conftest import ROOT
@@ -232,16 +233,17 @@ def test_attention_weights_for_a_position(client, runs):
         assert r.status_code == 422 and r.json()["field"] == field
 
 
-def test_loaded_runs_are_cached_and_evicted_least_recently_used_first(runs):
+def test_loaded_runs_are_cached_and_evicted_least_recently_used_first(runs, monkeypatch):
     app = app_for(runs[0], cache_size=2)
-    cache = app.state.playground.cache
+    cache, loads, real_load = app.state.playground.cache, [], playground_runs.load_run
+    monkeypatch.setattr(playground_runs, "load_run", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     with TestClient(app) as c:
         for name in ("a", "sweep/1", "a", "jamo", "a", "sweep/1"):
             assert c.post("/api/generate", json={"run": name, "max_new_tokens": 1}).status_code == 200
-        assert cache.loads == 4 and len(cache) == 2  # a, sweep/1, jamo (evicts sweep/1), sweep/1 again
+        assert len(loads) == 4 and len(cache._runs) == 2  # a, sweep/1, jamo (evicts sweep/1), sweep/1 again
         make_run(runs[0] / "a", seed=9)  # training rewrote the checkpoint: the next request reloads it
         c.post("/api/generate", json={"run": "a", "max_new_tokens": 1})
-        assert cache.loads == 5
+        assert len(loads) == 5
 
 
 async def _call(app, body: dict, disconnect_when) -> list[dict]:
