@@ -74,11 +74,8 @@ def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         q, k, v = qkv_rows(sd, i)
-        for name, rows in (
-            ("q", _flip_second_half(q, c.num_heads)),
-            ("k", _flip_second_half(k, c.num_heads)),
-            ("v", v),
-        ):
+        flipped = {"q": _flip_second_half(q, c.num_heads), "k": _flip_second_half(k, c.num_heads), "v": v}
+        for name, rows in flipped.items():
             out[f"{m}.self_attn.{name}_proj.weight"] = rows
             out[f"{m}.self_attn.{name}_proj.bias"] = torch.zeros(c.head_size, dtype=q.dtype)  # a tensor each
         for part in ("weight", "bias"):
@@ -90,13 +87,8 @@ def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
-        rows = torch.stack(
-            [
-                _flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
-                _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
-                hf[f"{m}.self_attn.v_proj.weight"],
-            ]
-        )  # (3, head_size, E)
+        q, k, v = (hf[f"{m}.self_attn.{name}_proj.weight"] for name in "qkv")  # (head_size, E) each
+        rows = torch.stack([_flip_second_half(q, c.num_heads), _flip_second_half(k, c.num_heads), v])
         sd[f"{b}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))
         for part in ("weight", "bias"):
             sd[f"{b}.ffwd.fc.{part}"] = torch.cat([hf[f"{m}.mlp.gate_proj.{part}"], hf[f"{m}.mlp.up_proj.{part}"]])
