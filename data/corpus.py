@@ -135,10 +135,6 @@ class CachedTokens:
     doc_starts: list[int]  # the first token of each file's text (one entry per file of the corpus)
 
 
-def id_dtype(tokenizer: Tokenizer) -> np.dtype:
-    return np.dtype(np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
-
-
 def _warn(file: Path, why: _Damaged, corpus: CorpusFiles) -> None:
     warnings.warn(f"token cache file {file} is damaged ({why}); rebuilding it from {corpus.path}", stacklevel=4)
 
@@ -212,7 +208,7 @@ def _load_vocabulary(file: Path, digest: str, kind: str) -> Tokenizer:
 
 def token_ids(cache: Path, corpus: CorpusFiles, digest: str, tokenizer: Tokenizer) -> CachedTokens:
     """The ids of `corpus` under `tokenizer`: from the cache when every check passes, else tokenised again."""
-    dtype = id_dtype(tokenizer)
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
     stem = f"{corpus.name}.{digest[:16]}.{tokenizer.fingerprint()}"
     tokens_file, meta_file = cache / f"{stem}.{dtype.name}", cache / f"{stem}.json"
     expected = {
@@ -288,7 +284,7 @@ def _open_tokens(file: Path, meta: dict, dtype: np.dtype, check: bool = True) ->
 
 
 def _build(corpus: CorpusFiles, tokenizer: Tokenizer, tokens_file: Path, meta_file: Path, expected: dict) -> dict:
-    dtype = id_dtype(tokenizer)
+    dtype = np.dtype(expected["dtype"])  # token_ids chose it
     stats = {"num_tokens": 0, "num_chars": 0, "num_unknown": 0, "max_id": 0, "id_sum": 0}
     starts = [None] * len(corpus.files)
 
