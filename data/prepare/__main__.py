@@ -13,14 +13,13 @@ from data.download import MIN_SPEED, SLOW_SECONDS
 from data.prepare.catalog import REGISTRY
 from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
 
-DESCRIPTION = (
-    "Download a public Korean corpus into a local cache and turn it into training text: one file, or "
-    "with --files a folder of one file per document. Prints the data.path=... override."
-)
-
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m data.prepare", description=DESCRIPTION)
+    p = argparse.ArgumentParser(
+        prog="python -m data.prepare",
+        description="Download a public Korean corpus into a local cache and turn it into training text: one file, or "
+        "with --files a folder of one file per document. Prints the data.path=... override.",
+    )
     p.add_argument("name", nargs="?", help=f"the corpus to prepare: {', '.join(REGISTRY)}")
     p.add_argument("--cache-dir", help=f"where corpora are kept (default {default_cache_dir()})")
     p.add_argument(
