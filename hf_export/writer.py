@@ -40,11 +40,6 @@ CODE = Path(__file__).resolve().parent / "hf_code"  # the code a jamo tokenizer'
 UNK_SHOWN = "\ufffd"
 TOLERANCE = 1e-3
 WINDOW = 64
-LOADERS = {
-    "gpt2": "GPT2LMHeadModel",
-    "llama": "LlamaForCausalLM",
-    "custom": "KocharForCausalLM (this folder's modeling_kochar.py)",
-}
 
 
 def choose_layout(c: ModelConfig) -> str:
@@ -271,6 +266,8 @@ def model_card(ckpt: Checkpoint, params: int, layout: str, export_command: str) 
     val = ckpt.training.val_loss if ckpt.training and isinstance(ckpt.training.val_loss, float) else float("nan")
     bpc = f"{val * ckpt.tokens_per_char / math.log(2):.3f}" if math.isfinite(val) else "—"
     remote = layout == "custom" or tokenizer == "jamo"
+    loader = LAYOUTS[layout].hf_config(c)["architectures"][0]  # the class config.json names
+    loader += " (this folder's modeling_kochar.py)" if layout == "custom" else ""
     trust = ", trust_remote_code=True" if remote else ""
     load = (
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
@@ -289,7 +286,7 @@ format. 한국어 문자 단위 GPT를 kochar-gpt로 학습해 Hugging Face 형�
 - Size / 크기: {params:,} parameters, {c.num_blocks} blocks, width {c.embedding_size}, {c.num_heads} heads,
   context {c.context_length} tokens (position {c.position}, norm {c.norm}, MLP {c.mlp}, query/key norm {c.qk_norm})
 - Steps / 학습 스텝: {ckpt.step:,}; validation bits per character / 검증 문자당 비트: {bpc}{started}
-- Loads as / 불러오는 클래스: {LOADERS[layout]}{" with trust_remote_code=True" if remote else ""}
+- Loads as / 불러오는 클래스: {loader}{" with trust_remote_code=True" if remote else ""}
 
 ```python
 {load}
