@@ -10,8 +10,7 @@ import sys
 
 from common.errors import UserError
 from data.download import MIN_SPEED, SLOW_SECONDS
-from data.prepare.catalog import REGISTRY
-from data.prepare.fetching import BASE_URL_ENV, default_cache_dir, prepare
+from data.prepare.fetching import BASE_URL_ENV, REGISTRY, default_cache_dir, prepare
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -10,8 +10,7 @@ import pytest
 
 from common.errors import UserError
 from data.download import download
-from data.prepare.catalog import KOCONOVEL, REGISTRY, CorpusSource, RemoteFile
-from data.prepare.fetching import prepare
+from data.prepare.fetching import KOCONOVEL, REGISTRY, CorpusSource, RemoteFile, prepare
 from data.text import read_text
 from tests.helpers import cli
 
