@@ -10,18 +10,17 @@ Timings alternate the compared sides over several rounds and report medians. The
 
 from cli.entry import run_cli
 
-import json
 import os
 import sys
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.options import parse_options
+    from benchmarks.options import parse_options, print_json
 
     opts = parse_options(argv, description=__doc__)  # before torch is imported: a bad flag fails at once
     from benchmarks.run import run_benchmarks
 
-    print(json.dumps(run_benchmarks(opts), ensure_ascii=False))
+    print_json(run_benchmarks(opts))
 
 
 if __name__ == "__main__":

@@ -68,8 +68,7 @@ def _run(config: ServeConfig) -> None:
     import uvicorn
 
     from playground.app import create_app
-    from playground.guard import server_config
-    from playground.hosts import allowed_host_names, is_loopback
+    from playground.guard import allowed_host_names, is_loopback, server_config
 
     names = allowed_host_names(config.host, list(config.allowed_hosts))  # refuses a network bind without names
     app = create_app(config, allowed_hosts=names)

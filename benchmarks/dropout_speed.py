@@ -53,9 +53,7 @@ def with_torch_masks(timer: Callable[[], float]) -> Callable[[], float]:
 def main(argv: list[str]) -> None:
     import torch
 
-    from benchmarks.presets import MODERN, seeded_model
-    from benchmarks.timing import median_alternating
-    from benchmarks.training_speed import training_timer
+    from benchmarks.timing import MODERN, median_alternating, seeded_model, training_timer
     from common.device import resolve_dtype
 
     args = parse_args(argv)

@@ -19,9 +19,8 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
-from benchmarks.heldout import split_heldout  # noqa: E402
 from benchmarks.ladder_checks import WHOLE_BUDGET, say_whole_budget  # noqa: E402
-from benchmarks.runs import campaign_run, heldout_scores, keep, kept, results, sample  # noqa: E402
+from benchmarks.runs import campaign_run, heldout_scores, keep, kept, results, sample, split_heldout  # noqa: E402
 from common.errors import UserError  # noqa: E402
 
 SIDES = ("finetune", "scratch")

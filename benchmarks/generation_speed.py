@@ -1,4 +1,5 @@
-"""Generation throughput with and without the KV cache, and where a cached token's time goes.
+"""Generation throughput with and without the KV cache, where a cached token's time goes, and (on CUDA) batch-1
+sampling through generate.py's path with the static step replayed as a CUDA graph, against eager.
 
 Design choices:
 - `generate_*`: two uncached baselines; `uncached` reads the cached path's windows (the same logits: only the cache
@@ -6,18 +7,30 @@ Design choices:
 - The `generation` report sets the cache against crop-and-recompute (nanoGPT's `generate`) per position kind: `learned`
   (its cache refilled when the window jumps) and `rope` (its cache slides), every row's tokens counted.
 - A cached token's cost is split by timing the pieces directly: step, sampling, and the rest (`per_token_us`).
+- `gpu_sampling` (`python bench.py --device cuda --quick`): "generate.py's path" is `stream` at its default
+  temperature, seeded, every new id read back as generate.py reads it. The sides (`SIDES`) take turns, each run once
+  first so the graphs are captured and compiled and the numbers are the replays'; `same_text` checks the graphs sample
+  the eager static step's ids for the same seed.
+- `transformers_peer`: `transformers`' cached `generate` on the very same weights (the lecture model, randomly
+  initialised, exported by `export.py`'s code). Both sample the full distribution at temperature 1 (its default
+  `top_k` of 50 off) with their KV caches, at most `context_length - 1` new tokens (GPT-2's positions stop there), at
+  the default thread count and at one.
 """
 
 from __future__ import annotations
 
 import statistics
+import tempfile
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 import torch
+from torch import nn
 
-from benchmarks.presets import MODERN, seeded_model
-from benchmarks.timing import median_alternating, per_second, seconds
+from benchmarks.timing import MODERN, median_alternating, model_kwargs, per_second, seconds, seeded_model
 from model import AttentionLanguageModel
+from model.counts import num_parameters
 from model.decode import DecodeStep, OneThread
 from model.sampling import Sampler
 from model.streaming import default_window_shift, new_cache, stream
@@ -26,6 +39,8 @@ PROMPT_TOKENS = 8
 BREAKDOWN_ROUNDS = 5
 BATCHES = (1, 8)
 KINDS = {"learned": {}, "rope": {**MODERN, "zero_init_proj": False}}  # rope: modern's, its projections drawn
+TEMPERATURE = 0.8  # generate.py's default (configs/generate.yaml)
+SIDES = {"graph": "graph", "compiled": "compiled", "static_eager": "static", "eager": "eager"}  # key -> decoder
 
 
 def generation_timer(
@@ -144,3 +159,93 @@ def decode_times(
                     times["sampling"].append(seconds(lambda: sampler(logits, g), device))
         times["full"].append(seconds(lambda: model(ids, last_only=True), device))
     return {name: statistics.median(values) for name, values in times.items() if values}
+
+
+def sampled_ids(model: nn.Module, prompt: torch.Tensor, new_tokens: int, decoder: str, seed: int = 0) -> list[int]:
+    """The ids one generation samples after `prompt` (1, T), each read back as it comes."""
+    g = torch.Generator(device=prompt.device).manual_seed(seed)
+    return [int(nxt[0, 0]) for nxt, _ in stream(model, prompt, new_tokens, TEMPERATURE, generator=g, decoder=decoder)]
+
+
+def sampling_speeds(model: nn.Module, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> dict:
+    """Batch-1 tokens/s of each side after an 8-token prompt, `graph_over_eager` and `same_text`."""
+    model = model.eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
+    prompt = ids.to(device)
+    sides = {k: partial(sampled_ids, model, prompt, new_tokens, d) for k, d in SIDES.items()}
+    tps = median_alternating({k: per_second(run, new_tokens, prompt.device) for k, run in sides.items()}, rounds)
+    static = sampled_ids(model, prompt, new_tokens, "static")
+    same = all(sampled_ids(model, prompt, new_tokens, d) == static for d in ("graph", "compiled"))
+    return {
+        **{k: round(v, 1) for k, v in tps.items()},
+        "graph_over_eager": round(tps["graph"] / tps["eager"], 2),
+        "same_text": same,
+        "new_tokens": new_tokens,
+    }
+
+
+def bench_gpu_sampling(preset: dict[str, int], vocab: int, device: torch.device, rounds: int, new_tokens: int) -> dict:
+    """bench.py's `gpu_sampling` section: `sampling_speeds` of the lecture model at `preset`'s size."""
+    model = seeded_model(vocab, preset, device)
+    return {"config": model_kwargs(preset), **sampling_speeds(model, device, new_tokens, rounds)}
+
+
+def _peer_timers(ours: AttentionLanguageModel, theirs, batch: int, new_tokens: int, vocab: int) -> dict:
+    prompt = torch.randint(0, vocab, (batch, 1))
+
+    def theirs_run() -> None:
+        torch.manual_seed(0)
+        theirs.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            use_cache=True,
+            pad_token_id=0,
+        )
+
+    return {
+        "ours": generation_timer(ours, prompt, new_tokens, use_cache=True),  # the same sampling, seeded
+        "transformers": per_second(theirs_run, batch * new_tokens, prompt.device),
+    }
+
+
+@torch.inference_mode()
+def bench_transformers_peer(preset: dict[str, int], vocab: int, rounds: int, new_tokens: int) -> dict:
+    """{threads_N: {batch_B: {ours, transformers, ours_over_transformers}}}, or why it was skipped."""
+    try:
+        import transformers
+    except ImportError:
+        return {"skipped": "transformers is not installed (pip install -r requirements-dev.txt)"}
+    from hf_export.writer import write_folder
+    from inference.checkpoint import Checkpoint
+    from tokenizer import KoreanCharTokenizer
+
+    tokenizer = KoreanCharTokenizer([chr(0xAC00 + i) for i in range(vocab - 1)])
+    ours = seeded_model(vocab, preset).eval()
+    ckpt = Checkpoint(ours.config, ours.state_dict(), tokenizer.to_dict(), 1.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_folder(ckpt, tokenizer, num_parameters(ours), Path(tmp) / "m", "benchmark", overwrite=False)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(Path(tmp) / "m")).eval()
+    new = min(new_tokens, ours.context_length - 1)
+    report: dict = {"class": type(theirs).__name__, "transformers": transformers.__version__, "new_tokens": new}
+    default_threads = torch.get_num_threads()
+    for threads in dict.fromkeys((default_threads, 1)):
+        torch.set_num_threads(threads)
+        try:
+            row = {}
+            for b in BATCHES:
+                tps = median_alternating(_peer_timers(ours, theirs, b, new, vocab), rounds)
+                row[f"batch_{b}"] = {
+                    "ours_tokens_per_sec": round(tps["ours"], 1),
+                    "transformers_tokens_per_sec": round(tps["transformers"], 1),
+                    "ours_over_transformers": round(tps["ours"] / tps["transformers"], 2),
+                }
+            report[f"threads_{threads}"] = row
+        finally:
+            torch.set_num_threads(default_threads)
+    return report

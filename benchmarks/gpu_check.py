@@ -46,7 +46,7 @@ def train_run(folder: Path, name: str, *overrides: str) -> dict:
     from inference.checkpoint import load_checkpoint
 
     run, started = folder / name, time.perf_counter()
-    r, _ = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
+    r = train_py(["device=cuda", *overrides, WHOLE_BUDGET], run)  # every step runs
     if r.returncode != 0:
         return {"failed": last_line(r.stderr, str(r.returncode))[:300]}
     return {
@@ -80,8 +80,8 @@ def sampling() -> dict:
     """`sampling_speeds` of the default model over the built-in corpus's vocabulary (float32, as generate.py)."""
     import torch
 
-    from benchmarks.graph_sampling import sampling_speeds
-    from benchmarks.presets import seeded_model
+    from benchmarks.generation_speed import sampling_speeds
+    from benchmarks.timing import seeded_model
     from data.corpus import load_corpus
 
     with tempfile.TemporaryDirectory() as tmp:

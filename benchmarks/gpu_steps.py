@@ -32,7 +32,7 @@ def nanogpt_step(
 ) -> Callable[[], None]:
     """One training step of nanoGPT's GPT (bias=False, its shakespeare-char setting) on a fixed batch."""
     from benchmarks.nanogpt_peer import nanogpt_model, nanogpt_module
-    from benchmarks.training_speed import optimizer_step
+    from benchmarks.timing import optimizer_step
 
     model = nanogpt_model(nanogpt_module(checkout), vocab, size).to(device)
     x = torch.randint(0, vocab, (size["batch"], size["context_length"]), device=device)
@@ -47,11 +47,8 @@ def ours_overrides(size: dict, dtype: str, corpus: Path, folder: Path, device: t
         "model.dropout=0",
         f"data.path={corpus}",
         f"data.cache_dir={folder / 'cache'}",
-        f"model.num_blocks={size['num_blocks']}",
-        f"model.embedding_size={size['embedding_size']}",
+        *(f"model.{key}={size[key]}" for key in ("num_blocks", "embedding_size", "num_heads", "context_length")),
         f"model.head_size={size['embedding_size']}",
-        f"model.num_heads={size['num_heads']}",
-        f"model.context_length={size['context_length']}",
         f"train.batch_size={size['batch']}",
         "train.max_steps=1000000",
         "train.compile=false",

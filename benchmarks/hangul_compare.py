@@ -21,9 +21,8 @@ if __package__ in (None, ""):  # run as a file: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import options as opt  # noqa: E402
-from benchmarks.heldout import split_heldout  # noqa: E402
 from benchmarks.ladder_checks import run_overrides, say_whole_budget  # noqa: E402
-from benchmarks.runs import campaign_run, keep, kept, results, run_facts, sample  # noqa: E402
+from benchmarks.runs import campaign_run, keep, kept, results, run_facts, sample, split_heldout  # noqa: E402
 
 VARIANTS = {
     "char": "data.tokenizer=char",

@@ -42,8 +42,7 @@ def syllable_tables(chars: list[str]):
     """One-hot float64 maps id -> initial (V, 19) and id -> (initial, medial) (V, 399), and both indices."""
     import torch
 
-    from tokenizer.jamo import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS
-    from tokenizer.syllable_block import NUM_SYLLABLES, SYLLABLE_FIRST
+    from tokenizer.jamo import NUM_FINALS, NUM_INITIALS, NUM_MEDIALS, NUM_SYLLABLES, SYLLABLE_FIRST
 
     code = torch.tensor([ord(c) - SYLLABLE_FIRST if len(c) == 1 else -1 for c in chars])
     syl = (code >= 0) & (code < NUM_SYLLABLES)

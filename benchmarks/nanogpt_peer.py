@@ -73,6 +73,9 @@ SETTINGS = dict(
     log_interval=1,
 )
 
+# our size keys -> GPTConfig's (and SETTINGS')
+GPT_NAMES = {"num_blocks": "n_layer", "num_heads": "n_head", "embedding_size": "n_embd", "context_length": "block_size"}
+
 
 def settings(overrides: list[str]) -> dict:
     s = dict(SETTINGS)
@@ -98,13 +101,7 @@ def nanogpt_model(module, vocab: int, size: dict, bias: bool = False, dropout: f
 
     torch.manual_seed(seed)
     config = module.GPTConfig(
-        block_size=size["context_length"],
-        vocab_size=vocab,
-        n_layer=size["num_blocks"],
-        n_head=size["num_heads"],
-        n_embd=size["embedding_size"],
-        dropout=dropout,
-        bias=bias,
+        vocab_size=vocab, dropout=dropout, bias=bias, **{n: size[k] for k, n in GPT_NAMES.items()}
     )
     with contextlib.redirect_stdout(sys.stderr):
         return module.GPT(config)
@@ -137,12 +134,7 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
     import numpy as np
     import torch
 
-    size = {
-        "num_blocks": s["n_layer"],
-        "num_heads": s["n_head"],
-        "embedding_size": s["n_embd"],
-        "context_length": s["block_size"],
-    }
+    size = {k: s[n] for k, n in GPT_NAMES.items()}
     model = nanogpt_model(gpt_module, vocab_size, size, s["bias"], s["dropout"], seed)
     optimizer = model.configure_optimizers(s["weight_decay"], s["learning_rate"], (s["beta1"], s["beta2"]), "cpu")
     B, T = s["batch_size"], s["block_size"]

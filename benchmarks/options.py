@@ -82,9 +82,6 @@ def print_json(result: object, indent: int | None = None) -> None:
     print(json.dumps(result, ensure_ascii=False, indent=indent), flush=True)
 
 
-# -- checks of one flag's text, shown as typed -------------------------------------------------------------------
-
-
 def _parsed(text: str, kind: type) -> float | int | None:
     try:
         return kind(text) if text == text.strip() else None
@@ -188,9 +185,6 @@ def checkout(needed: str, what: str) -> Check:
 
 
 NANOGPT = checkout("model.py", "a checkout of github.com/karpathy/nanoGPT (clone it yourself)")
-
-
-# -- bench.py --------------------------------------------------------------------------------------------------------
 
 
 def _one_of(choices: Container[str], fits: Callable[[str], bool] | None = None) -> Check:

@@ -66,7 +66,7 @@ def train_run(out: Path, steps: int) -> Path:
     run = out / "run"
     if (run / "ckpt.pt").is_file():
         return run
-    r, _ = train_py(
+    r = train_py(
         [
             "device=cpu",
             f"train.max_steps={steps}",

@@ -1,10 +1,14 @@
-"""The project's own scripts run from a benchmark as a user runs them, what they print kept, and the machine's state.
+"""The project's own scripts run from a benchmark as a user runs them, what they print kept, the machine's state, and
+the held-out text a campaign scores on.
 
 Design choices:
 - Every run is its own process under this interpreter, so a number is what a user's command gets, start-up included.
 - A failed process is a record holding its last error line, never an exception: one bad run must not cost a campaign.
 - Rows are appended to OUT/results.jsonl and read back at the start, so an interrupted campaign continues.
 - Before each run the machine's load and speed are recorded, with a warning when it is not idle.
+- The held-out part is the corpus's tail, cut at a document boundary: a blank line where the file has them, else a
+  line (nsmc_dev.txt is grouped by film, so its tail is about films the training part never mentions).
+- Both parts are written once into the caller's folder, named by the corpus's hash and fraction: reused till it changes.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
 
 from benchmarks.options import ROOT
 from benchmarks.tb_read import read_scalars
+from common.atomic_files import atomic_write, file_sha256
+from common.errors import UserError
 
 RESULT = re.compile(
     r"run: (?P<dir>\S+)\s+step (?P<step>\d+)\s+val loss (?P<loss>[\d.]+)\s+val bpc (?P<bpc>[\d.]+)\s+"
@@ -32,24 +39,23 @@ def last_line(text: str, fallback: str) -> str:
     return (text.strip().splitlines() or [fallback])[-1]
 
 
-def train_py(
-    overrides: list[str], run_dir: Path, env: dict | None = None
-) -> tuple[subprocess.CompletedProcess, re.Match | None]:
-    """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`: the process and its `run:` line."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
+def python(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` in this checkout, as a user runs it, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True, env=env
     )
-    return proc, RESULT.search(proc.stdout)
+
+
+def train_py(overrides: list[str], run_dir: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python train.py OVERRIDES hydra.run.dir=RUN_DIR train.overwrite=true`."""
+    return python("train.py", *overrides, f"hydra.run.dir={run_dir}", "train.overwrite=true", env=env)
 
 
 def trained(overrides: list[str], run_dir: Path, env: dict | None = None, said: tuple[str, ...] = ()) -> dict:
     """One train.py run's numbers, its `run:` line's and what it logged to TensorBoard, or {error: its last line};
     `said`: the starts of the lines it printed to keep (`lines`), as `precision:` and `compile:`."""
-    proc, m = train_py(overrides, run_dir, env)
+    proc = train_py(overrides, run_dir, env)
+    m = RESULT.search(proc.stdout)
     lines = {"lines": [line for line in proc.stdout.splitlines() if line.startswith(said)]} if said else {}
     if proc.returncode or m is None:
         return {"error": last_line(proc.stderr, "no result line"), **lines}
@@ -96,7 +102,7 @@ def heldout_scores(run_dir: Path, heldout: Path, **more: str) -> dict:
 
 def printed_json(script: str, *args: str) -> dict:
     """The JSON object `python SCRIPT ARGS` prints last, or {error: its last line}."""
-    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True)
+    proc = python(script, *args)
     if proc.returncode:
         return {"error": last_line(proc.stderr, f"{Path(script).name} failed")}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,15 +115,7 @@ def evaluate(ckpt: Path, heldout: Path) -> dict:
 
 def sample(run_dir: Path, prompt: str, max_new_tokens: int, *extra: str) -> str:
     """What `generate.py ckpt=RUN_DIR prompt=PROMPT` prints, or why it failed."""
-    cmd = [
-        sys.executable,
-        str(ROOT / "generate.py"),
-        f"ckpt={run_dir}",
-        f"prompt={prompt}",
-        f"max_new_tokens={max_new_tokens}",
-        *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = python("generate.py", f"ckpt={run_dir}", f"prompt={prompt}", f"max_new_tokens={max_new_tokens}", *extra)
     return proc.stdout.strip() if proc.returncode == 0 else f"(generate.py failed: {proc.stderr.strip()[-200:]})"
 
 
@@ -189,3 +187,37 @@ def machine_before_run() -> dict:
     if busy is not None and busy > 0.1:
         print(f"warning: the machine is not idle ({busy:.0%} of the CPUs busy); timings will be low", file=sys.stderr)
     return {"load_before": round(os.getloadavg()[0], 2), "cpu_busy_before": busy, "reference_gflops": reference_speed()}
+
+
+def tail_boundary(lines: list[str], fraction: float) -> int:
+    """Index of the first held-out line: about `fraction` of the characters, at the nearest document boundary."""
+    target = sum(map(len, lines)) * (1 - fraction)
+    cut = next(i for i, seen in enumerate(accumulate(map(len, lines), initial=0)) if seen >= target)
+    blanks = [i + 1 for i, line in enumerate(lines) if not line.strip() and i + 1 < len(lines)]
+    if blanks:
+        cut = min(blanks, key=lambda b: abs(b - cut))
+    return max(1, min(cut, len(lines) - 1))
+
+
+def corpus_fingerprint(corpus: str | Path) -> str:
+    """The first 12 hex digits of the corpus file's SHA-256: what the ladder's rows record, and its splits' names."""
+    return file_sha256(Path(corpus).expanduser())[:12]
+
+
+def split_heldout(corpus: str | Path, out_dir: str | Path, fraction: float = 0.05) -> tuple[Path, Path]:
+    """(training file, held-out file) for `corpus`, written under `out_dir` on first use."""
+    from data.text import read_text
+
+    corpus = Path(corpus).expanduser()
+    out = Path(out_dir) / f"{corpus.stem}-{corpus_fingerprint(corpus)}-{fraction:g}"
+    train, heldout = out / "train.txt", out / "heldout.txt"
+    if train.is_file() and heldout.is_file():
+        return train, heldout
+    lines = read_text(corpus).splitlines(keepends=True)  # train.py's checks: encoding, bad bytes, pipes
+    if len([line for line in lines if line.strip()]) < 2:
+        raise UserError(f"the corpus {corpus} has fewer than two lines of text: nothing can be held out of it")
+    out.mkdir(parents=True, exist_ok=True)
+    cut = tail_boundary(lines, fraction)
+    atomic_write(train, ("".join(lines[:cut]).rstrip("\n") + "\n").encode("utf-8"))
+    atomic_write(heldout, "".join(lines[cut:]).encode("utf-8"))
+    return train, heldout

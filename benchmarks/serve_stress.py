@@ -34,7 +34,7 @@ HALF_HEAD = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished
 
 
 def _tiny_run(folder: Path) -> None:
-    from benchmarks.presets import seeded_model
+    from benchmarks.timing import seeded_model
     from inference.checkpoint import Checkpoint, save_checkpoint
     from tokenizer import KoreanCharTokenizer
 
@@ -128,7 +128,7 @@ def _key_value(flag: str, text: str) -> str:
 
 
 def main(argv: list[str]) -> dict:
-    from benchmarks.memory import vm_hwm_kb
+    from benchmarks.run import vm_hwm_kb
 
     args = parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

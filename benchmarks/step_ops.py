@@ -1,4 +1,5 @@
-"""Work in a training step that no clock measures: the operations it dispatches and the host syncs of its loop.
+"""Work in a training step that no clock measures: the operations it dispatches (tests/training/test_step_cost.py
+also counts the host syncs of its loop).
 
     python -m benchmarks.step_ops                            # this project's model, and train.py's own step
     python -m benchmarks.step_ops --nanogpt ~/src/nanoGPT    # nanoGPT's model.py beside it (bias=False and True)
@@ -12,15 +13,13 @@ Design choices (docs/en/speed.md, "Work per step", explains the counts):
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +30,6 @@ from benchmarks import options as opt  # noqa: E402
 
 SIZE = dict(num_blocks=4, embedding_size=128, num_heads=4, context_length=128)  # configs/model/small.yaml's
 BATCH, VOCAB = 8, 1480
-SYNCS = {"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"}
 
 
 class DispatchCount(TorchDispatchMode):
@@ -44,30 +42,6 @@ class DispatchCount(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
-
-
-class HostSyncs(TorchFunctionMode):
-    """Records every call that reads a tensor's value into Python (each a wait for the device on a GPU)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[str] = []
-        self.pauses = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in SYNCS and not self.pauses:
-            self.calls.append(name)
-        return func(*args, **(kwargs or {}))
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Calls inside are not recorded (a part of the loop that reads values on purpose)."""
-        self.pauses += 1
-        try:
-            yield
-        finally:
-            self.pauses -= 1
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +60,7 @@ def _third_step_ops(step: Callable[[], object]) -> int:
 
 def model_step_ops(model: torch.nn.Module) -> int:
     """Operations one model step dispatches (forward, backward, clip, fused AdamW, zero_grad), after warm-up."""
-    from benchmarks.training_speed import optimizer_step
+    from benchmarks.timing import optimizer_step
 
     return _third_step_ops(optimizer_step(model, *_batch(), clip=True))
 
@@ -110,7 +84,7 @@ def side_by_side(counts: dict[str, Counter[str]]) -> dict:
 
 
 def ours() -> torch.nn.Module:
-    from benchmarks.presets import seeded_model
+    from benchmarks.timing import seeded_model
 
     return seeded_model(VOCAB, SIZE, head_size=SIZE["embedding_size"], dropout=0.0)
 

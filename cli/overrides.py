@@ -28,25 +28,14 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
-    """Non-ASCII values (`prompt=안녕`) quoted for Hydra; under `-m` each comma-separated sweep value on its own."""
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    out = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if (
-            not sep
-            or arg.startswith("-")
-            or not value
-            or value[0] in "'\"[("
-            or value.isascii()
-            or not re.fullmatch(r"[+~]{0,2}[\w./@-]+", key)
-        ):
-            out.append(arg)
-            continue
-        parts = value.split(",") if multirun else [value]
-        out.append(key + "=" + ",".join(_quote(p) for p in parts))
-    return out
+def _quoted_non_ascii(arg: str, multirun: bool) -> str:
+    """A non-ASCII value (`prompt=안녕`) quoted for Hydra; under `-m` each comma-separated sweep value on its own."""
+    m = _OVERRIDE.fullmatch(arg)
+    value = m.group(3) if m and not arg.startswith("-") else ""
+    if not value or value[0] in "'\"[(" or value.isascii():
+        return arg
+    parts = value.split(",") if multirun else [value]
+    return f"{m.group(1)}{m.group(2)}=" + ",".join(_quote(p) for p in parts)
 
 
 def hydra_quote(value: str) -> str:
@@ -66,11 +55,6 @@ def _unquote(value: str) -> str | None:
     return re.sub(r"\\(\\|'|\")", r"\1", body)
 
 
-def expand_home(path: str) -> str:
-    """`~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them."""
-    return os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", path))
-
-
 def _path_value(value: str) -> str:
     """One path value, expanded, and quoted for Hydra when its grammar would not read it as typed."""
     if value in ("", "null") or value.startswith(_SWEEP_FUNCTIONS):
@@ -78,28 +62,26 @@ def _path_value(value: str) -> str:
     text = _unquote(value)
     if text is None and value[0] in "'\"":
         return value  # malformed quoting: let Hydra's own error name it
-    path = expand_home(value if text is None else text)
+    # `~`, `~user`, `$HOME` and `${HOME}` at the start of a path, as the shell would have expanded them
+    path = os.path.expanduser(re.sub(r"^\$(HOME\b|\{HOME\})", "~", value if text is None else text))
     plain = _PLAIN_VALUE.fullmatch(path) and not _TYPED_VALUE.fullmatch(path)
     return path if plain else hydra_quote(path)
 
 
-def expand_path_overrides(argv: list[str]) -> list[str]:
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    out = []
-    for arg in argv:
-        m = _OVERRIDE.fullmatch(arg)
-        if arg.startswith("-") or m is None or m.group(2) not in PATH_KEYS or m.group(1) == "~":
-            out.append(arg)
-            continue
-        value = m.group(3)
-        parts = value.split(",") if multirun and _unquote(value) is None else [value]
-        out.append(f"{m.group(1)}{m.group(2)}=" + ",".join(_path_value(p) for p in parts))
-    return out
+def _expanded_path(arg: str, multirun: bool) -> str:
+    """A `PATH_KEYS` value expanded, and quoted where Hydra would not read it as typed; under `-m` each sweep value."""
+    m = _OVERRIDE.fullmatch(arg)
+    if arg.startswith("-") or m is None or m.group(2) not in PATH_KEYS or m.group(1) == "~":
+        return arg
+    value = m.group(3)
+    parts = value.split(",") if multirun and _unquote(value) is None else [value]
+    return f"{m.group(1)}{m.group(2)}=" + ",".join(_path_value(p) for p in parts)
 
 
 def prepare_overrides(argv: list[str]) -> list[str]:
     """Everything an entry script does to its argv before Hydra parses it: paths, then Hangul values."""
-    return quote_non_ascii_overrides(expand_path_overrides(argv))
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    return [_quoted_non_ascii(_expanded_path(arg, multirun), multirun) for arg in argv]
 
 
 def shell_path(path: object) -> str:

@@ -82,15 +82,10 @@ def number_in(
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
-        span = (
-            f"> {low}"
-            if high == math.inf and low_open
-            else f">= {low}"
-            if high == math.inf
-            else f"in {lo}{low}, {high}{hi}"
-        )
+        if high == math.inf:
+            span = f"{'>' if low_open else '>='} {low}"
+        else:
+            span = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         raise ConfigError(
             f"{key}={shown_value(value)} is invalid: it must be a finite number {span}"
             + (" (or null)" if optional else "")

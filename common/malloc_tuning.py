@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
@@ -18,18 +19,10 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's ceiling on 64-bit: 4 MiB * sizeof(long)
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 
-_done: bool | None = None
 
-
+@functools.cache
 def keep_freed_memory() -> bool:
     """Set glibc's thresholds once per process; True where they were set."""
-    global _done
-    if _done is None:
-        _done = _set_thresholds()
-    return _done
-
-
-def _set_thresholds() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -20,6 +20,7 @@ COMPUTES = {
     "head": ("softmax", "jamo"),
     "jamo_initials": ("pairs", "linear"),
 }
+NOT_COMPUTED = ("dropout", "attention", "zero_init_proj", "init")  # how the network trains or runs: not shipped
 
 
 def hf_config(c: ModelConfig) -> dict:
@@ -30,25 +31,8 @@ def hf_config(c: ModelConfig) -> dict:
             "AutoConfig": "configuration_kochar.KocharConfig",
             "AutoModelForCausalLM": "modeling_kochar.KocharForCausalLM",
         },
-        "vocab_size": c.vocab_size,
-        "context_length": c.context_length,
-        "embedding_size": c.embedding_size,
-        "head_size": c.head_size,
-        "num_heads": c.num_heads,
-        "num_blocks": c.num_blocks,
-        "position": c.position,
-        "norm": c.norm,
-        "mlp": c.mlp,
-        "qk_norm": c.qk_norm,
+        **{k: v for k, v in c.to_dict().items() if k not in NOT_COMPUTED},
         "mlp_hidden": c.mlp_hidden,
-        "tie_weights": c.tie_weights,
-        "embedding": c.embedding,
-        "head": c.head,
-        "jamo_initials": c.jamo_initials,
-        "attention_gate": c.attention_gate,
-        "value_embedding": c.value_embedding,
-        "unet_skips": c.unet_skips,
-        "logit_softcap": c.logit_softcap,
         "tie_word_embeddings": False,
         "pad_token_id": 0,
     }

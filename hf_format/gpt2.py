@@ -17,16 +17,9 @@ from model.qkv_layout import QKV, fuse
 
 
 def fits(c: ModelConfig) -> bool:
-    return (
-        c.position == "learned"
-        and c.norm == "layernorm"
-        and c.mlp == "gelu"
-        and not c.qk_norm
-        and c.head_size == c.embedding_size
-        and c.embedding == "token"
-        and c.head == "softmax"
-        and not levers(c)
-    )
+    kinds = (c.position, c.norm, c.mlp, c.embedding, c.head)
+    plain = c.head_size == c.embedding_size and not (c.qk_norm or levers(c))
+    return plain and kinds == ("learned", "layernorm", "gelu", "token", "softmax")
 
 
 def qkv_rows(sd: dict[str, Tensor], block: int) -> Tensor:
@@ -84,29 +77,29 @@ BLOCK = (
 def renamed(
     tensors: dict[str, Tensor], c: ModelConfig, top: tuple, block: tuple, theirs: str, back: bool = False
 ) -> dict[str, Tensor]:
-    """The tensors both sides hold alike, renamed by `top` and, for every block (`theirs`: its prefix there),
-    `block`; `back`: to our names."""
-    pairs = [(ours, name, False) for ours, name in top] + [
+    """The tensors both sides hold alike, renamed by `top` (its first: the token embedding) and, for every block
+    (`theirs`: its prefix there), `block`, an untied head as it is; `back`: to our names, a tied head read from the
+    token embedding."""
+    head = [] if c.tie_weights else [("lm_head.weight", "lm_head.weight")]
+    pairs = [(ours, name, False) for ours, name in (*top, *head)] + [
         (f"blocks.{i}.{ours}", theirs.format(i) + name, flip) for i in range(c.num_blocks) for ours, name, flip in block
     ]
     pairs = [(name, ours, transposed) for ours, name, transposed in pairs] if back else pairs
-    return {new: tensors[old].t() if transposed else tensors[old] for old, new, transposed in pairs}
+    out = {new: tensors[old].t() if transposed else tensors[old] for old, new, transposed in pairs}
+    return out | ({"lm_head.weight": tensors[top[0][1]]} if back and c.tie_weights else {})
 
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     out = renamed(sd, c, TOP, BLOCK, "transformer.h.{}.")
-    if not c.tie_weights:
-        out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
         qkv = qkv_rows(sd, i).flatten(0, 1)  # (3 * head_size, E)
         out[f"transformer.h.{i}.attn.c_attn.weight"] = qkv.t()
         out[f"transformer.h.{i}.attn.c_attn.bias"] = torch.zeros(qkv.shape[0], dtype=qkv.dtype)
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd = renamed(hf, c, TOP, BLOCK, "transformer.h.{}.", back=True)
-    sd["lm_head.weight"] = hf["transformer.wte.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         rows = hf[f"transformer.h.{i}.attn.c_attn.weight"].t().unflatten(0, (3, c.head_size))
         sd[f"blocks.{i}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))  # (3, H, head_dim, E)

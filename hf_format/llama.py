@@ -20,15 +20,8 @@ from model.rope import ROPE_BASE
 
 
 def fits(c: ModelConfig) -> bool:
-    return (
-        c.position == "rope"
-        and c.norm == "rmsnorm"
-        and c.mlp == "swiglu"
-        and not c.qk_norm
-        and c.embedding == "token"
-        and c.head == "softmax"
-        and not levers(c)
-    )
+    kinds = (c.position, c.norm, c.mlp, c.embedding, c.head)
+    return not (c.qk_norm or levers(c)) and kinds == ("rope", "rmsnorm", "swiglu", "token", "softmax")
 
 
 def _flip_second_half(rows: Tensor, num_heads: int) -> Tensor:
@@ -78,35 +71,24 @@ BLOCK = (
 
 def to_hf(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     out = renamed(sd, c, TOP, BLOCK, "model.layers.{}.")
-    if not c.tie_weights:
-        out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
         q, k, v = qkv_rows(sd, i)
-        for name, rows in (
-            ("q", _flip_second_half(q, c.num_heads)),
-            ("k", _flip_second_half(k, c.num_heads)),
-            ("v", v),
-        ):
+        flipped = {"q": _flip_second_half(q, c.num_heads), "k": _flip_second_half(k, c.num_heads), "v": v}
+        for name, rows in flipped.items():
             out[f"{m}.self_attn.{name}_proj.weight"] = rows
             out[f"{m}.self_attn.{name}_proj.bias"] = torch.zeros(c.head_size, dtype=q.dtype)  # a tensor each
         for part in ("weight", "bias"):
             out[f"{m}.mlp.gate_proj.{part}"], out[f"{m}.mlp.up_proj.{part}"] = sd[f"{b}.ffwd.fc.{part}"].chunk(2)
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
 
 
 def from_hf(hf: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     sd = renamed(hf, c, TOP, BLOCK, "model.layers.{}.", back=True)
-    sd["lm_head.weight"] = hf["model.embed_tokens.weight"] if c.tie_weights else hf["lm_head.weight"]
     for i in range(c.num_blocks):
         b, m = f"blocks.{i}", f"model.layers.{i}"
-        rows = torch.stack(
-            [
-                _flip_second_half(hf[f"{m}.self_attn.q_proj.weight"], c.num_heads),
-                _flip_second_half(hf[f"{m}.self_attn.k_proj.weight"], c.num_heads),
-                hf[f"{m}.self_attn.v_proj.weight"],
-            ]
-        )  # (3, head_size, E)
+        q, k, v = (hf[f"{m}.self_attn.{name}_proj.weight"] for name in "qkv")  # (head_size, E) each
+        rows = torch.stack([_flip_second_half(q, c.num_heads), _flip_second_half(k, c.num_heads), v])
         sd[f"{b}.attn.{QKV}"] = rows.unflatten(1, (c.num_heads, -1))
         for part in ("weight", "bias"):
             sd[f"{b}.ffwd.fc.{part}"] = torch.cat([hf[f"{m}.mlp.gate_proj.{part}"], hf[f"{m}.mlp.up_proj.{part}"]])

@@ -157,12 +157,7 @@ def tidy(nb) -> None:
     for cell in nb.cells:
         merged: list = []
         for output in cell.get("outputs", []):
-            if (
-                output.output_type == "stream"
-                and merged
-                and merged[-1].output_type == "stream"
-                and merged[-1].name == output.name
-            ):
+            if merged and merged[-1].output_type == output.output_type == "stream" and merged[-1].name == output.name:
                 merged[-1].text += output.text  # one block per stream, as Jupyter shows it
                 continue
             merged.append(output)

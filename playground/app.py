@@ -2,14 +2,16 @@
 
 Design choices:
 - Sampling and loading block: each runs in a worker thread, a character at a time, so the event loop keeps serving.
-- A client that goes away stops its sample after the step in flight: worker threads are never abandoned."""
+- A client that goes away stops its sample after the step in flight: worker threads are never abandoned.
+- Attention beyond the context window is the window's that ends at the position (`start` says where it begins),
+  weights rounded to 4 decimals: more digits cannot be seen on the page and only lengthen the answer."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,26 +27,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.device import pick_device
 from common.errors import UserError
-from playground.attention import attention_row
-from playground.cache import CachedRun, RunCache
+from model.attention_maps import attention_maps
 from playground.config import ServeConfig
-from playground.guard import BodyGuard, GenerationSlots
-from playground.hosts import HostGuard
-from playground.runs import RunRegistry, relative_message
-from playground.sampling import Continuation, Params, SamplingError
+from playground.guard import BodyGuard, GenerationSlots, HostGuard
+from playground.runs import CachedRun, RunCache, RunRegistry, relative_message
+from playground.sampling import Continuation, SamplingError
 from playground.schemas import ApiError, AttentionRequest, GenerateRequest, SafeJSONResponse, dumps, validation_error
 
 STATIC = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("kochar.playground")
-
-
-@dataclass
-class Stats:
-    """Counters the tests read: samples in progress and tokens sampled by finished samples."""
-
-    active: int = 0
-    finished: int = 0
-    tokens: int = 0
 
 
 class Playground:
@@ -52,7 +43,6 @@ class Playground:
         self.cfg = cfg
         self.registry = RunRegistry(cfg.runs_dir, cfg.ckpt, weights=cfg.weights)
         self.cache = RunCache(cfg.cache_size, device if device is not None else pick_device(cfg.device), cfg.weights)
-        self.stats = Stats()
         self.slots = GenerationSlots(cfg.max_generations, cfg.max_generations_per_run)
 
     async def load(self, name: str | None) -> CachedRun:
@@ -82,22 +72,18 @@ def _failure(e: Exception) -> str:
     return f"sampling failed: {type(e).__name__}: {' '.join(str(e).split())}"
 
 
-async def _steps(pg: Playground, cont: Continuation) -> AsyncIterator[dict]:
+async def _steps(cont: Continuation) -> AsyncIterator[dict]:
     """The events of one sample, each computed in a worker thread; closing stops the sample."""
-    pg.stats.active += 1
     try:
         while (event := await to_thread.run_sync(cont.next_event)) is not None:
             yield event
     finally:
         cont.close()
-        pg.stats.active -= 1
-        pg.stats.finished += 1
-        pg.stats.tokens += cont.generated
 
 
-async def _events(pg: Playground, cont: Continuation) -> AsyncIterator[bytes]:
+async def _events(cont: Continuation) -> AsyncIterator[bytes]:
     """The SSE stream of one sample: a `char` event per character, then always `done` or `error`."""
-    steps = _steps(pg, cont)
+    steps = _steps(cont)
     try:
         async for event in steps:
             yield _sse("char", event)
@@ -140,9 +126,9 @@ class _SlotStream(StreamingResponse):
             self._release()
 
 
-async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
+async def _collect(cont: Continuation) -> dict | ApiError:
     try:
-        async for _ in _steps(pg, cont):
+        async for _ in _steps(cont):
             pass
     except Exception as e:  # noqa: BLE001 - a broken model: the run's fault, answered like a broken file
         return ApiError(400, "run", _failure(e))
@@ -152,11 +138,10 @@ async def _collect(pg: Playground, cont: Continuation) -> dict | ApiError:
 async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> Response:
     body.check_limits(pg.cfg.max_new_tokens_limit, pg.cfg.max_prompt_chars)
     cached = await pg.load(body.run)
-    params = Params(body.prompt, body.max_new_tokens, body.temperature, body.top_k, body.top_p, body.seed)
     with ExitStack() as slot:
         slot.enter_context(pg.slots.take(cached.name))
         try:
-            cont = await to_thread.run_sync(Continuation, cached, params)
+            cont = await to_thread.run_sync(Continuation, cached, body)
         except (ValueError, RuntimeError, UnicodeError) as e:
             raise ApiError(
                 422,
@@ -165,11 +150,42 @@ async def _generate(pg: Playground, body: GenerateRequest, request: Request) -> 
                 f"({type(e).__name__}: {' '.join(str(e).split())})",
             ) from None
         if body.stream:
-            return _SlotStream(_events(pg, cont), slot.pop_all().close)  # the stream gives the slot back
-        finished, result = await _until_disconnect(request, partial(_collect, pg, cont))
+            return _SlotStream(_events(cont), slot.pop_all().close)  # the stream gives the slot back
+        finished, result = await _until_disconnect(request, partial(_collect, cont))
     if isinstance(result, ApiError):
         raise result
     return SafeJSONResponse(result) if finished else Response(status_code=499)
+
+
+def attention_row(cached: CachedRun, text: str, position: int | None) -> dict:
+    """Weights (blocks x heads x keys) of the query at token `position` (None = the last token) of `text`."""
+    run = cached.run
+    ids = run.tokenizer.encode(text).tolist()
+    if not ids:
+        raise ApiError(422, "text", "text is empty: give the text whose attention to show")
+    if position is None:
+        position = len(ids) - 1
+    if not 0 <= position < len(ids):
+        raise ApiError(
+            422,
+            "position",
+            f"position must be in [0, {len(ids) - 1}] for this text ({len(ids)} tokens), got {position}",
+        )
+    start = max(0, position + 1 - run.model.context_length)
+    window = torch.tensor(ids[start : position + 1], dtype=torch.long, device=next(run.model.parameters()).device)
+    with cached.lock, torch.inference_mode():
+        maps = attention_maps(run.model, window)  # (L, H, T, T)
+    rows = maps[:, :, -1, :].float().cpu()  # the query is the window's last token
+    return {
+        "run": cached.name,
+        "model_weights": run.weights.kind,  # which set of the run's weights (`weights` is the attention's)
+        "position": position,
+        "start": start,
+        "tokens": [run.tokenizer.decode([i]) for i in ids[start : position + 1]],
+        "num_blocks": rows.shape[0],
+        "num_heads": rows.shape[1],
+        "weights": [[[round(w, 4) for w in head] for head in block] for block in rows.tolist()],
+    }
 
 
 def _error_handlers(app: FastAPI) -> None:

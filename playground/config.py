@@ -5,7 +5,7 @@ Design choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from hydra.core.config_store import ConfigStore
 
@@ -47,17 +47,9 @@ class ServeConfig:
             )
         checks.device_name("device", self.device)
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
-        for key in (
-            "max_new_tokens_limit",
-            "max_prompt_chars",
-            "cache_size",
-            "max_body_bytes",
-            "max_connections",
-            "max_generations",
-            "max_generations_per_run",
-        ):
+        for key in (f.name for f in fields(self) if f.type == "int" and f.name != "port"):  # the limits
             checks.positive_int(key, getattr(self, key))
-        for key in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "send_timeout_s"):
+        for key in (f.name for f in fields(self) if f.type == "float"):  # the timeouts
             checks.number_in(key, getattr(self, key), 0, 3600, low_open=True)
         if any(not isinstance(h, str) or not h.strip() for h in self.allowed_hosts):
             raise ConfigError(

@@ -1,9 +1,13 @@
-"""Which runs the playground may open: discovery under `runs_dir`, safe names, and a summary of each run.
+"""Which runs the playground may open: discovery under `runs_dir`, safe names, a summary of each run, and the loaded
+runs kept in memory (a least-recently-used cache with one lock per run).
 
 Design choices:
 - A name is checked as text, then by where it resolves; any refusal is the same 404: a client learns nothing outside.
 - `ckpt=` may name a checkpoint outside `runs_dir` (as `generate.py` allows), listed as `@ckpt` and read as named.
-- A summary is kept until its file's size or mtime changes: a page reload reads no weights."""
+- A summary is kept until its file's size or mtime changes: a page reload reads no weights.
+- Each run loads under its own lock: a large load holds up no request for a loaded run, and a new run loads once.
+- Callers take a run's `lock` per decoding step, not per request: requests on one run advance in turns.
+- A rewritten checkpoint (a new file stamp) loads again; eviction only forgets an entry (its samples keep it)."""
 
 from __future__ import annotations
 
@@ -12,13 +16,16 @@ import math
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+
+import torch
 
 from common.errors import UserError
 from inference.checkpoint import CKPT_NAME
 from inference.exported_folder import RECORD, exported_folder, is_exported
-from inference.loading import load_any
+from inference.loading import LoadedRun, load_any, load_run
 from inference.run_files import RunFile, folder_file, refuse_two_models, resolve_checkpoint, run_file
 from inference.weights import choose_weights
 from playground.schemas import ApiError
@@ -249,3 +256,52 @@ class RunRegistry:
             info.default = path == default
             runs.append(info)
         return runs
+
+
+@dataclass
+class CachedRun:
+    name: str
+    run: LoadedRun
+    stamp: tuple[int, int]
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one forward at a time on this model
+
+
+class RunCache:
+    def __init__(self, capacity: int, device: torch.device, weights: str = "averaged"):
+        if capacity < 1:
+            raise ValueError(f"cache capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.device = device
+        self.weights = weights  # averaged (where a run kept an average) | raw
+        self._runs: OrderedDict[Path, CachedRun] = OrderedDict()
+        self._guard = threading.Lock()
+        self._loading: dict[Path, threading.Lock] = {}
+
+    def _hit(self, path: Path, stamp: tuple[int, int]) -> CachedRun | None:
+        with self._guard:
+            entry = self._runs.get(path)
+            if entry is None or entry.stamp != stamp:
+                return None
+            self._runs.move_to_end(path)
+            return entry
+
+    def get(self, name: str, target: Path | RunFile) -> CachedRun:
+        """The run at `target` (a file RunRegistry.file chose, or a path), loaded now if it is not cached."""
+        path = target.path if isinstance(target, RunFile) else target
+        stamp = file_stamp(path)
+        entry = self._hit(path, stamp)
+        if entry is not None:
+            return entry
+        with self._guard:
+            load_lock = self._loading.setdefault(path, threading.Lock())
+        with load_lock:
+            entry = self._hit(path, stamp)  # loaded by another request while we waited
+            if entry is not None:
+                return entry
+            entry = CachedRun(name, load_run(target, self.device, weights=self.weights), stamp)
+            with self._guard:
+                self._runs[path] = entry
+                self._runs.move_to_end(path)
+                while len(self._runs) > self.capacity:
+                    self._runs.popitem(last=False)
+            return entry

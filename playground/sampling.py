@@ -18,7 +18,8 @@ from torch import Tensor
 from inference.generation import prompt_ids, token_grammar
 from model.sampling import Sampler
 from model.streaming import stream
-from playground.cache import CachedRun
+from playground.runs import CachedRun
+from playground.schemas import GenerateRequest
 from playground.stages import is_syllable_id, syllable_stages
 
 TOP_ALTERNATIVES = 5
@@ -26,16 +27,6 @@ TOP_ALTERNATIVES = 5
 
 class SamplingError(RuntimeError):
     """The model gave something no character can be drawn from (NaN or infinite logits: broken weights)."""
-
-
-@dataclass
-class Params:
-    prompt: str
-    max_new_tokens: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    seed: int
 
 
 @dataclass
@@ -47,7 +38,7 @@ class TokenRecord:
 
 
 class Continuation:
-    def __init__(self, cached: CachedRun, params: Params):
+    def __init__(self, cached: CachedRun, params: GenerateRequest):
         self.cached, self.params = cached, params
         run = cached.run
         self.tokenizer = run.tokenizer
@@ -80,7 +71,6 @@ class Continuation:
         self._pending: list[TokenRecord] = []
         self._ready: deque[dict] = deque()  # events of characters released together, not yet returned
         self.generated = 0  # tokens sampled so far
-        self.pieces: list[str] = []
         self.events: list[dict] = []
         self.finished = False
 
@@ -110,7 +100,6 @@ class Continuation:
         }
         if len(tokens) == 1 and tokens[0].stages is not None:
             event["stages"] = tokens[0].stages
-        self.pieces.append(text)
         self.events.append(event)
         return event
 
@@ -163,7 +152,7 @@ class Continuation:
         return None
 
     def summary(self) -> dict:
-        completion = "".join(self.pieces)
+        completion = "".join(e["text"] for e in self.events)
         return {
             "run": self.cached.name,
             "weights": self.cached.run.weights.kind,

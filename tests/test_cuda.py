@@ -305,7 +305,7 @@ def test_a_failed_capture_says_so_and_samples_eagerly_on_cuda():
 
 
 def test_the_gpu_sampling_benchmark_on_cuda():
-    from benchmarks.graph_sampling import sampling_speeds
+    from benchmarks.generation_speed import sampling_speeds
 
     out = sampling_speeds(make(), torch.device("cuda"), new_tokens=100, rounds=1)
     assert out["same_text"] is True and out["graph"] > 0 and out["eager"] > 0

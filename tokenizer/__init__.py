@@ -5,23 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from common.errors import UserError
-from tokenizer.base import StreamDecoder, Tokenizer
-from tokenizer.char import UNK_ID, UNK_TOKEN, KoreanCharTokenizer
-from tokenizer.jamo import KoreanJamoTokenizer
-from tokenizer.syllable_block import KoreanHangulTokenizer
-
-__all__ = [
-    "KoreanCharTokenizer",
-    "KoreanHangulTokenizer",
-    "KoreanJamoTokenizer",
-    "TOKENIZER_KINDS",
-    "Tokenizer",
-    "UNK_ID",
-    "UNK_TOKEN",
-    "StreamDecoder",
-    "build_tokenizer",
-    "tokenizer_from_dict",
-]
+from tokenizer.base import UNK_TOKEN as UNK_TOKEN
+from tokenizer.base import StreamDecoder as StreamDecoder
+from tokenizer.base import Tokenizer
+from tokenizer.char import UNK_ID as UNK_ID
+from tokenizer.char import KoreanCharTokenizer
+from tokenizer.jamo import KoreanHangulTokenizer, KoreanJamoTokenizer
 
 _CLASSES = {cls.kind: cls for cls in (KoreanCharTokenizer, KoreanJamoTokenizer, KoreanHangulTokenizer)}
 TOKENIZER_KINDS = tuple(_CLASSES)

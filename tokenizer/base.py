@@ -22,6 +22,7 @@ from common.atomic_files import atomic_write
 from common.errors import UserError
 
 T = TypeVar("T", bound="JsonVocabulary")
+UNK_TOKEN = "<unk>"
 
 
 class StreamDecoder(Protocol):
@@ -105,8 +106,9 @@ def seen_codes(chunks: Iterable[str], codes_of: Callable[[str], np.ndarray]) -> 
 
 
 class JsonVocabulary:
-    """What kinds share; subclasses define `to_dict()`, `from_dict()`, `from_chunks()`, `_decode_codes` (the code
-    each id decodes to) and `_text_of` (the text of such codes)."""
+    """What kinds share; subclasses define `from_dict()`, `from_chunks()`, `format`, `entries` (the key of the list of
+    what ids stand for, and the attribute holding it), `_decode_codes` (the code each id decodes to) and `_text_of`
+    (the text of such codes)."""
 
     @classmethod
     def from_text(cls: type[T], text: str) -> T:
@@ -121,6 +123,15 @@ class JsonVocabulary:
         if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
         return self._text_of(self._decode_codes[arr])
+
+    def _original(self) -> list[str]:
+        """The entries the vocabulary was built from (not those added by fine-tuning)."""
+        entries = getattr(self, self.entries)
+        return entries[: len(entries) - len(self.added)]
+
+    def to_dict(self) -> dict:
+        d = {"format": self.format, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, self.entries: self._original()}
+        return {**d, "added": self.added} if self.added else d
 
     def save(self, path: str | Path) -> None:
         atomic_write(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")

@@ -4,10 +4,15 @@ Design choices:
 - Id 0 is `<unk>` (decoded as U+FFFD, so text stays printable), then the characters in code point order: the same
   text always gives the same vocabulary, whatever order it was read in.
 - Encoding is one numpy gather over code points: no per-character Python loop on the hot path.
+- NFC is told without normalising (`unicodedata.normalize` walks the whole text even when nothing changes, as costly
+  on Korean as the encoding): by Unicode's quick-check rule, text whose characters all have combining class 0 and
+  NFC_Quick_Check=Yes is NFC; the others are computed once from `unicodedata` and marked in the lookup table.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
@@ -16,9 +21,7 @@ import numpy as np
 
 from common.errors import UserError
 from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
-from tokenizer.nfc import nfc_unsafe_code_points
 
-UNK_TOKEN = "<unk>"
 UNK_ID = 0
 UNK_DECODED = "\ufffd"
 FORMAT = "kochar-gpt/char-tokenizer"
@@ -39,6 +42,7 @@ class KoreanCharTokenizer(JsonVocabulary):
     kind = "char"
     format = FORMAT  # the vocabulary file's format name (subclasses with other id layouts name their own)
     described = "character"
+    entries = "chars"
     _text_of = staticmethod(text_from_code_points)
 
     def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
@@ -68,7 +72,7 @@ class KoreanCharTokenizer(JsonVocabulary):
         if normalized:
             return self._lookup(text, self._table)
         # Most text is NFC already (but macOS file names and some pasted text): the checked table stores characters
-        # that might need NFC (tokenizer/nfc.py) as -1 - id, so one lookup encodes and says if the NFC pass is due.
+        # that might need NFC (nfc_unsafe_code_points) as -1 - id: one lookup encodes and says if the NFC pass is due.
         ids = self._lookup(text, self._nfc_checked_table())
         if len(ids) and ids.min() < 0:
             ids = self._lookup(unicodedata.normalize("NFC", text), self._table)
@@ -102,14 +106,6 @@ class KoreanCharTokenizer(JsonVocabulary):
         """Always one here."""
         return np.ones(len(code_points(unicodedata.normalize("NFC", text))), dtype=np.int64)
 
-    def _base_chars(self) -> list[str]:
-        """The characters the vocabulary was built from (not those added by fine-tuning)."""
-        return self.chars[: len(self.chars) - len(self.added)]
-
-    def to_dict(self) -> dict:
-        d = {"format": self.format, "version": 1, "kind": self.kind, "unk": UNK_TOKEN, "chars": self._base_chars()}
-        return {**d, "added": self.added} if self.added else d
-
     @classmethod
     def from_dict(cls, d: dict) -> KoreanCharTokenizer:
         d = vocabulary_format(d, cls.format, cls.described)
@@ -123,7 +119,7 @@ class KoreanCharTokenizer(JsonVocabulary):
 
     def _grown(self, new: list[str], seen: set[int]) -> KoreanCharTokenizer:
         """This vocabulary plus `new`; `seen` (every code point of the new text) is for subclasses that record it."""
-        return type(self)(self._base_chars(), self.added + new)
+        return type(self)(self._original(), self.added + new)
 
     def stream_decoder(self) -> CharStreamDecoder:
         """Each id is one whole character."""
@@ -139,3 +135,27 @@ class CharStreamDecoder:
 
     def flush(self) -> str:
         return ""
+
+
+# Conjoining medials and finals compose with a syllable or initial before them (decomposition() omits Hangul).
+HANGUL_COMPOSING = [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]
+# Combining marks and canonical decompositions live in planes 0-2 and 14 only (3: ideographs, 4-13 unassigned,
+# 15-16 private use): scanning these keeps the first encode fast; tests/tokenizer/test_nfc.py checks all of Unicode.
+SCANNED = (range(0xD800), range(0xE000, 0x30000), range(0xE0000, 0xF0000))
+
+
+@functools.cache
+def nfc_unsafe_code_points() -> np.ndarray:
+    """Sorted code points that may make a text non-NFC (a superset of combining class != 0 or NFC_QC != Yes)."""
+    unsafe: set[int] = set(HANGUL_COMPOSING)
+    combining, decomposition, normalize = unicodedata.combining, unicodedata.decomposition, unicodedata.normalize
+    for cp in itertools.chain(*SCANNED):
+        c = chr(cp)
+        if combining(c):
+            unsafe.add(cp)
+        d = decomposition(c)
+        if d and not d.startswith("<"):  # canonical mapping: NFC may replace c, or compose its parts
+            if normalize("NFC", c) != c:
+                unsafe.add(cp)
+            unsafe.update(int(part, 16) for part in d.split()[1:])  # can follow a starter and compose with it
+    return np.array(sorted(unsafe), dtype=np.uint32)

@@ -1,10 +1,15 @@
-"""KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens, initial, medial and final.
+"""The Hangul-aware tokenizers. KoreanJamoTokenizer: every precomposed Hangul syllable becomes three tokens, initial,
+medial and final. KoreanHangulTokenizer: one token per character, and every precomposed syllable always representable.
 
 Design choices (docs/en/tokenizers.md):
 - "No final" is a token of its own, so decoding never guesses where a syllable ends; other characters are one each.
 - Syllable parts have codes above U+10FFFF, never confused with a character, not even a jamo NFC left uncomposed.
 - Any sampled sequence decodes readably: an initial and a medial make an open syllable, a stray part shows as its
   compatibility jamo (ㄱ, ㅏ), a stray "no final" as nothing.
+- `hangul` is `char` with all 11,172 syllables first (ids 1.., in code-point order), in the corpus or not: an unseen
+  syllable is a token, not `<unk>`, and its id is the same for every corpus, so a model can compose it from its jamo.
+- `seen_syllables` records the training text's syllables, so evaluation can split its score into what a `char`
+  model could score and what it could not; a vocabulary saved before the record loads with None.
 """
 
 from __future__ import annotations
@@ -17,11 +22,16 @@ import numpy as np
 
 from common.errors import UserError
 from tokenizer.base import JsonVocabulary, seen_codes, text_entries, vocabulary_format
-from tokenizer.char import UNK_DECODED, UNK_ID, UNK_TOKEN, code_points, text_from_code_points
+from tokenizer.char import UNK_DECODED, UNK_ID, KoreanCharTokenizer, code_points, text_from_code_points
 
 FORMAT = "kochar-gpt/jamo-tokenizer"
 
 SYLLABLE_FIRST, SYLLABLE_LAST = 0xAC00, 0xD7A3
+NUM_SYLLABLES = SYLLABLE_LAST - SYLLABLE_FIRST + 1
+SYLLABLES = [chr(SYLLABLE_FIRST + i) for i in range(NUM_SYLLABLES)]
+_SYLLABLE_SET = frozenset(SYLLABLES)
+HANGUL_FORMAT = "kochar-gpt/hangul-tokenizer"
+SEEN_KEY = "syllables_seen"
 NUM_INITIALS, NUM_MEDIALS, NUM_FINALS = 19, 21, 28  # NUM_FINALS counts "no final" as final 0
 
 # Token codes: a character's code point, or PART_BASE + k for syllable part k.
@@ -126,6 +136,8 @@ class KoreanJamoTokenizer(JsonVocabulary):
     """Id 0 is `<unk>`; ids 1..N are the corpus tokens (characters, then syllable parts) in code order."""
 
     kind = "jamo"
+    format = FORMAT
+    entries = "tokens"
     _text_of = staticmethod(text_from_jamo_codes)
 
     def __init__(self, tokens: Iterable[str], added: Iterable[str] = ()):
@@ -173,16 +185,6 @@ class KoreanJamoTokenizer(JsonVocabulary):
         missing, n = np.unique(cps[per_char > 0], return_counts=True)
         return Counter({chr(int(c)): int(k) for c, k in zip(missing, n, strict=True)})
 
-    def to_dict(self) -> dict:
-        d = {
-            "format": FORMAT,
-            "version": 1,
-            "kind": self.kind,
-            "unk": UNK_TOKEN,
-            "tokens": self.tokens[: len(self.tokens) - len(self.added)],
-        }
-        return {**d, "added": self.added} if self.added else d
-
     @classmethod
     def from_dict(cls, d: dict) -> KoreanJamoTokenizer:
         d = vocabulary_format(d, FORMAT, "jamo")
@@ -200,7 +202,7 @@ class KoreanJamoTokenizer(JsonVocabulary):
         seen = seen_codes(chunks, jamo_codes)
         known = set(self._codes.tolist())
         new = [_code_name(c) for c in sorted(seen - known)]
-        return KoreanJamoTokenizer(self.tokens[: len(self.tokens) - len(self.added)], self.added + new)
+        return KoreanJamoTokenizer(self._original(), self.added + new)
 
     def next_token_rules(self) -> tuple[np.ndarray, np.ndarray]:
         """The spelling rules sampling follows, so a model never writes half a syllable: (the state after each id,
@@ -245,3 +247,49 @@ class JamoStreamDecoder:
 
     def flush(self) -> str:
         return self._release([])
+
+
+class KoreanHangulTokenizer(KoreanCharTokenizer):
+    kind = "hangul"
+    format = HANGUL_FORMAT
+    described = "Hangul"
+
+    def __init__(self, chars: Iterable[str], added: Iterable[str] = ()):
+        chars = set(chars)
+        others = sorted(chars - _SYLLABLE_SET)
+        self.seen_syllables: frozenset[str] | None = frozenset(chars & _SYLLABLE_SET)
+        known = set(others) | _SYLLABLE_SET
+        self.added: list[str] = [c for c in dict.fromkeys(added) if c not in known]
+        self._index(SYLLABLES + others + self.added)
+
+    def _original(self) -> list[str]:
+        """The corpus's characters other than syllables (the syllables are always there)."""
+        return self.chars[NUM_SYLLABLES : len(self.chars) - len(self.added)]
+
+    def char_vocabulary(self) -> frozenset[str] | None:
+        """Every character a `char` tokenizer of the same text would hold, or None if the record is missing."""
+        if self.seen_syllables is None:
+            return None
+        return frozenset(self.chars[NUM_SYLLABLES:]) | self.seen_syllables
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if self.seen_syllables is not None:
+            d[SEEN_KEY] = "".join(sorted(self.seen_syllables))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KoreanHangulTokenizer:
+        tok = super().from_dict(d)
+        seen = d.get(SEEN_KEY)
+        if seen is not None and not isinstance(seen, str):
+            raise UserError(f"tokenizer.{SEEN_KEY} must be text, found {type(seen).__name__}")
+        tok.seen_syllables = None if seen is None else frozenset(seen) & _SYLLABLE_SET
+        return tok
+
+    def _grown(self, new: list[str], seen: set[int]) -> KoreanHangulTokenizer:
+        grown = super()._grown(new, seen)
+        grown.seen_syllables = (
+            None if self.seen_syllables is None else self.seen_syllables | (frozenset(map(chr, seen)) & _SYLLABLE_SET)
+        )
+        return grown

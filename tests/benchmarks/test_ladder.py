@@ -1,5 +1,5 @@
-"""benchmarks/ladder.py, heldout.py, ladder_report.py and nanogpt_peer.py: held-out tails at document
-boundaries, resumable campaigns, the table, and the nanoGPT harness (on a stand-in for nanoGPT's model.py)."""
+"""benchmarks/ladder.py (campaign and report), runs.py's held-out split and nanogpt_peer.py: held-out tails at
+document boundaries, resumable campaigns, the table, and the nanoGPT harness (on a stand-in for nanoGPT's model.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.heldout import split_heldout, tail_boundary
-from benchmarks.ladder_report import markdown, summarise
+from benchmarks.ladder import markdown, summarise
+from benchmarks.runs import split_heldout, tail_boundary
 from tests.helpers import KOREAN, cli
 
 FAKE_NANOGPT = """
@@ -78,7 +78,7 @@ def test_table_has_mean_spread_and_gap():
 
 
 def test_a_lever_is_compared_with_its_recipe_on_the_same_seeds_only():
-    from benchmarks.ladder_report import levers_markdown, paired
+    from benchmarks.ladder import levers_markdown, paired
 
     def run(rung, seed, bpc, steps=10):
         return {"corpus": "c", "rung": rung, "seed": seed, "heldout_bpc": bpc, "steps": steps}
@@ -173,7 +173,7 @@ def test_a_probe_keeps_its_own_folder():
 
 
 def test_the_idle_check_measures_other_programs():
-    from benchmarks.ladder_report import machine_line
+    from benchmarks.ladder import machine_line
     from benchmarks.runs import cpu_busy, machine_before_run
 
     busy = cpu_busy(0.2)
@@ -186,7 +186,7 @@ def test_the_idle_check_measures_other_programs():
 
 
 def test_a_machine_that_changed_speed_is_called_out():
-    from benchmarks.ladder_report import machine_line
+    from benchmarks.ladder import machine_line
 
     steady = machine_line([{"max_load": 1.0, "max_busy": 0.0, "reference": [200.0, 210.0]}])
     assert "200 to 210 GFLOP/s" in steady and "with care" not in steady

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from benchmarks.heldout import corpus_fingerprint
+from benchmarks.runs import corpus_fingerprint
 from tests.helpers import KOREAN, assert_one_line_error, cli, cli_all
 
 

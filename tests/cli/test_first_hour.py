@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from cli.hydra_setup import NAME_BYTES, _safe_name, _suffix
-from cli.overrides import expand_path_overrides, hydra_quote, prepare_overrides
+from cli.overrides import hydra_quote, prepare_overrides
 from tests.helpers import KOREAN, ROOT, TINY, assert_one_line_error, cli, cli_all, stderr_lines
 
 PARSER = OverridesParser.create()
@@ -59,13 +59,13 @@ def test_path_values_mean_what_was_typed(typed, expected):
 
 
 def test_only_path_keys_are_rewritten_and_sweeps_split():
-    assert expand_path_overrides(["prompt=~/x", "train.lr=0.1", "--cfg", "job"]) == [
+    assert prepare_overrides(["prompt=~/x", "train.lr=0.1", "--cfg", "job"]) == [
         "prompt=~/x",
         "train.lr=0.1",
         "--cfg",
         "job",
     ]
-    swept = expand_path_overrides(["-m", "data.path=~/a.txt,~/b.txt"])[1]
+    swept = prepare_overrides(["-m", "data.path=~/a.txt,~/b.txt"])[1]
     assert PARSER.parse_override(swept).is_sweep_override()
     assert [str(v) for v in PARSER.parse_override(swept).sweep_string_iterator()] == [f"{HOME}/a.txt", f"{HOME}/b.txt"]
     assert prepare_overrides(["prompt=안녕"]) == ["prompt='안녕'"]  # Hangul values are still quoted for Hydra

@@ -87,8 +87,7 @@ def test_an_entry_script_refuses_a_variable_with_spaces_in_one_line(name, value,
 
 
 def test_the_corpus_mirror_variable_with_spaces_is_refused(monkeypatch):
-    from data.prepare import REGISTRY
-    from data.prepare.fetching import _base_url
+    from data.prepare.fetching import REGISTRY, _base_url
 
     monkeypatch.setenv("KOCHAR_CORPUS_BASE_URL", " https://example.org/corpora")
     with pytest.raises(

@@ -102,11 +102,12 @@ def test_missing_and_empty_corpus_are_user_errors(tmp_path):
 def test_one_user_cache_folder(tmp_path, monkeypatch):
     """Token caches beside a read-only corpus and prepared corpora both go under common.atomic_files.user_cache_dir."""
     from common.atomic_files import user_cache_dir
-    from data import corpus, prepare
+    from data import corpus
+    from data.prepare import fetching
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert user_cache_dir() == tmp_path / "xdg" / "kochar-gpt"
-    assert prepare.default_cache_dir() == tmp_path / "xdg" / "kochar-gpt" / "corpora"
+    assert fetching.default_cache_dir() == tmp_path / "xdg" / "kochar-gpt" / "corpora"
     text = tmp_path / "novel.txt"
     assert corpus.default_cache_dir(text.parent) == tmp_path / ".cache"
     monkeypatch.setattr(corpus.os, "access", lambda path, mode: False)  # a read-only folder, even for root

@@ -12,7 +12,7 @@ import pytest
 
 from common.errors import UserError
 from data.download import Limits, download
-from data.prepare import prepare
+from data.prepare.fetching import prepare
 from tests.data.test_downloads import GOOD, MINI
 from tests.data.test_prepare import BODY, FileServer
 from tests.helpers import cli, small_disk

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from data.prepare import BASE_URL_ENV, KOCONOVEL, CorpusSource, RemoteFile, prepare
+from data.prepare.fetching import BASE_URL_ENV, KOCONOVEL, CorpusSource, RemoteFile, prepare
 from tests.data.test_prepare import FileServer, _expected_text, _fake_koconovel
 from tests.helpers import cli
 

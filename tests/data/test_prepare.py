@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from data.prepare import KOCONOVEL, REGISTRY, CorpusSource, RemoteFile, download, prepare
+from data.download import download
+from data.prepare.fetching import KOCONOVEL, REGISTRY, CorpusSource, RemoteFile, prepare
 from data.text import read_text
 from tests.helpers import cli
 

@@ -8,8 +8,7 @@ import pytest
 
 from common.errors import UserError
 from data.download import BadContent
-from data.prepare import NSMC, REGISTRY, prepare
-from data.prepare.catalog import _nsmc_text
+from data.prepare.fetching import NSMC, REGISTRY, _nsmc_text, prepare
 from tests.data.test_prepare import FileServer, _fake_koconovel
 from tests.helpers import cli
 

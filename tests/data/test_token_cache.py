@@ -1,5 +1,5 @@
 """The token cache heals: every damaged cache file is rebuilt from the corpus with one warning naming it,
-never used and never a traceback; the rebuilt corpus equals a fresh build (data.token_cache)."""
+never used and never a traceback; the rebuilt corpus equals a fresh build (data/corpus.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import data.token_cache as token_cache
+import data.corpus as token_cache  # the token cache lives in data/corpus.py
 from common.errors import UserError
 from data.corpus import load_corpus
 from tokenizer import KoreanCharTokenizer, KoreanJamoTokenizer

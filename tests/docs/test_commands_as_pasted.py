@@ -230,8 +230,8 @@ def _check_make(words: list[str]) -> None:
 
 
 def _check_prepare(args: list[str]) -> None:
-    from data.prepare import REGISTRY
-    from data.prepare.command import _parse
+    from data.prepare.__main__ import _parse
+    from data.prepare.fetching import REGISTRY
 
     parsed = _parse(args)  # argparse exits (SystemExit) on an unknown flag
     assert parsed.list or parsed.name in REGISTRY, args

@@ -109,7 +109,7 @@ def test_an_interrupted_start_ends_in_the_signals_line_and_code(capsys, name, co
 def test_a_signal_during_the_first_token_cache_build_leaves_nothing_half_written(tmp_path, corpus, monkeypatch):
     """A resume whose token cache is built anew (another data.cache_dir): the build is cut at once, its temp file
     removed, the run's checkpoint as it was."""
-    import data.token_cache as token_cache
+    import data.corpus as token_cache
 
     run = tmp_path / "run"
     trainer.train(_job(tmp_path, corpus, "train.max_steps=3"), run)

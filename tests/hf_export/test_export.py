@@ -109,7 +109,7 @@ def test_auto_tokenizer_encodes_and_decodes_as_ours(tmp_path):
 
 @pytest.mark.parametrize("kind", ["char", "hangul", "jamo"])
 def test_auto_tokenizer_round_trips_the_shared_corpus(tmp_path, shared_corpus, kind):
-    from hf_export.tokenizer_files import write_tokenizer
+    from hf_export.writer import write_tokenizer
     from tokenizer import build_tokenizer
 
     text = shared_corpus.read_text(encoding="utf-8")

@@ -171,7 +171,7 @@ def test_the_averaged_weights_are_checked_too(tmp_path):
 
 
 def test_the_exporter_names_the_weights_not_itself(tmp_path):
-    from hf_export.verify import check_folder
+    from hf_export.writer import check_folder
 
     model = tiny_model()
     with torch.no_grad():

@@ -222,8 +222,8 @@ def test_decoders_go_with_their_model_and_a_bad_decoder_is_refused():
 
 
 def test_the_gpu_sampling_benchmark_reports_graph_eager_and_same_text(monkeypatch):
-    from benchmarks.graph_sampling import SIDES, bench_gpu_sampling
-    from benchmarks.presets import PRESETS
+    from benchmarks.generation_speed import SIDES, bench_gpu_sampling
+    from benchmarks.timing import PRESETS
 
     monkeypatch.setattr(cuda_graph, "capture_cuda_graph", faked([]))  # the CPU stands in for the card
     monkeypatch.setattr(static_decode.StaticDecode, "compile_forward", lambda self: None)  # the compile: tested below

@@ -20,6 +20,8 @@ from inference.generation import stream_samples
 from model import AttentionLanguageModel
 from model import sampling as sampler
 from model.attention_maps import attention_maps
+from playground import app as app_module
+from playground import runs as playground_runs
 from playground.app import create_app
 from playground.config import ServeConfig, register_configs
 from tests.conftest import ROOT
@@ -232,16 +234,17 @@ def test_attention_weights_for_a_position(client, runs):
         assert r.status_code == 422 and r.json()["field"] == field
 
 
-def test_loaded_runs_are_cached_and_evicted_least_recently_used_first(runs):
+def test_loaded_runs_are_cached_and_evicted_least_recently_used_first(runs, monkeypatch):
     app = app_for(runs[0], cache_size=2)
-    cache = app.state.playground.cache
+    cache, loads, real_load = app.state.playground.cache, [], playground_runs.load_run
+    monkeypatch.setattr(playground_runs, "load_run", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     with TestClient(app) as c:
         for name in ("a", "sweep/1", "a", "jamo", "a", "sweep/1"):
             assert c.post("/api/generate", json={"run": name, "max_new_tokens": 1}).status_code == 200
-        assert cache.loads == 4 and len(cache) == 2  # a, sweep/1, jamo (evicts sweep/1), sweep/1 again
+        assert len(loads) == 4 and len(cache._runs) == 2  # a, sweep/1, jamo (evicts sweep/1), sweep/1 again
         make_run(runs[0] / "a", seed=9)  # training rewrote the checkpoint: the next request reloads it
         c.post("/api/generate", json={"run": "a", "max_new_tokens": 1})
-        assert cache.loads == 5
+        assert len(loads) == 5
 
 
 async def _call(app, body: dict, disconnect_when) -> list[dict]:
@@ -275,6 +278,37 @@ async def _call(app, body: dict, disconnect_when) -> list[dict]:
     return sent
 
 
+class Samples:
+    """Every sample the app makes (its Continuation, recorded): how many still run, ended, and the tokens drawn."""
+
+    def __init__(self, monkeypatch):
+        made = self.made = []
+
+        class Recorded(app_module.Continuation):
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.closed = False
+                made.append(self)
+
+            def close(self) -> None:
+                super().close()
+                self.closed = True
+
+        monkeypatch.setattr(app_module, "Continuation", Recorded)
+
+    @property
+    def active(self) -> int:
+        return sum(not c.closed for c in self.made)
+
+    @property
+    def finished(self) -> int:
+        return sum(c.closed for c in self.made)
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.generated for c in self.made if c.closed)
+
+
 def wait_until_idle(stats, seconds: float = 10) -> None:
     """Sampling stops at the next step boundary after a disconnect; give that step time to end."""
     deadline = time.monotonic() + seconds
@@ -283,9 +317,9 @@ def wait_until_idle(stats, seconds: float = 10) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_client_that_disconnects_stops_its_generation(runs, stream):
+def test_a_client_that_disconnects_stops_its_generation(runs, stream, monkeypatch):
     app = app_for(runs[0], max_new_tokens_limit=100_000)
-    stats = app.state.playground.stats
+    stats = Samples(monkeypatch)
     started = time.monotonic()
     first_char = (
         (lambda sent: any(m.get("body") for m in sent)) if stream else (lambda sent: time.monotonic() - started > 0.5)

@@ -17,9 +17,8 @@ import uvicorn
 
 from playground.app import create_app
 from playground.config import ServeConfig
-from playground.guard import server_config
-from playground.hosts import allowed_host_names
-from tests.playground.test_api import CPU, app_for, make_run
+from playground.guard import allowed_host_names, server_config
+from tests.playground.test_api import CPU, Samples, app_for, make_run
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -256,9 +255,9 @@ def test_the_stress_script_reports_the_bounds_holding():
     assert got["server_peak_rss_mb"] is None or got["server_peak_rss_mb"] < 1024
 
 
-def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_back(runs_root):
+def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_back(runs_root, monkeypatch):
     app = app_for(runs_root, send_timeout_s=0.3, max_new_tokens_limit=100_000)
-    pg = app.state.playground
+    pg, samples = app.state.playground, Samples(monkeypatch)
     payload = json.dumps({"run": "a", "max_new_tokens": 100_000}).encode()
     scope = {
         "type": "http",
@@ -293,10 +292,10 @@ def test_a_client_that_stops_reading_its_stream_is_dropped_and_its_slot_given_ba
     started = time.monotonic()
     asyncio.run(main())
     deadline = time.monotonic() + 10
-    while (pg.stats.active or pg.slots.busy) and time.monotonic() < deadline:
+    while (samples.active or pg.slots.busy) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert time.monotonic() - started < 10 and not pg.slots.busy and pg.stats.active == 0
-    assert sent[0]["status"] == 200 and pg.stats.tokens < 100_000
+    assert time.monotonic() - started < 10 and not pg.slots.busy and samples.active == 0
+    assert sent[0]["status"] == 200 and samples.tokens < 100_000
 
 
 H = b"Host: 127.0.0.1\r\n"

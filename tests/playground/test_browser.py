@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import ROOT
-from tests.playground.test_api import app_for, make_run, runs, wait_until_idle  # noqa: F401 - runs is a fixture
+from tests.playground.test_api import Samples, app_for, make_run, runs, wait_until_idle  # noqa: F401 - runs is a fixture
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -87,8 +87,9 @@ def test_serve_py_prints_the_url_and_binds_loopback(runs):  # noqa: F811 - the f
         assert stop_server(proc) in (0, 130)
 
 
-def test_disconnect_over_a_real_socket_stops_generation(runs):  # noqa: F811 - the fixture
+def test_disconnect_over_a_real_socket_stops_generation(runs, monkeypatch):  # noqa: F811 - the fixture
     app = app_for(runs[0], max_new_tokens_limit=100_000)
+    stats = Samples(monkeypatch)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -100,7 +101,6 @@ def test_disconnect_over_a_real_socket_stops_generation(runs):  # noqa: F811 - t
             "POST", f"http://127.0.0.1:{port}/api/generate", timeout=30, json={"run": "a", "max_new_tokens": 100_000}
         ) as r:
             assert next(r.iter_lines()).startswith("event: char")
-        stats = app.state.playground.stats
         wait_until_idle(stats)
         assert stats.active == 0 and 0 < stats.tokens < 100_000
     finally:

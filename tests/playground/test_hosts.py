@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from common.errors import ConfigError
-from playground.hosts import allowed_host_names, host_of
+from playground.guard import allowed_host_names, host_of
 from tests.playground.test_bounds import json_of, raw, read_all, real_server, two_runs
 
 

@@ -5,8 +5,7 @@ import unicodedata
 
 import numpy as np
 
-from tokenizer.char import KoreanCharTokenizer, code_points
-from tokenizer.nfc import nfc_unsafe_code_points
+from tokenizer.char import KoreanCharTokenizer, code_points, nfc_unsafe_code_points
 
 ALL = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
 

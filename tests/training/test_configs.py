@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cli.overrides import quote_non_ascii_overrides
+from cli.overrides import prepare_overrides
 from common.errors import UserError
 from model import AttentionLanguageModel
 from tests.helpers import compose_config
@@ -63,7 +63,7 @@ def test_required_keys_exist():
 
 
 def test_generate_config_composes():
-    overrides = quote_non_ascii_overrides(["prompt=안녕 '친구'", "top_k=5", "data.path=/tmp/소설.txt"])
+    overrides = prepare_overrides(["prompt=안녕 '친구'", "top_k=5", "data.path=/tmp/소설.txt"])
     cfg = compose_config("generate", *overrides[:2])
     assert cfg.prompt == "안녕 '친구'" and cfg.top_k == 5
     assert overrides[2] == "data.path='/tmp/소설.txt'"

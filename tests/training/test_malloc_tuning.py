@@ -11,13 +11,17 @@ from common import malloc_tuning
 @pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"), reason="glibc only")
 def test_on_glibc_the_thresholds_are_set_once():
     assert malloc_tuning.keep_freed_memory() is True
-    assert malloc_tuning.keep_freed_memory() is True  # once per process; the second call changes nothing
-    assert malloc_tuning._set_thresholds() is True  # glibc accepts these values (it refuses any above its maximum)
+    assert (
+        malloc_tuning.keep_freed_memory() is True
+    )  # once per process (functools.cache); the second call changes nothing
+    assert (
+        malloc_tuning.keep_freed_memory.__wrapped__() is True
+    )  # glibc accepts these values (it refuses any above its maximum)
 
 
 def test_elsewhere_it_does_nothing(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert malloc_tuning._set_thresholds() is False
+    assert malloc_tuning.keep_freed_memory.__wrapped__() is False
 
 
 def test_a_libc_without_mallopt_is_left_alone(monkeypatch):
@@ -27,7 +31,7 @@ def test_a_libc_without_mallopt_is_left_alone(monkeypatch):
 
     monkeypatch.setattr(malloc_tuning.ctypes, "CDLL", NoMallopt)
     monkeypatch.setattr(sys, "platform", "linux")
-    assert malloc_tuning._set_thresholds() is False
+    assert malloc_tuning.keep_freed_memory.__wrapped__() is False
 
 
 def test_a_training_run_on_the_cpu_sets_them(tmp_path, small_corpus, monkeypatch):

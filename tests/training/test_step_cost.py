@@ -11,12 +11,15 @@ which printed nanogpt_bias_true_model_step 451 and nanogpt_bias_false_model_step
 was unbind's, which paid a stack and a clone per block). nanoGPT's code is never part of this repository.
 """
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
-from benchmarks.step_ops import DispatchCount, HostSyncs, backward_ops, model_step_ops, ours, train_py_step_ops
+from benchmarks.step_ops import DispatchCount, backward_ops, model_step_ops, ours, train_py_step_ops
 from tests.helpers import ROOT, tiny_model, train_job
 from training import trainer
 
@@ -36,6 +39,32 @@ JOINS_AND_COPIES = {
     "select_backward",
     "index_put_",
 }
+# the calls that read a tensor's value into Python: on a GPU each waits for the device
+SYNCS = {"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"}
+
+
+class HostSyncs(TorchFunctionMode):
+    """Records every call that reads a tensor's value into Python (each a wait for the device on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+        self.pauses = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in SYNCS and not self.pauses:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Calls inside are not recorded (a part of the loop that reads values on purpose)."""
+        self.pauses += 1
+        try:
+            yield
+        finally:
+            self.pauses -= 1
 
 
 def test_a_model_step_dispatches_no_more_than_nanogpts():
