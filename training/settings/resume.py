@@ -164,10 +164,12 @@ def checked_settings(job, ckpt) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    try:  # the job's own class is the schema (training/settings/config.py's TrainJob)
-        checked = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(type(job)), asdict(job)))
+    schema = OmegaConf.structured(type(job))  # the job's own class: training/settings/config.py's TrainJob
+    try:
+        checked = OmegaConf.to_object(OmegaConf.merge(schema, asdict(job)))
     except OmegaConfBaseException as e:
-        key, reason = getattr(e, "full_key", "") or "a setting", str(e).strip().splitlines()[0]
+        key = getattr(e, "full_key", "") or next((k for k in _all_keys(job) if not _merges(schema, job, k)), "config")
+        reason = str(e).strip().splitlines()[0]
         raise UserError(
             f"checkpoint {ckpt.path} records an unusable {key} ({reason}); give {key} on the command line, or "
             "start a new run (without train.resume)"
@@ -176,6 +178,19 @@ def checked_settings(job, ckpt) -> None:
         raise UserError(f"checkpoint {ckpt.path} cannot be resumed with these settings: {e}") from None
     for f in fields(job):
         setattr(job, f.name, getattr(checked, f.name))
+
+
+def _merges(schema, job, key: str) -> bool:
+    """Whether the value of `key` alone merges into the schema (a merge error that names no key: find the key)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    section, _, name = key.rpartition(".")
+    try:
+        OmegaConf.merge(schema, {section: {name: value_of(job, key)}} if section else {name: value_of(job, key)})
+    except OmegaConfBaseException:
+        return False
+    return True
 
 
 def _position(key: str, source: list[str] | None) -> int:
