@@ -73,21 +73,16 @@ def _positive(value: object) -> bool:
     return _number(value) and math.isfinite(value) and value > 0
 
 
-_MAPPING = (lambda v: isinstance(v, dict), "a mapping")
-# What each entry of a training state must be, and the words a refusal says it in
-TRAINING_SHAPES = {
-    "step": (_whole, "a whole number"),
-    "optimizer": _MAPPING,
-    "scaler": _MAPPING,
-    "best_val_loss": (_number, "a number"),
-    "val_loss": (_number, "a number"),
-    "elapsed_seconds": (lambda v: _number(v) and 0 <= v < math.inf, "a number of seconds"),
-    "rng": _MAPPING,
-    "sampler": _MAPPING,
-    "world_size": (lambda v: _whole(v, 1), "a whole number from 1"),
-    "average_updates": (_whole, "a whole number"),
-    "early_stop": _MAPPING,
+# What each entry of a training state must be, by its type in TrainingState, and the words a refusal says it in;
+# the seconds trained and the world size have ranges of their own.
+SHAPES = {
+    "int": (_whole, "a whole number"),
+    "float": (_number, "a number"),
+    "dict": (lambda v: isinstance(v, dict), "a mapping"),
 }
+TRAINING_SHAPES = {f.name: SHAPES[f.type] for f in fields(TrainingState)}
+TRAINING_SHAPES["elapsed_seconds"] = (lambda v: _number(v) and 0 <= v < math.inf, "a number of seconds")
+TRAINING_SHAPES["world_size"] = (lambda v: _whole(v, 1), "a whole number from 1")
 
 
 @dataclass

@@ -49,29 +49,6 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
         raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 
-def sampling_probs(logits: Tensor, temperature: float, top_k: int | None = None, top_p: float | None = None) -> Tensor:
-    """The distribution `sample_next` draws from: logits (B, V) -> float32 probabilities (B, V), after
-    temperature, top-k and top-p (`Sampler.probs`)."""
-    return _sampler(logits, temperature, top_k, top_p).probs(logits.float())
-
-
-def sample_next(
-    logits: Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """logits: (B, V) -> next ids (B, 1). Temperature 0 means greedy (argmax)."""
-    return _sampler(logits, temperature, top_k, top_p)(logits.float(), generator)
-
-
-def _sampler(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Sampler:
-    sampler = Sampler(logits.shape[-1], logits.device)
-    sampler.set(temperature, top_k, top_p, None)
-    return sampler
-
-
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """One id per row of probs (B, V), drawn with probability probs[b, i] / sum(probs[b]) -> (B, 1): one uniform
     number per row located in the running sum (torch.multinomial draws V variates per row, as costly as a step)."""

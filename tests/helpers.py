@@ -309,3 +309,13 @@ def small_disk(folder: Path, size: str = "64k", read_only: bool = False):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=30)
+
+
+def draw(logits, temperature: float = 1.0, top_k=None, top_p=None, generator=None):
+    """logits (B, V) -> the next ids (B, 1) the one Sampler of every caller (model/sampling.py) draws with these
+    settings: greedy at temperature 0."""
+    from model.sampling import Sampler
+
+    sampler = Sampler(logits.shape[-1], logits.device)
+    sampler.set(temperature, top_k, top_p, None)
+    return sampler(logits.float(), generator)

@@ -15,9 +15,8 @@ from inference.generation import stream_samples
 from model import AttentionLanguageModel, streaming
 from model.attention import shape_qk
 from model.rope import rope_tables
-from model.sampling import sample_next
 from model.streaming import stream
-from tests.helpers import cli, tiny_model
+from tests.helpers import cli, draw, tiny_model
 
 V, C = 50, 16  # tiny_model's vocabulary and context
 MODERN = dict(position="rope", norm="rmsnorm", mlp="relu2", qk_norm=True, init="torch")
@@ -146,7 +145,7 @@ def test_learned_positions_sample_as_the_refill_scheme_always_did():
         while seq.shape[1] < got.shape[1]:
             s = streaming.window_start(m, seq.shape[1], streaming.default_window_shift(m))
             logits = m(seq[:, s:], last_only=True)[0][:, -1]
-            seq = torch.cat([seq, sample_next(logits, 1.0, None, None, g)], 1)
+            seq = torch.cat([seq, draw(logits, 1.0, None, None, g)], 1)
     assert torch.equal(got, seq)
 
 

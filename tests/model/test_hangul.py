@@ -199,14 +199,14 @@ def test_a_staged_head_saved_before_the_choice_of_initials_rebuilds_as_it_was():
 
 
 def test_sampled_frequencies_follow_the_scored_distribution():
-    from model.sampling import sample_next
+    from tests.helpers import draw
 
     head = _head(1)
     with torch.no_grad():
         joint = head.joint(torch.randn(1, 32))
     p = joint.exp()[0]
     n = 40000
-    draws = sample_next(joint.expand(n, -1).contiguous(), 1.0, None, None, torch.Generator().manual_seed(0))
+    draws = draw(joint.expand(n, -1).contiguous(), 1.0, None, None, torch.Generator().manual_seed(0))
     counts = torch.bincount(draws.view(-1), minlength=11200).double()
     top = p.topk(20).indices
     expected = n * p[top].double()

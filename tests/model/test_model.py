@@ -6,9 +6,9 @@ import torch.nn.functional as F
 
 from model import Head, MultiHeadAttention
 from model.counts import num_parameters
-from model.sampling import sample_from, sample_next
+from model.sampling import sample_from
 from model.streaming import new_cache, stream, window_start
-from tests.helpers import assert_bf16_cached_matches_uncached, tiny_model
+from tests.helpers import assert_bf16_cached_matches_uncached, draw, tiny_model
 
 V = 50
 
@@ -167,17 +167,17 @@ def test_sampling_is_reproducible_and_greedy_is_argmax():
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     assert torch.equal(m.generate(idx, 20, generator=g1), m.generate(idx, 20, generator=g2))
     logits = torch.randn(4, V)
-    assert torch.equal(sample_next(logits, temperature=0), logits.argmax(-1, keepdim=True))
+    assert torch.equal(draw(logits, temperature=0), logits.argmax(-1, keepdim=True))
 
 
 def test_top_k_and_top_p_only_sample_allowed_tokens():
     logits = torch.tensor([[5.0, 4.0, 1.0, 0.0, -1.0]]).repeat(200, 1)
     g = torch.Generator().manual_seed(0)
-    assert set(sample_next(logits, 1.0, top_k=2, generator=g).flatten().tolist()) <= {0, 1}
+    assert set(draw(logits, 1.0, top_k=2, generator=g).flatten().tolist()) <= {0, 1}
     probs = torch.softmax(logits[0], 0)  # p0 ~ 0.70, p0 + p1 ~ 0.96
     assert probs[0] < 0.9 < probs[:2].sum()
-    assert set(sample_next(logits, 1.0, top_p=0.9, generator=g).flatten().tolist()) <= {0, 1}
-    assert set(sample_next(logits, 1.0, top_p=0.5, generator=g).flatten().tolist()) == {0}
+    assert set(draw(logits, 1.0, top_p=0.9, generator=g).flatten().tolist()) <= {0, 1}
+    assert set(draw(logits, 1.0, top_p=0.5, generator=g).flatten().tolist()) == {0}
 
 
 def test_bad_sampling_arguments_raise():

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from model.sampling import check_sampling_args, sample_next
-from tests.helpers import assert_one_line_error, cli_all, tiny_model
+from model.sampling import check_sampling_args
+from tests.helpers import assert_one_line_error, cli_all, draw, tiny_model
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
 
@@ -32,13 +32,13 @@ def test_top_k_must_be_a_positive_integer(top_k):
 def test_a_tiny_temperature_is_greedy_not_overflow(temperature):
     torch.manual_seed(0)
     logits = torch.randn(4, 300) * 8
-    assert torch.equal(sample_next(logits, temperature), logits.argmax(dim=-1, keepdim=True))
+    assert torch.equal(draw(logits, temperature), logits.argmax(dim=-1, keepdim=True))
 
 
 def test_a_huge_temperature_samples_nearly_uniformly_without_nan():
     torch.manual_seed(0)
     logits = torch.randn(1, 50) * 8
-    ids = torch.cat([sample_next(logits, 1e30) for _ in range(2000)])
+    ids = torch.cat([draw(logits, 1e30) for _ in range(2000)])
     assert ids.unique().numel() > 45  # every id reachable, none NaN-stuck
 
 
@@ -50,7 +50,7 @@ def test_a_temperature_float32_cannot_hold_is_refused_and_its_largest_value_samp
             model.generate(idx, 5, temperature=temperature)
     largest = torch.finfo(torch.float32).max
     torch.manual_seed(0)
-    ids = torch.cat([sample_next(torch.randn(1, 50) * 8, largest) for _ in range(2000)])
+    ids = torch.cat([draw(torch.randn(1, 50) * 8, largest) for _ in range(2000)])
     assert ids.unique().numel() > 45  # nearly uniform, as a huge temperature samples
 
 

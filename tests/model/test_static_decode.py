@@ -1,4 +1,4 @@
-"""The static one-token step (model/static_decode.py) run eagerly on the CPU: DecodeStep's logits and sample_next's
+"""The static one-token step (model/static_decode.py) run eagerly on the CPU: DecodeStep's logits and the Sampler's
 ids for every model setting, the grammar, and the graph wrapper (model/cuda_graph.py) with its capture faked.
 The real capture is tests/test_cuda.py's."""
 
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from model import cuda_graph, static_decode
-from model.sampling import Sampler, TokenGrammar, sample_from, sample_next
+from model.sampling import Sampler, TokenGrammar, sample_from
 from model.streaming import stream
+from tests.helpers import draw
 from tests.model.test_restated_forward import CASES, IDS, settings, shaken
 
 V, C = 60, 8
@@ -58,7 +59,7 @@ def test_the_static_step_gives_the_decode_steps_logits_past_the_context(name, va
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", SETTINGS)
-def test_the_static_step_samples_the_ids_sample_next_samples(temperature, top_k, top_p):
+def test_the_static_step_samples_the_ids_the_sampler_samples(temperature, top_k, top_p):
     for model in (small(), small(position="rope", qk_norm=True)):
         prompt = torch.randint(0, V, (3, 2), generator=torch.Generator().manual_seed(1))
         eager, state_a = generations(model, prompt, 2 * C, "eager", temperature, top_k, top_p, seed=7)
@@ -97,9 +98,7 @@ def test_one_sampler_set_again_and_again_draws_the_reference_ids_for_any_values(
             ours = sampler(logits, torch.Generator().manual_seed(seed))
             theirs = reference_draw(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed))
             assert torch.equal(ours, theirs), (temperature, top_k, top_p, seed)
-            assert torch.equal(
-                sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed)), theirs
-            )
+            assert torch.equal(draw(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed)), theirs)
 
 
 def spelling_grammar() -> TokenGrammar:

@@ -114,13 +114,15 @@ def test_same_seed_gives_the_text_of_generate_py(client, runs, settings, run):
     "temperature,top_k,top_p",
     [(1.0, None, None), (0.7, 5, None), (1.3, None, 0.8), (0.5, 20, 0.9), (1e-30, None, None)],
 )
-def test_reported_distribution_is_the_one_sample_next_draws_from(monkeypatch, temperature, top_k, top_p):
+def test_reported_distribution_is_the_one_the_sampler_draws_from(monkeypatch, temperature, top_k, top_p):
     seen = []
     monkeypatch.setattr(sampler, "sample_from", lambda probs, generator=None: seen.append(probs) or probs[:, :1])
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 4
-    sampler.sample_next(logits, temperature, top_k, top_p)
+    drawing = sampler.Sampler(50, logits.device)
+    drawing.set(temperature, top_k, top_p, None)
+    drawing(logits, None)
     if seen:  # greedy draws nothing: the raw softmax is reported instead
-        assert torch.allclose(seen[0], sampler.sampling_probs(logits, temperature, top_k, top_p))
+        assert torch.allclose(seen[0], drawing.probs(logits))
 
 
 def test_char_events_carry_probability_and_alternatives(client):

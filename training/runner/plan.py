@@ -32,15 +32,8 @@ from common.device import has_native_bf16
 from common.errors import os_error_cause
 
 COMPILE_VALUES = ("false", "true", "auto")
-SPELLINGS = {
-    "true": "true",
-    "yes": "true",
-    "on": "true",
-    "false": "false",
-    "no": "false",
-    "off": "false",
-    "auto": "auto",
-}
+SPELLINGS = {**dict.fromkeys(("true", "yes", "on"), "true"), **dict.fromkeys(("false", "no", "off"), "false")}
+SPELLINGS["auto"] = "auto"
 PROBE_STEPS = 8  # eager steps timed before auto decides (the first, which allocates, is not timed)
 COMPARE_STEPS = 12  # compiled steps timed after the warm-up, against the eager ones
 PAYBACK = 2.0  # what compiling must save, in multiples of its warm-up

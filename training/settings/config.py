@@ -28,26 +28,15 @@ OPTIMIZERS = ("adamw", "muon")
 AVERAGES = ("none", "ema", "swa")
 DEFAULT_EPOCHS = 10.0  # passes over the training split when no limit is given at all
 INF = float("inf")
+POSITIVE = ("max_epochs", "max_seconds", "lr", "muon_lr", "embedding_lr", "ema_half_life")  # > 0
+NON_NEGATIVE = ("auto_dropout_after", "weight_decay", "grad_clip", "muon_weight_decay", "auto_weight_decay")
+NON_NEGATIVE += ("auto_muon_weight_decay", "embedding_weight_decay")  # >= 0
+BELOW_ONE = ("beta1", "beta2", "muon_momentum", "input_noise", "swa_start")  # in [0, 1)
 # train.<key>: (low, high, low end open, high end open)
 RANGES = {
-    "max_epochs": (0, INF, True, False),
-    "max_seconds": (0, INF, True, False),
-    "lr": (0, INF, True, False),
-    "auto_dropout_after": (0, INF, False, False),
-    "weight_decay": (0, INF, False, False),
-    "grad_clip": (0, INF, False, False),
-    "beta1": (0, 1, False, True),
-    "beta2": (0, 1, False, True),
-    "muon_lr": (0, INF, True, False),
-    "muon_momentum": (0, 1, False, True),
-    "muon_weight_decay": (0, INF, False, False),
-    "auto_weight_decay": (0, INF, False, False),
-    "auto_muon_weight_decay": (0, INF, False, False),
-    "embedding_lr": (0, INF, True, False),
-    "embedding_weight_decay": (0, INF, False, False),
-    "input_noise": (0, 1, False, True),
-    "ema_half_life": (0, INF, True, False),
-    "swa_start": (0, 1, False, True),
+    **dict.fromkeys(POSITIVE, (0, INF, True, False)),
+    **dict.fromkeys(NON_NEGATIVE, (0, INF, False, False)),
+    **dict.fromkeys(BELOW_ONE, (0, 1, False, True)),
     "mtp_fade": (0, 1, True, False),
 }
 WORDS = {
