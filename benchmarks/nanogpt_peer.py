@@ -134,6 +134,8 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
     import numpy as np
     import torch
 
+    from training.optim.factory import clip_and_update
+
     size = {k: s[n] for k, n in GPT_NAMES.items()}
     model = nanogpt_model(gpt_module, vocab_size, size, s["bias"], s["dropout"], seed)
     optimizer = model.configure_optimizers(s["weight_decay"], s["learning_rate"], (s["beta1"], s["beta2"]), "cpu")
@@ -172,8 +174,7 @@ def train(gpt_module, s: dict, vocab_size: int, data: Path, seconds: float, step
         _, loss = model(X, Y)
         X, Y = get_batch("train")
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
-        optimizer.step()
+        clip_and_update(model.parameters(), optimizer, s["grad_clip"])  # nanoGPT's clipping, then its update
         optimizer.zero_grad(set_to_none=True)
         if step % s["log_interval"] == 0:
             loss.item()

@@ -20,6 +20,7 @@ import torch
 from common.device import autocast
 from model import AttentionLanguageModel
 from training.optim.averaging import WeightAverage
+from training.optim.factory import clip_and_update
 from training.settings.config import TrainConfig
 
 WARMUP_STEPS = 3  # the first training steps allocate buffers and pick kernels
@@ -141,9 +142,7 @@ def optimizer_step(
         with autocast(x.device, dtype):
             _, loss = forward(x, y)
         loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        clip_and_update(model.parameters(), opt, 1.0 if clip else 0.0)
         opt.zero_grad(set_to_none=True)
         if averaged is not None:
             averaged.update(model)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.optim.factory import set_lr, set_muon_weight_decay
+from training.optim.factory import clip_and_update, set_lr, set_muon_weight_decay
 from training.optim.schedule import lr_at, lr_at_fraction
 from training.settings.config import TrainConfig
 from training.state import LoopState, Session
@@ -145,13 +145,8 @@ def forward_backward(
 
 
 def apply_gradients(s: Session) -> Tensor:
-    """Unscale (float16), clip and apply the gradients: the gradient norm, still on the device."""
-    s.scaler.unscale_(s.optimizer)
-    clip = s.job.train.grad_clip or float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(s.raw_model.parameters(), clip)
-    s.scaler.step(s.optimizer)
-    s.scaler.update()
-    return grad_norm
+    """Unscale (float16), clip and apply the session's gradients: the gradient norm, still on the device."""
+    return clip_and_update(s.raw_model.parameters(), s.optimizer, s.job.train.grad_clip, s.scaler)
 
 
 def end_step(s: Session, state: LoopState, progress: float) -> None:

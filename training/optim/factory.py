@@ -11,10 +11,11 @@ Design choices:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from common.device import has_native_bf16
 from training.optim.muon import MuonAdamW
@@ -122,3 +123,20 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
             group["lr"].fill_(value)
         else:
             group["lr"] = value
+
+
+def clip_and_update(
+    params: Iterable[Tensor], optimizer: torch.optim.Optimizer, clip: float, scaler: torch.amp.GradScaler | None = None
+) -> Tensor:
+    """Unscale (float16's loss scaler), clip to the norm `clip` (0: no clipping) and step the optimizer: the norm
+    before clipping, still on the device. The one place a gradient is clipped and an optimizer steps: every way of
+    a training step, the speed it is measured at, and the benchmarks' steps (nanoGPT's loop as its train.py runs)."""
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip or float("inf"))
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    return grad_norm

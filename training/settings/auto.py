@@ -27,7 +27,7 @@ from data.sampler import BatchSampler
 from model.switches import set_dropout
 from training import distributed
 from training.guards.memory import fit_memory
-from training.optim.factory import make_optimizer
+from training.optim.factory import clip_and_update, make_optimizer
 from training.settings.config import TrainConfig, TrainJob
 from training.settings.resume import typed_command_line
 
@@ -81,9 +81,11 @@ def measured_tokens_per_sec(
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
     batches: Iterator,
     autocast: Callable,
+    clip: float = 0.0,
 ) -> float:
-    """Tokens per second of whole training steps (forward, backward, optimizer) on a copy of the model with its
-    own optimizer; the first step is a warm-up. The caller's model, optimizer and random streams are untouched."""
+    """Tokens per second of whole training steps (forward, backward, clipping to `clip`, the update) on a copy of the
+    model with its own optimizer; the first step is a warm-up. The caller's model, optimizer and random streams are
+    untouched."""
     with torch.random.fork_rng(devices=[]):
         twin = copy.deepcopy(model).train()
         optimizer = make_optimizer(twin)
@@ -94,7 +96,7 @@ def measured_tokens_per_sec(
             with autocast():
                 _, loss = twin(x, y)
             loss.backward()
-            optimizer.step()
+            clip_and_update(twin.parameters(), optimizer, clip)
             optimizer.zero_grad(set_to_none=True)
             if x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)
@@ -154,7 +156,7 @@ def apply_auto_dropout(
             return make_optimizer(m, t.lr, t.weight_decay, (t.beta1, t.beta2), device, t)
 
         with fit_memory(model, t, device, dtype):  # a batch that cannot fit: one line before it is allocated
-            return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype))
+            return measured_tokens_per_sec(model, optimizer_for, batches, lambda: autocast(device, dtype), t.grad_clip)
 
     auto = resolve_dropout(
         max_steps, t.max_seconds, len(train_tokens), tokens_per_step, speed, dist, device, t.auto_dropout_after
