@@ -65,8 +65,9 @@ test-fast: setup ## run the tests not marked slow
 	$(PRECISION_PASS) -m "cpu_precision and not slow and not serial" $(PRECISION_FILES) $(ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q -m "serial and not slow" $(ARGS) || [ $$? -eq 5 ]
 
-lint: setup ## check the code with ruff
+lint: setup ## check the code with ruff: its lint rules, and the layout ruff format gives it
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: setup ## print the speed benchmark's JSON; ARGS go to bench.py, e.g. ARGS=--quick
 	$(PY) bench.py $(ARGS)
