@@ -60,13 +60,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def plan(seconds: float) -> tuple[bool, list[str], float]:
     """Whether this CPU has bf16 instructions (or KOCHAR_CPU_BF16 says so), the ways `steps` times (compiled bf16
-    only where it has them), and about how many seconds the whole check takes with `seconds` runs."""
+    only where it has them), and about how many seconds the whole check takes with `seconds` runs: set-ups and
+    compiles slow down on a busy machine, the timed steps and the runs' budgets do not."""
     from common.device import cpu_has_native_bf16
+    from training.runner.plan import load_factor
 
     bf16 = cpu_has_native_bf16()
     ways = [name for name, (dtype, compiled) in WAYS.items() if bf16 or not (compiled and dtype == "bfloat16")]
-    compiles = sum(COMPILE_S[WAYS[name][0]] for name in ways if WAYS[name][1])
-    return bf16, ways, len(ways) * (SETUP_S + TIMED_S) + compiles + 2 * (seconds + RUN_EXTRA_S)
+    work = len(ways) * SETUP_S + sum(COMPILE_S[WAYS[name][0]] for name in ways if WAYS[name][1])
+    return bf16, ways, work * load_factor() + len(ways) * TIMED_S + 2 * (seconds + RUN_EXTRA_S)
 
 
 def say(text: str) -> None:

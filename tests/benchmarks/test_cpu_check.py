@@ -18,11 +18,14 @@ ALL = ["float32_eager", "float32_compiled", "bfloat16_eager", "bfloat16_compiled
 @pytest.mark.parametrize("flag", ["1", "0"], ids=["bf16_cpu", "emulating_cpu"])
 def test_bf16_is_compiled_only_on_a_cpu_with_bf16_instructions_and_either_fits_five_minutes(monkeypatch, flag):
     monkeypatch.setenv(CPU_BF16_ENV, flag)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     bf16, ways, estimate = cpu_check.plan(60)
     assert bf16 is (flag == "1")
     assert ways == (ALL if bf16 else ALL[:3])  # emulated bf16 is timed eagerly, never compiled
     assert 3 * 60 < estimate <= 5 * 60
     assert cpu_check.plan(180)[2] == estimate + 2 * 120  # two runs of --seconds each
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0 * (os.cpu_count() or 1), 0.0, 0.0))  # four waiting a core
+    assert cpu_check.plan(60)[2] > estimate + 3 * 40  # set-ups and compiles take four times as long
 
 
 def _fake_steps(monkeypatch, built: list) -> None:
@@ -57,6 +60,7 @@ def test_each_way_times_as_many_steps_a_round_as_fill_its_share(monkeypatch, tmp
 
 def test_it_says_first_how_long_it_will_take_and_prints_one_json_object_last(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv(CPU_BF16_ENV, "0")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     _fake_steps(monkeypatch, [])
     monkeypatch.setattr(cpu_check, "TIMED_S", 0.1)
     monkeypatch.setattr(cpu_check, "runs", lambda corpus, seconds, best, out: out.update(auto={"steps": 9}))
