@@ -94,8 +94,8 @@ def steps(corpus: Path, rounds: int, ways: list[str], out: dict) -> None:
             first = timing.seconds(step, cpu)  # inductor compiles
             if compiled:
                 out["warmup_s"][name] = round(first, 1)
-            step()  # a recompile, if any, lands here
-            n = out["steps_per_round"][name] = max(1, round(TIMED_S / rounds / timing.seconds(step, cpu)))
+            cost = min(timing.seconds(step, cpu) for _ in range(3))  # past a recompile, and a moment's load
+            n = out["steps_per_round"][name] = max(1, round(TIMED_S / rounds / cost))
             timers[name] = timing.step_timer(step, tokens, n, cpu, warmup=0)
             say(f"{name} set up" + (f", compiled in {first:.1f} s" if compiled else "") + f"; {n} steps a round")
         speed = timing.median_alternating(timers, rounds)
