@@ -285,6 +285,14 @@ def train_job(tmp_path: Path, *overrides: str):
     )
 
 
+def same_precision(run: Path) -> str:
+    """The override that trains in the precision an earlier run resolved: on a CPU with bf16 instructions
+    `train.dtype=auto` times both, so two runs compared for identical results must not each measure."""
+    from inference.checkpoint import load_checkpoint
+
+    return f"train.dtype={load_checkpoint(run / 'ckpt.pt').config['train']['dtype']}"
+
+
 # A tiny training that only a signal or a fault stops (crash-safety and fault tests).
 ENDLESS = ("train.py", *TINY, "train.max_steps=100000", "train.lr_decay_steps=1000")
 

@@ -65,7 +65,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init, device, dtype, train_tokens)
     measured = {}
-    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: the faster of the two, timed here
+    if dtype is None:  # train.dtype=auto on a CPU with bf16 instructions: timed here (training/settings/precision.py)
         dtype, precision, measured["precision"] = measured_dtype(job, raw_model, train_tokens, device, dist)
     tokens_per_step = t.batch_size * raw_model.context_length * t.grad_accum_steps * dist.world_size
     max_steps, limit = step_limit(t, len(train_tokens), tokens_per_step)

@@ -83,6 +83,7 @@ def test_tiny_runs_on_every_encoding_learn_the_same_thing(tmp_path):
                 "model.context_length=16",
                 "train.max_steps=2",
                 "train.eval_interval=2",
+                "train.dtype=float32",  # auto on a bf16 CPU would time each run under the others' load
                 f"data.path={paths[n]}",
                 f"hydra.run.dir={runs[n]}",
             )

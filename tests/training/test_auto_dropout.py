@@ -17,6 +17,7 @@ from training.settings.auto import (
     auto_weight_decays,
     dropout_for_passes,
     measured_tokens_per_sec,
+    token_seconds,
 )
 
 FREE = 1.0  # passes without dropout in the tests' own runs (the lecture recipe's default is 8)
@@ -81,6 +82,24 @@ def test_speed_is_measured_on_a_copy():
     assert tps > 0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(rng, torch.get_rng_state())  # the run's random streams are untouched
+
+
+def test_timed_sides_take_turns_the_order_turning_every_other_round():
+    """Each side's step sits beside the other's in every round, first and second in turn: a load that rises
+    through the measurement weighs on both alike."""
+    order: list = []
+
+    def side(name):
+        return lambda: order.append(name) or contextlib.nullcontext()
+
+    batches = itertools.repeat((torch.randint(0, 10, (2, 8)), torch.randint(0, 10, (2, 8))))
+
+    def optimizer(m):
+        return make_optimizer(m, 1e-2, 0.1, (0.9, 0.99), torch.device("cpu"))
+
+    timed = token_seconds(tiny_model(), optimizer, batches, [side("a"), side("b")], 3)
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # a warm-up step of each first
+    assert len(timed) == 3 and all(len(r) == 2 and min(r) > 0 for r in timed)
 
 
 @pytest.fixture

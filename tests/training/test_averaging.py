@@ -11,7 +11,7 @@ import torch
 from common.errors import UserError
 from inference.checkpoint import load_checkpoint
 from inference.loading import load_run
-from tests.helpers import TINY, assert_one_line_error, cli, scalar_tags, train_job
+from tests.helpers import TINY, assert_one_line_error, cli, same_precision, scalar_tags, train_job
 from training.trainer import train
 
 COMMON = ("model.dropout=0.1", "train.eval_interval=3", "train.lr_decay_steps=12", "train.warmup_steps=2")
@@ -27,6 +27,7 @@ def _same(a: dict, b: dict) -> None:
 def test_a_resumed_run_averages_exactly_as_an_unbroken_one(tmp_path, kind):
     settings = (*COMMON, f"train.average={kind}", "train.ema_half_life=3" if kind == "ema" else "train.swa_start=0.25")
     full = train(train_job(tmp_path, *settings, "train.max_steps=12"), tmp_path / "full")
+    settings = (*settings, same_precision(tmp_path / "full"))
     train(train_job(tmp_path, *settings, "train.max_steps=6"), tmp_path / "half")
     resumed = train(
         train_job(tmp_path, *settings, "train.max_steps=12", f"train.resume={tmp_path / 'half'}"), tmp_path / "half"

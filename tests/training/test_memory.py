@@ -206,3 +206,60 @@ def test_the_cli_refuses_a_model_no_machine_holds_in_one_line(tmp_path, corpus):
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert stderr_lines(r.stderr)[-1].startswith("error: the model does not fit in memory: "), r.stderr
+
+
+GIB = 1 << 30
+V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for "no limit" on 4-KiB pages
+
+
+def _cgroups(tmp_path, monkeypatch, proc_self: str, files: dict[str, int | str]) -> None:
+    """A fake /sys/fs/cgroup holding `files` and a fake /proc/self/cgroup saying `proc_self`."""
+    root = tmp_path / "cgroup"
+    root.mkdir(parents=True)
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{value}\n")
+    (tmp_path / "proc_self_cgroup").write_text(proc_self)
+    monkeypatch.setattr(memory_fit, "CGROUP_ROOT", root)
+    monkeypatch.setattr(memory_fit, "PROC_CGROUP", tmp_path / "proc_self_cgroup")
+
+
+def _v1(folder: str, limit: int | str, usage: int, cache: int) -> dict:
+    return {
+        f"{folder}/memory.limit_in_bytes": limit,
+        f"{folder}/memory.usage_in_bytes": usage,
+        f"{folder}/memory.stat": f"cache 0\nrss {usage - cache}\ntotal_cache {cache}",
+    }
+
+
+def test_a_cgroup_v1_limit_on_this_process_counts_and_its_no_limit_does_not(tmp_path, monkeypatch):
+    """v1's memory controller, in the process's own cgroup from /proc/self/cgroup, under a top without a limit;
+    the page cache counts as free."""
+    proc_self = "9:name=systemd:/\n4:memory:/docker/abc\n0::/\n"
+    top = _v1("memory", V1_NO_LIMIT, 5 * GIB, GIB)
+    _cgroups(tmp_path, monkeypatch, proc_self, {**top, **_v1("memory/docker/abc", 2 * GIB, 3 * GIB // 2, GIB // 2)})
+    assert memory_fit._cgroup_room() == GIB
+    assert memory_fit.available_bytes(CPU) <= GIB
+    _cgroups(tmp_path / "none", monkeypatch, proc_self, {**top, **_v1("memory/docker/abc", V1_NO_LIMIT, GIB, 0)})
+    assert memory_fit._cgroup_room() is None
+
+
+def test_a_container_that_mounts_its_own_cgroup_as_the_top_reads_the_top(tmp_path, monkeypatch):
+    """Without a cgroup namespace /proc/self/cgroup names the host's path, which the container's mount lacks."""
+    _cgroups(tmp_path, monkeypatch, "4:memory:/docker/abc\n", _v1("memory", GIB, GIB // 4, 0))
+    assert memory_fit._cgroup_room() == 3 * GIB // 4
+
+
+def test_the_tightest_cgroup_v2_limit_above_this_process_counts(tmp_path, monkeypatch):
+    files = {
+        "a/memory.max": GIB,
+        "a/memory.current": GIB // 2,
+        "a/memory.stat": "anon 1\nfile 0",
+        "a/b/memory.max": "max",
+        "a/b/memory.current": GIB // 4,
+        "a/b/memory.stat": "file 0",
+    }
+    _cgroups(tmp_path, monkeypatch, "0::/a/b\n", files)
+    assert memory_fit._cgroup_room() == GIB // 2
+    _cgroups(tmp_path / "own", monkeypatch, "0::/a/b\n", {**files, "a/b/memory.max": GIB // 2})
+    assert memory_fit._cgroup_room() == GIB // 4

@@ -2,6 +2,7 @@
 patch the capability query and the CPU cases the instruction flags, so they run on any machine; KOCHAR_CPU_BF16
 overrides the CPU's detection, which `make test` uses to run the cpu_precision tests on both paths."""
 
+import itertools
 import re
 
 import pytest
@@ -237,20 +238,23 @@ def test_evaluate_py_names_its_own_dtype_key(tmp_path):
     assert "train." not in line, line
 
 
-def _timed(monkeypatch, bf16_faster: bool, calls: list) -> None:
-    """Stand in for the timing of a few steps: bf16 autocast steps and float32 steps at speeds the test chooses."""
+def _timed(monkeypatch, bf16_speed: float, calls: list) -> None:
+    """Stand in for the timed steps: bf16 autocast steps at `bf16_speed` tokens/s, float32 steps at 1000."""
+    from training.settings.precision import ROUNDS
 
-    def speed(model, optimizer_for, batches, autocast_fn):
-        bf16 = isinstance(autocast_fn(), torch.autocast)
-        calls.append("bfloat16" if bf16 else "float32")
-        return 2000.0 if bf16 == bf16_faster else 1000.0  # tokens/s
+    def timed(model, optimizer_for, batches, autocasts, rounds):
+        calls.append(["bfloat16" if isinstance(a(), torch.autocast) else "float32" for a in autocasts])
+        assert rounds == ROUNDS
+        return [[1 / bf16_speed, 1 / 1000]] * rounds  # seconds per token
 
-    monkeypatch.setattr("training.settings.precision.measured_tokens_per_sec", speed)
+    monkeypatch.setattr("training.settings.precision.token_seconds", timed)
 
 
-@pytest.mark.parametrize("bf16_faster", [True, False], ids=["bf16_faster", "float32_faster"])
-def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(
-    tmp_path, corpus, cpu_flags, monkeypatch, capsys, bf16_faster
+@pytest.mark.parametrize(
+    "bf16_speed, name", [(2000, "bfloat16"), (1100, "float32"), (500, "float32")], ids=["faster", "margin", "slower"]
+)
+def test_auto_on_a_bf16_cpu_times_both_and_takes_bf16_only_past_the_margin(
+    tmp_path, corpus, cpu_flags, monkeypatch, capsys, bf16_speed, name
 ):
     from inference.checkpoint import load_checkpoint
     from tests.helpers import train_job
@@ -258,25 +262,49 @@ def test_auto_on_a_bf16_cpu_times_both_and_takes_the_faster(
 
     cpu_flags(True)
     calls: list = []
-    _timed(monkeypatch, bf16_faster, calls)
+    _timed(monkeypatch, bf16_speed, calls)
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", "train.dtype=auto"), tmp_path / "run")
-    name, fast, slow = (
-        ("bfloat16", "bfloat16 autocast", "float32") if bf16_faster else ("float32", "float32", "bfloat16")
-    )
-    assert sorted(calls) == ["bfloat16", "bfloat16", "float32", "float32"]  # each twice, taking turns
+    assert calls == [["bfloat16", "float32"]]  # one measurement, the two taking turns
     ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
     tokens = ckpt.config["train"]["batch_size"] * ckpt.model_config.context_length
-    ms = {
-        "bfloat16": 1000 * tokens / (2000 if bf16_faster else 1000),
-        "float32": 1000 * tokens / (1000 if bf16_faster else 2000),
-    }
     out = capsys.readouterr().out
     assert (
-        f"precision: {fast} on cpu (train.dtype=auto; measured on this CPU, a step takes "
-        f"{ms['bfloat16']:.1f} ms in bfloat16 and {ms['float32']:.1f} ms in float32)" in out
+        f"precision: {'bfloat16 autocast' if name == 'bfloat16' else 'float32'} on cpu (train.dtype=auto; measured on "
+        f"this CPU, a step takes {1000 * tokens / bf16_speed:.1f} ms in bfloat16 and {tokens:.1f} ms in float32; "
+        f"bfloat16 is taken when 1.15x as fast or more, and was {bf16_speed / 1000:.2f}x)" in out
     ), out
-    assert ckpt.config["train"]["dtype"] == name and slow in ckpt.config["measured"]["precision"]["step_ms"]
-    assert ckpt.config["measured"]["precision"]["chosen"] == name
+    measured = ckpt.config["measured"]["precision"]
+    assert ckpt.config["train"]["dtype"] == measured["chosen"] == name
+    assert measured["step_ms"]["float32"] == tokens and measured["bf16_speedup"] == bf16_speed / 1000
+
+
+@pytest.mark.parametrize("speedup", [1.3, 1 / 1.3])
+def test_rounds_that_a_load_hit_cannot_flip_the_measured_precision(speedup):
+    """Seven paired rounds of (bf16, float32) seconds: any three rounds where a load slowed one side five times,
+    or a load that rises round by round, leave the choice as the quiet rounds make it."""
+    from training.settings.precision import ROUNDS, bf16_speedup, precision_for
+
+    quiet = [(1.0, speedup)] * ROUNDS
+    expected = precision_for(bf16_speedup(quiet))
+    assert expected == ("bfloat16" if speedup > 1 else "float32")
+    for side in (0, 1):
+        for hit in itertools.combinations(range(ROUNDS), 3):
+            noisy = [
+                tuple(t * (5 if r in hit and i == side else 1) for i, t in enumerate(p)) for r, p in enumerate(quiet)
+            ]
+            assert precision_for(bf16_speedup(noisy)) == expected, (side, hit)
+    rising = [(bf16 * (1 + r), float32 * (1 + r)) for r, (bf16, float32) in enumerate(quiet)]
+    assert bf16_speedup(rising) == pytest.approx(speedup)
+
+
+def test_bf16_must_be_the_margin_faster_to_be_taken():
+    """A bf16 step 1.12x as fast (a busy machine's noise could show that much) keeps float32; 1.15x takes bf16."""
+    from training.settings.precision import BF16_MARGIN, bf16_speedup, precision_for
+
+    assert BF16_MARGIN == 1.15
+    assert precision_for(bf16_speedup([(10.8, 12.1)] * 3)) == "float32"  # 1.12x
+    assert precision_for(bf16_speedup([(10.0, 11.5)] * 3)) == "bfloat16"
+    assert precision_for(0.8) == precision_for(1.0) == precision_for(1.14) == "float32"
 
 
 def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(
@@ -287,7 +315,7 @@ def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(
     from training.trainer import train
 
     calls: list = []
-    _timed(monkeypatch, True, calls)
+    _timed(monkeypatch, 2000, calls)
     cpu_flags(False)
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2"), tmp_path / "plain")
     assert "precision:" not in capsys.readouterr().out  # float32 on a CPU without bf16, as before
@@ -295,11 +323,11 @@ def test_a_typed_dtype_a_resume_and_a_cpu_without_bf16_measure_nothing(
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2", "train.dtype=float32"), tmp_path / "typed")
     run = tmp_path / "auto"
     train(train_job(tmp_path, f"data.path={corpus}", "train.max_steps=2"), run)
-    assert len(calls) == 4  # only the auto run measured
+    assert len(calls) == 1  # only the auto run measured
     resumed = (f"data.path={corpus}", "train.max_steps=4", f"train.resume={run}")
     monkeypatch.setattr("training.settings.resume._command_line", list(resumed))  # as train.py records what was typed
     train(train_job(tmp_path, *resumed), run)
-    assert len(calls) == 4 and load_checkpoint(run / "ckpt.pt").config["train"]["dtype"] == "bfloat16"
+    assert len(calls) == 1 and load_checkpoint(run / "ckpt.pt").config["train"]["dtype"] == "bfloat16"
 
 
 def test_a_resume_keeps_its_checkpoints_precision(tmp_path, corpus, monkeypatch, capsys):
@@ -315,12 +343,7 @@ def test_a_resume_keeps_its_checkpoints_precision(tmp_path, corpus, monkeypatch,
     train(train_job(tmp_path, *common_args, "train.max_steps=2", "train.dtype=float32"), run)
     monkeypatch.delenv(common.device.CPU_BF16_ENV, raising=False)
     monkeypatch.setattr(common.device, "_cpu_flags_have_bf16", lambda: True)
-    import torch
-
-    def bf16_faster(model, optimizer_for, batches, autocast_fn) -> float:  # tokens/s, as timed on such a CPU
-        return 2.0 if isinstance(autocast_fn(), torch.autocast) else 1.0
-
-    monkeypatch.setattr("training.settings.precision.measured_tokens_per_sec", bf16_faster)
+    _timed(monkeypatch, 2000, [])  # bf16 twice as fast, as timed on such a CPU
     capsys.readouterr()
     for steps, typed, dtype in ((4, (), "float32"), (6, ("train.dtype=bfloat16",), "bfloat16")):
         overrides = (*common_args, f"train.max_steps={steps}", f"train.resume={run}", *typed)

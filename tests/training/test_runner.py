@@ -15,7 +15,7 @@ import torch
 
 from common.errors import ConfigError
 from inference.checkpoint import load_checkpoint
-from tests.helpers import ROOT, scalar_tags, train_job
+from tests.helpers import ROOT, same_precision, scalar_tags, train_job
 from training import trainer
 from training.runner import plan as compile_plan
 from training.runner import steps as step_runner
@@ -403,7 +403,9 @@ def run(tmp_path, name, *overrides):
 def test_the_graph_path_trains_exactly_as_the_eager_step(tmp_path, monkeypatch, capsys, overrides):
     eager, eager_ckpt, eager_tags = run(tmp_path, "eager", *overrides)
     graphed(monkeypatch)
-    graph, graph_ckpt, graph_tags = run(tmp_path, "graph", "train.compile=true", *overrides)
+    graph, graph_ckpt, graph_tags = run(
+        tmp_path, "graph", "train.compile=true", same_precision(tmp_path / "eager"), *overrides
+    )
     assert graph.step == eager.step == STEPS
     assert all(torch.equal(v, graph_ckpt.model[k]) for k, v in eager_ckpt.model.items())
     assert (graph_ckpt.averaged is None) is (eager_ckpt.averaged is None)
@@ -441,7 +443,7 @@ def test_a_capture_that_fails_says_so_in_one_line_and_the_run_goes_on_eagerly(tm
 
     eager, eager_ckpt, _ = run(tmp_path, "eager")
     graphed(monkeypatch, lambda s: Refuses(list(s.raw_model.parameters())))
-    result, ckpt, _ = run(tmp_path, "fallback", "train.compile=true")
+    result, ckpt, _ = run(tmp_path, "fallback", "train.compile=true", same_precision(tmp_path / "eager"))
     lines = [line for line in capsys.readouterr().out.splitlines() if "could not be built" in line]
     assert lines == [
         "compile: the CUDA graph could not be built (RuntimeError: operation not permitted when stream "

@@ -4,7 +4,8 @@ Design choices:
 - A CPU that runs out does not raise: the out-of-memory killer ends the process (and, on a shared machine,
   others). Hence checks before the allocation: the model's from its settings, before it is built; one step's,
   before the first step and before auto dropout's timed steps.
-- What the device has: MemAvailable (or a cgroup's limit, where lower) on the CPU, `torch.cuda.mem_get_info` on a GPU.
+- What the device has: MemAvailable (or a cgroup's limit, v2 or v1, where lower) on the CPU,
+  `torch.cuda.mem_get_info` on a GPU.
 - The estimate errs low (only what PyTorch must hold), so what fits is never refused; an allocator that does raise
   is turned into the same line, which names a batch that fits with `MARGIN` to spare and the
   `train.grad_accum_steps` that keeps the effective batch, or the settings that make the model smaller.
@@ -33,6 +34,12 @@ GiB = 1 << 30
 MARGIN = 3  # a step holds up to ~2.5x the estimate (caches, workspaces, temporaries): a suggested batch leaves room
 BLOCK_SAVED = 16  # numbers per token and embedding channel each block keeps for its backward (x, qkv, MLP: ~17)
 _OOM_WORDS = ("out of memory", "can't allocate memory", "defaultcpuallocator")
+CGROUP_ROOT, PROC_CGROUP = Path("/sys/fs/cgroup"), Path("/proc/self/cgroup")
+CGROUP_FILES = (  # controller in /proc/self/cgroup, folder under CGROUP_ROOT, (limit, usage, page cache in memory.stat)
+    ("", "", ("memory.max", "memory.current", "file")),  # v2: one hierarchy, its line "0::/path"
+    ("memory", "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_cache")),  # v1
+)
+V1_UNLIMITED = 1 << 62  # v1 says "no limit" with the largest page-aligned number (9223372036854771712), not "max"
 
 
 @dataclass(frozen=True)
@@ -109,14 +116,38 @@ def _meminfo_available() -> int | None:
 
 
 def _cgroup_room() -> int | None:
-    """A cgroup v2 limit less what its processes hold (their page cache counts as free: the kernel reclaims it)."""
-    root = Path("/sys/fs/cgroup")
+    """The least room under a cgroup memory limit on this process (cgroup v2, or v1's memory controller), in its own
+    cgroup or one above it: a limit less what its processes hold (their page cache counts as free: the kernel
+    reclaims it)."""
+    rooms = [room for folder, files in _cgroup_folders() if (room := _room_in(folder, *files)) is not None]
+    return min(rooms) if rooms else None
+
+
+def _cgroup_folders() -> Iterator[tuple[Path, tuple[str, str, str]]]:
+    """Each cgroup folder whose limit binds this process, from its own (named in /proc/self/cgroup) up to the
+    mount's top; just the top where its own is not there (a container that mounts its cgroup as the top)."""
+    own = {}
     try:
-        limit = (root / "memory.max").read_text().strip()
-        if limit == "max":
+        for line in PROC_CGROUP.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            own.update(dict.fromkeys(controllers.split(","), path.lstrip("/")))
+    except (OSError, ValueError):
+        pass
+    for controller, top, files in CGROUP_FILES:
+        folder = CGROUP_ROOT / top / own.get(controller, "")
+        folder = folder if ".." not in folder.parts and folder.is_dir() else CGROUP_ROOT / top
+        while folder.is_relative_to(CGROUP_ROOT / top):
+            yield folder, files
+            folder = folder.parent
+
+
+def _room_in(folder: Path, limit_file: str, used_file: str, cache_key: str) -> int | None:
+    try:
+        limit = (folder / limit_file).read_text().strip()
+        if limit == "max" or int(limit) >= V1_UNLIMITED:
             return None
-        stat = dict(line.split() for line in (root / "memory.stat").read_text().splitlines())
-        used = int((root / "memory.current").read_text()) - int(stat.get("file", 0))
+        stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
+        used = int((folder / used_file).read_text()) - int(stat.get(cache_key, 0))
         return max(0, int(limit) - used)
     except (OSError, ValueError):
         return None

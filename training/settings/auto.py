@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -83,14 +83,28 @@ def measured_tokens_per_sec(
     autocast: Callable,
     clip: float = 0.0,
 ) -> float:
-    """Tokens per second of whole training steps (forward, backward, clipping to `clip`, the update) on a copy of the
-    model with its own optimizer; the first step is a warm-up. The caller's model, optimizer and random streams are
-    untouched."""
+    """Tokens per second of `TIMED_STEPS` whole training steps (`token_seconds`)."""
+    seconds = token_seconds(model, make_optimizer, batches, [autocast], TIMED_STEPS, clip)
+    return TIMED_STEPS / sum(r[0] for r in seconds)
+
+
+def token_seconds(
+    model: nn.Module,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    batches: Iterator,
+    autocasts: Sequence[Callable],
+    rounds: int,
+    clip: float = 0.0,
+) -> list[list[float]]:
+    """Seconds per token of whole training steps (forward, backward, clipping to `clip`, the update) on a copy of the
+    model with its own optimizer: [round][autocast], one step under each autocast a round, after a warm-up step under
+    each. The order turns round every other round, so a load that drifts weighs on every side alike. The caller's
+    model, optimizer and random streams are untouched."""
     with torch.random.fork_rng(devices=[]):
         twin = copy.deepcopy(model).train()
         optimizer = make_optimizer(twin)
-        elapsed, tokens = 0.0, 0
-        for i in range(TIMED_STEPS + 1):
+
+        def step(autocast: Callable) -> float:
             x, y = next(batches)
             started = time.perf_counter()
             with autocast():
@@ -100,10 +114,15 @@ def measured_tokens_per_sec(
             optimizer.zero_grad(set_to_none=True)
             if x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)
-            if i:
-                elapsed += time.perf_counter() - started
-                tokens += x.numel()
-    return tokens / max(elapsed, 1e-9)
+            return max(time.perf_counter() - started, 1e-9) / x.numel()
+
+        for autocast in autocasts:
+            step(autocast)
+        sides, timed = list(enumerate(autocasts)), []
+        for r in range(rounds):
+            seconds = {i: step(autocast) for i, autocast in (sides if r % 2 == 0 else sides[::-1])}
+            timed.append([seconds[i] for i in range(len(sides))])
+    return timed
 
 
 def resolve_dropout(
