@@ -242,9 +242,9 @@ def _timed(monkeypatch, bf16_speed: float, calls: list) -> None:
     """Stand in for the timed steps: bf16 autocast steps at `bf16_speed` tokens/s, float32 steps at 1000."""
     from training.settings.precision import ROUNDS
 
-    def timed(model, optimizer_for, batches, autocasts, rounds):
+    def timed(model, optimizer_for, batches, autocasts, rounds, clip):
         calls.append(["bfloat16" if isinstance(a(), torch.autocast) else "float32" for a in autocasts])
-        assert rounds == ROUNDS
+        assert rounds == ROUNDS and clip == 1.0  # the run's train.grad_clip: timed as the run steps
         return [[1 / bf16_speed, 1 / 1000]] * rounds  # seconds per token
 
     monkeypatch.setattr("training.settings.precision.token_seconds", timed)
