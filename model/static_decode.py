@@ -60,16 +60,14 @@ class StaticDecode:
     """A cached generation's buffers and its one-token step (`run`), replayed as a CUDA graph where asked."""
 
     def __init__(self, model: nn.Module, batch_size: int, device: torch.device, dtype: torch.dtype):
-        attn = model.blocks[0].attn
-        C = model.context_length
-        self.cache = KVCache(len(model.blocks), batch_size, attn.num_heads, C, attn.head_dim, device, dtype)
+        self.cache = KVCache(model, batch_size, device, dtype)
         for b in self.cache.buffers:
             b.zero_()
         self.step = DecodeStep(model, self.cache)
         self.vocab_size = model.config.vocab_size
         self.ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
-        self.slots = torch.arange(C, device=device)
+        self.slots = torch.arange(model.context_length, device=device)
         self.logits = torch.zeros(batch_size, self.vocab_size, device=device)
         self.sampler = Sampler(self.vocab_size, device)
         self.generator = torch.Generator(device=device)

@@ -46,16 +46,7 @@ DECODERS = ("eager", "static", "graph", "compiled", "auto")
 
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
     """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
-    attn = model.blocks[0].attn
-    return KVCache(
-        len(model.blocks),
-        batch_size,
-        attn.num_heads,
-        model.context_length,
-        attn.head_dim,
-        device,
-        cache_dtype(model, device),
-    )
+    return KVCache(model, batch_size, device, cache_dtype(model, device))
 
 
 def cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype:
