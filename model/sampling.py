@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from common.config_checks import is_numeric, is_whole
+
 _FLOAT32_MAX = torch.finfo(torch.float32).max  # the Sampler's tensors are float32 on every device
 
 
@@ -26,26 +28,16 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
     temperature turns every logit into NaN; an infinite one samples uniformly), in Python or in the float32 that
     `Sampler` computes in (a temperature past its largest value, 1e39, overflows it; a tiny one is greedy,
     top_k is capped to the vocabulary and every top_p in (0, 1] is held)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not is_whole(max_new_tokens):
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not math.isfinite(temperature)
-        or not 0 <= temperature <= _FLOAT32_MAX
-    ):
+    if not (is_numeric(temperature) and math.isfinite(temperature) and 0 <= temperature <= _FLOAT32_MAX):
         raise ValueError(
             f"temperature must be a finite number >= 0 (0 = greedy) that float32 holds (at most "
             f"{_FLOAT32_MAX:g}), got {temperature}"
         )
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and not is_whole(top_k, 1):
         raise ValueError(f"top_k must be an integer >= 1 (or null), got {top_k}")
-    if top_p is not None and (
-        isinstance(top_p, bool)
-        or not isinstance(top_p, (int, float))
-        or not math.isfinite(top_p)
-        or not 0.0 < top_p <= 1.0
-    ):
+    if top_p is not None and not (is_numeric(top_p) and math.isfinite(top_p) and 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 

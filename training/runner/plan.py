@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 from common.atomic_files import atomic_write, user_cache_dir
-from common.config_checks import refusal
+from common.config_checks import is_positive, refusal
 from common.device import has_native_bf16
 from common.errors import os_error_cause
 
@@ -213,17 +212,13 @@ def record_key(device: torch.device, dtype: torch.dtype, way: Way, model_config,
     return f"{device_name(device)}|torch {torch.__version__}|{dtype}|{way.name}|{model}|batch {batch}"
 
 
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
 # What a record may hold, each field with its test: anything else in the file (another shape, another type, a
 # negative or non-finite number) is ignored, so a hand-edited file can mislead no choice and end no run.
 RECORD_FIELDS = {
-    "warmup_s": _positive,
-    "speedup": _positive,
-    "eager_ms": _positive,
-    "compiled_ms": _positive,
+    "warmup_s": is_positive,
+    "speedup": is_positive,
+    "eager_ms": is_positive,
+    "compiled_ms": is_positive,
     "warm": lambda v: isinstance(v, bool),
     "cache": lambda v: isinstance(v, str),
 }
