@@ -55,11 +55,6 @@ def init_distributed(device_name: str) -> DistInfo:
     return info
 
 
-def barrier(info: DistInfo) -> None:
-    if info.enabled:
-        dist.barrier()
-
-
 def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:
     """The largest of every rank's `value`, on every rank (so all ranks resolve the same setting)."""
     if not info.enabled:
