@@ -242,10 +242,6 @@ def read_all() -> dict[str, dict]:
     return {key: record for key, value in stored.items() if (record := usable_record(value))}
 
 
-def read_record(key: str) -> dict:
-    return read_all().get(key, {})
-
-
 def write_record(key: str, **values: float | bool | str) -> str | None:
     """Merge `values` into the record of `key`, keeping the newest `KEPT` records, the folder made where missing.
     Returns why the file could not be written (a few words), or None once it is."""
@@ -272,7 +268,7 @@ def inductor_cache_counts() -> tuple[int, int]:
 def measured_costs(key: str, device: torch.device, dtype: torch.dtype, cache_folder: str | None) -> Costs:
     """Inductor's expected speedup and warm-up for the run of `key`: this machine's, where a run measured them (the
     warm-up a share of a cold one while inductor's cache folder is still there), else the priors."""
-    prior, record = prior_costs(device, dtype), read_record(key)
+    prior, record = prior_costs(device, dtype), read_all().get(key, {})
     if not record.keys() & {"speedup", "warmup_s"}:
         return prior
     speedup = float(record.get("speedup", prior.speedup))

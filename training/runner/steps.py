@@ -37,7 +37,7 @@ from training.runner.plan import (
     measured_costs,
     measured_way,
     prior_costs,
-    read_record,
+    read_all,
     record_key,
     records_path,
     worth_a_line,
@@ -69,7 +69,8 @@ class StepRunner:
         self.cache_counts = (0, 0)  # inductor's cache (hits, misses) when the warm-up began
         self.unrecorded = False  # the records file could not be written (said once)
         self.setting = compile_setting(t.compile)
-        measured = bool(read_record(self._key(Way(inductor=True, graph=self.blocker is None))).keys() - {"cache"})
+        key = self._key(Way(inductor=True, graph=self.blocker is None))
+        measured = bool(read_all().get(key, {}).keys() - {"cache"})  # this machine's record of this run's compile
         fixed = (way, "chosen by caller") if way else fixed_way(self.setting, s.device, s.dtype, self.blocker, measured)
         if fixed is not None:
             self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
