@@ -188,7 +188,9 @@ def build_model(
     train_tokens: np.ndarray,
 ) -> AttentionLanguageModel:
     """The run's model on its device: a resumed run's weights, a fine-tune's grown source, else fresh; one that
-    cannot fit is one line, not an allocator's error (guards/memory.py)."""
+    cannot fit is one line, not an allocator's error (guards/memory.py). With train.syllable_rows=seen (a resume keeps
+    its checkpoint's: `all` before the key existed) the per-syllable tables hold only the rows the training split
+    reaches (model/hangul/held_rows.py)."""
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
@@ -201,15 +203,9 @@ def build_model(
         elif init is not None:
             model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
         model = model.to(device)
-    hold_syllable_rows(job, model, train_tokens)
-    return model
-
-
-def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray) -> None:
-    """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches (held_rows.py);
-    a resume keeps its checkpoint's setting (resume_settings.py: `all` for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
+    return model
 
 
 def distribute(
