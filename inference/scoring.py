@@ -45,7 +45,6 @@ class Score:
     nats: float  # total loss over the scored tokens
     tokens: int
     unseen_nats: float = 0.0  # the part of `nats` on tokens marked unseen
-    unseen_tokens: int = 0
 
     @property
     def loss(self) -> float:
@@ -138,7 +137,7 @@ def score_tokens(
     mask_all = torch.from_numpy(scored)
     unseen_all = None if unseen is None else torch.from_numpy(unseen)
     model.eval()
-    nats, count, unseen_nats, unseen_count = 0.0, 0, 0.0, 0
+    nats, count, unseen_nats = 0.0, 0, 0.0
     bar = tqdm(
         total=len(starts),
         desc="evaluate",
@@ -165,10 +164,9 @@ def score_tokens(
         if unseen_all is not None:
             marked = mask & unseen_all[index[:, 1:]].to(device)
             unseen_nats += float(losses[marked].double().sum())
-            unseen_count += int(marked.sum())
         bar.update(len(b))
     bar.close()
-    return Score(nats, count, unseen_nats, unseen_count)
+    return Score(nats, count, unseen_nats)
 
 
 def evaluate_file(
