@@ -198,7 +198,7 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     clock = Clock(0.02)
     monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
     monkeypatch.setattr(step_runner.torch, "compile", StandIn)
-    monkeypatch.setattr(step_runner, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
     monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
     job = train_job(
         tmp_path,
@@ -302,7 +302,7 @@ def test_a_run_goes_on_over_records_of_the_wrong_shape(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize("counts,warm", [([(5, 3), (7, 3)], True), ([(5, 3), (6, 4)], False), ([(0, 0)] * 2, False)])
 def test_a_warm_up_is_recorded_warm_only_where_inductors_cache_served_every_graph(tmp_path, monkeypatch, counts, warm):
     readings = iter(counts)
-    monkeypatch.setattr(step_runner, "inductor_cache_counts", lambda: next(readings))
+    monkeypatch.setattr(step_runner.plan, "inductor_cache_counts", lambda: next(readings))
     _, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=True)
     ((_, record),) = records.items()
     assert record["warm"] is warm
@@ -373,7 +373,7 @@ class EagerReplay:
 def graphed(monkeypatch, backend=None):
     """Make the loop run the graph path on the CPU, with `backend(session)` (the stand-in by default)."""
     backend = backend or (lambda s: EagerReplay(list(s.raw_model.parameters())))
-    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (Way(graph=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: (Way(graph=True), "test"))
     monkeypatch.setattr(trainer, "StepRunner", lambda s: step_runner.StepRunner(s, graph_backend=backend))
 
 
@@ -461,7 +461,7 @@ def test_an_inductor_failure_on_its_first_step_leaves_the_run_eager(tmp_path, mo
             raise RuntimeError("inductor could not build a kernel")
 
     monkeypatch.setattr(step_runner.torch, "compile", Broken)
-    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: (Way(inductor=True), "test"))
     result, _, _ = run(tmp_path, "broken", "train.compile=true")
     out = capsys.readouterr().out
     assert (
