@@ -21,19 +21,7 @@ def _run(c: GenerateConfig) -> None:
     device = pick_device(c.device)
     run = load_run(c.ckpt, device, weights=c.weights)
     print(run.line(), file=sys.stderr, flush=True)  # which weights of which file; stdout stays the samples alone
-    stream_samples(
-        run.model,
-        run.tokenizer,
-        c.prompt,
-        c.max_new_tokens,
-        c.num_samples,
-        c.temperature,
-        c.top_k,
-        c.top_p,
-        c.seed,
-        device,
-        c.use_cache,
-    )
+    stream_samples(run.model, run.tokenizer, c, device)
 
 
 if __name__ == "__main__":
