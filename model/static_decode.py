@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from model.cuda_graph import Capture, Step, captured
 from model.decode import DecodeStep, Rotations, _BlockWeights, _Norm
 from model.kv_cache import KVCache
-from model.sampling import Sampler, TokenGrammar
+from model.sampling import Sampler
 
 
 class DevicePosition:
@@ -78,16 +78,9 @@ class StaticDecode:
         self.forward = self.step.forward_at  # compiled by `compile_forward`
         self.uncapturable = False  # a capture failed: every function of this decoder runs eagerly
 
-    def begin(
-        self,
-        model: nn.Module,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        grammar: TokenGrammar | None,
-        generator: torch.Generator | None,
-    ) -> None:
-        """Ready for a new generation: the model's current weights, these settings, the caller's random state."""
+    def begin(self, model: nn.Module, sampling: tuple, generator: torch.Generator | None) -> None:
+        """Ready for a new generation: the model's current weights, the settings `Sampler.set` takes (`sampling`), the
+        caller's random state."""
         fresh = DecodeStep(model, self.cache)
         olds, news = _tensors(self.step), _tensors(fresh)
         if [(t.shape, t.dtype) for t in olds] != [(t.shape, t.dtype) for t in news]:
@@ -98,7 +91,7 @@ class StaticDecode:
                 if old.data_ptr() != new.data_ptr():
                     old.copy_(new)  # into the tensors the graphs read
         self.cache.reset(0)
-        if self.sampler.set(temperature, top_k, top_p, grammar):
+        if self.sampler.set(*sampling):
             self.graphs = {key: g for key, g in self.graphs.items() if not key[1].grammar}
         self.source = generator if generator is not None else _default_generator(self.ids.device)
         self.generator.set_state(self.source.get_state())

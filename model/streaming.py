@@ -181,7 +181,7 @@ class _StaticSource:
         self.model, self.shift, self.graph = model, shift, decoder != "static"
         self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
         try:
-            self.decoder.begin(model, *sampling, generator)
+            self.decoder.begin(model, sampling, generator)
             if decoder == "compiled":
                 self.decoder.compile_forward()
         except BaseException:
