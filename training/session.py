@@ -56,12 +56,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     enable_fast_matmul(device)
     if device.type == "cpu":
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
-    resumed, source = open_resume(job, run_dir, dist.is_main), load_source(job)
+    resumed, init = open_resume(job, run_dir, dist.is_main), load_source(job)
     changed, dtype, precision = settle(job, resumed, device)  # the precision line: once every check has passed
     t = job.train
     refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
-    corpus, init = load_data(job, resumed, source)
+    corpus = load_data(job, resumed, init)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init, device, dtype, train_tokens)
     measured = {}
@@ -153,11 +153,10 @@ def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple
     return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
-def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | None) -> tuple[Corpus, InitSource | None]:
-    """The corpus (and, with train.init_from, how the source's vocabulary grew to read it)."""
-    init = None
-    if source is not None:
-        corpus, init = load_init_data(job, source)
+def load_data(job: TrainJob, resumed: Checkpoint | None, init: InitSource | None) -> Corpus:
+    """The corpus (with train.init_from, under the source's vocabulary, grown to read it: `init.added`)."""
+    if init is not None:
+        corpus = load_init_data(job, init)
     else:
         tokenizer = tokenizer_from_dict(resumed.tokenizer) if resumed else None
         corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
@@ -175,7 +174,7 @@ def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | No
             f"model.context_length={C} with data.val_fraction={vf} needs at least "
             f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters"
         )
-    return corpus, init
+    return corpus
 
 
 def build_model(
