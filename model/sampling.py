@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from common.config_checks import is_numeric, is_whole
+from common.errors import ConfigError
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max  # the Sampler's tensors are float32 on every device
 
@@ -29,16 +30,16 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
     `Sampler` computes in (a temperature past its largest value, 1e39, overflows it; a tiny one is greedy,
     top_k is capped to the vocabulary and every top_p in (0, 1] is held)."""
     if not is_whole(max_new_tokens):
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
     if not (is_numeric(temperature) and math.isfinite(temperature) and 0 <= temperature <= _FLOAT32_MAX):
-        raise ValueError(
+        raise ConfigError(
             f"temperature must be a finite number >= 0 (0 = greedy) that float32 holds (at most "
             f"{_FLOAT32_MAX:g}), got {temperature}"
         )
     if top_k is not None and not is_whole(top_k, 1):
-        raise ValueError(f"top_k must be an integer >= 1 (or null), got {top_k}")
+        raise ConfigError(f"top_k must be an integer >= 1 (or null), got {top_k}")
     if top_p is not None and not (is_numeric(top_p) and math.isfinite(top_p) and 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
+        raise ConfigError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
