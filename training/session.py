@@ -38,7 +38,7 @@ from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim.averaging import refuse_empty_average, weight_average
 from training.optim.factory import make_optimizer
-from training.reporting.summary import commit_run_dir, open_logger
+from training.reporting.summary import open_run_dir
 from training.settings import settle
 from training.settings.auto import apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
@@ -77,8 +77,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     scaler, sampler, state = training_state(job, raw_model, optimizer, resumed, device, dtype, dist, train_tokens)
     refuse_idle_patience(t, state.early, state.step, state.best_val_loss, max_steps, resumed and typed_command_line())
     model = distribute(raw_model, sampler, dist, job.seed, device)
-    auto_line = auto.line(len(train_tokens)) if auto else None
-    commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto_line, init.line() if init else None))
+    lines = (precision, auto.line(len(train_tokens)) if auto else None, init.line() if init else None)
+    logger = open_run_dir(job, run_dir, resumed, changed, dist, lines, corpus.tokenizer, raw_model, val_tokens)
     session = Session(
         job=job,
         run_dir=run_dir,
@@ -102,9 +102,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         init_record=init.record() if init else (resumed.config.get("init_from") if resumed else None),
         average=average,
         measured=measured or (resumed.config.get("measured", {}) if resumed else {}),
-        logger=open_logger(
-            run_dir, dist, state.step + 1 if resumed else None, corpus.tokenizer, raw_model, val_tokens, job
-        ),
+        logger=logger,
     )
     return session, state
 
