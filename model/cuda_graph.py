@@ -35,6 +35,7 @@ class CudaGraph:
     def __init__(self, device: torch.device | None = None):
         self.stream = torch.cuda.Stream(device)
         self.graph = torch.cuda.CUDAGraph()
+        self.replay = self.graph.replay
 
     @contextlib.contextmanager
     def side(self) -> Iterator[None]:
@@ -64,9 +65,6 @@ class CudaGraph:
             except BaseException:
                 _recover(caller)
                 raise
-
-    def replay(self) -> None:
-        self.graph.replay()
 
 
 def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
