@@ -80,16 +80,14 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
         if trained is not None:  # one token per character here (hangul), so tokens are characters
             unseen.append(~np.isin(chunk_ids, trained) & scored[-1])
             num_unseen += int(unseen[-1].sum())
-    none = None if trained is None else np.zeros(0, bool)
-    if not ids:
-        return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown, none)
+    empty = [np.zeros(0, bool)]  # a text with no character to score
     return EncodedText(
-        np.concatenate(ids),
-        np.concatenate(scored),
+        np.concatenate(ids or [np.zeros(0, np.int32)]),
+        np.concatenate(scored or empty),
         num_chars,
         sum(unknown.values()),
         unknown,
-        None if trained is None else np.concatenate(unseen),
+        None if trained is None else np.concatenate(unseen or empty),
         num_unseen,
     )
 
