@@ -32,8 +32,6 @@ class KVCache:
         attn = model.blocks[0].attn
         shape = (batch_size, 2, attn.num_heads, model.context_length, attn.head_dim)
         self.buffers = [torch.empty(shape, device=device, dtype=dtype) for _ in model.blocks]
-        self.keys = [b[:, 0] for b in self.buffers]  # (B, num_heads, context_length, head_dim) each
-        self.values = [b[:, 1] for b in self.buffers]
         self.context_length = model.context_length
         self.position = 0  # positions written since the last (re)fill; the next one goes to slot position % C
         self.window_start = 0  # absolute index, in the whole sequence, of position 0
@@ -51,7 +49,7 @@ class KVCache:
         self.position += n
 
     def layer(self, i: int) -> LayerKV:
-        return LayerKV(self.keys[i], self.values[i])
+        return LayerKV(self.buffers[i][:, 0], self.buffers[i][:, 1])  # views: (B, num_heads, context_length, head_dim)
 
 
 class TokenWindow:
