@@ -30,7 +30,6 @@ from common.config_checks import is_positive, refusal
 from common.device import has_native_bf16
 from common.errors import os_error_cause
 
-COMPILE_VALUES = ("false", "true", "auto")
 SPELLINGS = {**dict.fromkeys(("true", "yes", "on"), "true"), **dict.fromkeys(("false", "no", "off"), "false")}
 SPELLINGS["auto"] = "auto"
 PROBE_STEPS = 8  # eager steps timed before auto decides (the first, which allocates, is not timed)
@@ -46,7 +45,7 @@ CPU_OTHER_INDUCTOR_SPEEDUP = 1.05  # float32, emulated bf16: under KEEP, so only
 
 
 def compile_setting(value: object) -> str:
-    """train.compile as one of COMPILE_VALUES: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
+    """train.compile as false, true or auto: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
     written when the key was a boolean, and the words for them."""
     word = str(value).lower()
     if word not in SPELLINGS:
