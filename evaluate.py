@@ -34,12 +34,8 @@ def _run(c: EvaluateConfig) -> None:
         lambda: autocast(device, dtype),
         c.progress,
     )
-    record = {
-        "checkpoint": str(run.path),
-        **(run.file.fields() if run.file else {}),
-        **run.weights.fields(),
-        **result,
-    }  # which file (chosen: best, last or named; its step and val loss) and which set was scored
+    # which file (chosen: best, last or named; its step and val loss) and which set was scored
+    record = {"checkpoint": str(run.path), **(run.file.fields() if run.file else {}), **run.weights.fields(), **result}
     print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 
