@@ -6,6 +6,7 @@ from cli.entry import hydra_script
 
 from inference.config import EvaluateConfig, register_configs
 
+SUMMARY = "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character)."
 EXAMPLES = (
     "python evaluate.py data.path=~/held_out.txt                        # the newest run under runs/",
     "python evaluate.py ckpt=runs/2026-11-22_17-14-32_model-tiny data.path=~/held_out.txt",
@@ -41,10 +42,4 @@ def _run(c: EvaluateConfig) -> None:
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script(
-        "evaluate",
-        EvaluateConfig,
-        _run,
-        "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character).",
-        EXAMPLES,
-    )
+    hydra_script("evaluate", EvaluateConfig, _run, SUMMARY, EXAMPLES)

@@ -6,6 +6,7 @@ import sys
 
 from inference.config import GenerateConfig, register_configs
 
+SUMMARY = "generate.py: sample Korean text from a trained model."
 EXAMPLES = (
     "python generate.py prompt=옛날에                                   # the newest run under runs/",
     "python generate.py ckpt=runs/2026-11-22_17-14-32_model-tiny prompt=안녕 max_new_tokens=300",
@@ -26,4 +27,4 @@ def _run(c: GenerateConfig) -> None:
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script("generate", GenerateConfig, _run, "generate.py: sample Korean text from a trained model.", EXAMPLES)
+    hydra_script("generate", GenerateConfig, _run, SUMMARY, EXAMPLES)
