@@ -39,9 +39,6 @@ class InitSource:
     file: RunFile  # which file of the source run, and why (inference/run_files.py)
     added: list[str] = field(default_factory=list)  # tokens of the new text the source never saw (load_init_data)
 
-    def state(self) -> dict[str, torch.Tensor]:
-        return self.checkpoint.weights(self.used.kind)
-
     def record(self) -> dict:
         return {
             "from": str(self.checkpoint.path),

@@ -198,7 +198,7 @@ def build_model(
         if resumed is not None:
             model.load_state_dict(resumed.model)
         elif init is not None:
-            model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
+            model.load_state_dict(grown_state(init.checkpoint.weights(init.used.kind), vocab_size, config.tie_weights))
         model = model.to(device)
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
