@@ -77,9 +77,8 @@ def load_source(job: TrainJob) -> InitSource | None:
 def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
     """Give `job` the source's model settings and tokenizer kind; a typed contradiction is one UserError."""
     typed = typed_command_line()
-    wanted = dict(source.model_config.to_dict(), vocab_size=None)
     conflicts = []
-    for key, value in wanted.items():
+    for key, value in source.model_config.to_dict().items():
         dotted = f"model.{key}"
         if dotted in MODEL_CHANGEABLE or key == "vocab_size":
             continue
