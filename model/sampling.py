@@ -100,12 +100,8 @@ class Sampler:
         self.top_p.fill_(1.0 if top_p is None else top_p)
         if grammar is None:
             return False
-        fits = (
-            self.state is not None
-            and self.state.shape == grammar.state.shape
-            and self.allowed.shape == grammar.allowed.shape
-        )
-        if fits:  # in place: graphs read these very tensors
+        same = self.state is not None and self.state.shape == grammar.state.shape
+        if same and self.allowed.shape == grammar.allowed.shape:  # in place: graphs read these very tensors
             self.state.copy_(grammar.state)
             self.allowed.copy_(grammar.allowed)
             return False
