@@ -104,11 +104,8 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     header.pop("__metadata__", None)
     data, spans, found = size - 8 - length, [], {}
     for name, entry in header.items():
-        dtype, shape, offsets = (
-            (entry.get(k) for k in ("dtype", "shape", "data_offsets"))
-            if isinstance(entry, dict)
-            else (None, None, None)
-        )
+        entry = entry if isinstance(entry, dict) else {}  # any other JSON value: every field missing
+        dtype, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets"))
         if (
             dtype not in DTYPE_BYTES
             or not isinstance(shape, list)
