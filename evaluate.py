@@ -6,6 +6,7 @@ from cli.entry import hydra_script
 
 from inference.config import EvaluateConfig, register_configs
 
+SUMMARY = "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character)."
 EXAMPLES = (
     "python evaluate.py data.path=~/held_out.txt                        # the newest run under runs/",
     "python evaluate.py ckpt=runs/2026-11-22_17-14-32_model-tiny data.path=~/held_out.txt",
@@ -34,21 +35,11 @@ def _run(c: EvaluateConfig) -> None:
         lambda: autocast(device, dtype),
         c.progress,
     )
-    record = {
-        "checkpoint": str(run.path),
-        **(run.file.fields() if run.file else {}),
-        **run.weights.fields(),
-        **result,
-    }  # which file (chosen: best, last or named; its step and val loss) and which set was scored
+    # which file (chosen: best, last or named; its step and val loss) and which set was scored
+    record = {"checkpoint": str(run.path), **(run.file.fields() if run.file else {}), **run.weights.fields(), **result}
     print(json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False), flush=True)
 
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script(
-        "evaluate",
-        EvaluateConfig,
-        _run,
-        "evaluate.py: score a text file with a trained model (one JSON line: loss, bits per character).",
-        EXAMPLES,
-    )
+    hydra_script("evaluate", EvaluateConfig, _run, SUMMARY, EXAMPLES)

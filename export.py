@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hf_export.config import ExportConfig, register_export_config
 
+SUMMARY = "export.py: write a trained run as a Hugging Face folder (safetensors, tokenizer, model card)."
 EXAMPLES = (
     "python export.py ckpt=runs/2026-11-22_17-14-32_model-tiny out=exported/novels",
     "python export.py out=exported/newest                               # the newest run under runs/",
@@ -45,10 +46,4 @@ def _run(c: ExportConfig) -> None:
 
 if __name__ == "__main__":
     register_export_config()
-    hydra_script(
-        "export",
-        ExportConfig,
-        _run,
-        "export.py: write a trained run as a Hugging Face folder (safetensors, tokenizer, model card).",
-        EXAMPLES,
-    )
+    hydra_script("export", ExportConfig, _run, SUMMARY, EXAMPLES)

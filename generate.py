@@ -6,6 +6,7 @@ import sys
 
 from inference.config import GenerateConfig, register_configs
 
+SUMMARY = "generate.py: sample Korean text from a trained model."
 EXAMPLES = (
     "python generate.py prompt=옛날에                                   # the newest run under runs/",
     "python generate.py ckpt=runs/2026-11-22_17-14-32_model-tiny prompt=안녕 max_new_tokens=300",
@@ -21,21 +22,9 @@ def _run(c: GenerateConfig) -> None:
     device = pick_device(c.device)
     run = load_run(c.ckpt, device, weights=c.weights)
     print(run.line(), file=sys.stderr, flush=True)  # which weights of which file; stdout stays the samples alone
-    stream_samples(
-        run.model,
-        run.tokenizer,
-        c.prompt,
-        c.max_new_tokens,
-        c.num_samples,
-        c.temperature,
-        c.top_k,
-        c.top_p,
-        c.seed,
-        device,
-        c.use_cache,
-    )
+    stream_samples(run.model, run.tokenizer, c, device)
 
 
 if __name__ == "__main__":
     register_configs()
-    hydra_script("generate", GenerateConfig, _run, "generate.py: sample Korean text from a trained model.", EXAMPLES)
+    hydra_script("generate", GenerateConfig, _run, SUMMARY, EXAMPLES)

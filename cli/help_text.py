@@ -80,11 +80,8 @@ def _leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, object]]:
 
 
 def _shown(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, dict)):
+    """A default as YAML reads it: null, true and lists as JSON spells them, '' for the empty text."""
+    if value is None or isinstance(value, bool | list | dict):
         return json.dumps(value, ensure_ascii=False)
     return "''" if value == "" else str(value)
 

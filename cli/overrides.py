@@ -28,16 +28,6 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _quoted_non_ascii(arg: str, multirun: bool) -> str:
-    """A non-ASCII value (`prompt=안녕`) quoted for Hydra; under `-m` each comma-separated sweep value on its own."""
-    m = _OVERRIDE.fullmatch(arg)
-    value = m.group(3) if m and not arg.startswith("-") else ""
-    if not value or value[0] in "'\"[(" or value.isascii():
-        return arg
-    parts = value.split(",") if multirun else [value]
-    return f"{m.group(1)}{m.group(2)}=" + ",".join(_quote(p) for p in parts)
-
-
 def hydra_quote(value: str) -> str:
     """`value` as a single-quoted Hydra string that parses back to exactly `value`: a quote is escaped, and so
     is a run of backslashes before a quote or at the end; `${` is escaped so a path is never interpolated."""
@@ -68,20 +58,25 @@ def _path_value(value: str) -> str:
     return path if plain else hydra_quote(path)
 
 
-def _expanded_path(arg: str, multirun: bool) -> str:
-    """A `PATH_KEYS` value expanded, and quoted where Hydra would not read it as typed; under `-m` each sweep value."""
+def _prepared(arg: str, multirun: bool) -> str:
+    """One override made ready for Hydra: a `PATH_KEYS` value expanded, and quoted where Hydra would not read it as
+    typed; then a non-ASCII value (`prompt=안녕`) quoted; under `-m` each comma-separated sweep value on its own."""
     m = _OVERRIDE.fullmatch(arg)
-    if arg.startswith("-") or m is None or m.group(2) not in PATH_KEYS or m.group(1) == "~":
+    if arg.startswith("-") or m is None:
         return arg
-    value = m.group(3)
-    parts = value.split(",") if multirun and _unquote(value) is None else [value]
-    return f"{m.group(1)}{m.group(2)}=" + ",".join(_path_value(p) for p in parts)
+    prefix, key, value = m.groups()
+    if key in PATH_KEYS and prefix != "~":
+        parts = value.split(",") if multirun and _unquote(value) is None else [value]
+        value = ",".join(_path_value(p) for p in parts)
+    if value and value[0] not in "'\"[(" and not value.isascii():
+        value = ",".join(_quote(p) for p in (value.split(",") if multirun else [value]))
+    return f"{prefix}{key}={value}"
 
 
 def prepare_overrides(argv: list[str]) -> list[str]:
     """Everything an entry script does to its argv before Hydra parses it: paths, then Hangul values."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
-    return [_quoted_non_ascii(_expanded_path(arg, multirun), multirun) for arg in argv]
+    return [_prepared(arg, multirun) for arg in argv]
 
 
 def shell_path(path: object) -> str:

@@ -18,6 +18,21 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_SEED = 2**63 - 1
 
 
+def is_whole(value: object, low: int = 0) -> bool:
+    """An int (never a bool) of at least `low`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def is_numeric(value: object) -> bool:
+    """An int or a float, never a bool (a number in YAML's or JSON's sense)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_positive(value: object) -> bool:
+    """A finite number above 0."""
+    return is_numeric(value) and math.isfinite(value) and value > 0
+
+
 def shown_value(value: object) -> str:
     """`value` as a message shows it, as typed: bare, or quoted (Python's repr) where it has any whitespace, is empty,
     or holds a character a line cannot show."""
@@ -59,7 +74,7 @@ def environment(name: str, choices: dict[str, str] | None = None) -> str:
 def positive_int(key: str, value: int | None, minimum: int = 1, optional: bool = False) -> None:
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_whole(value, minimum):
         need = {0: "an integer >= 0", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
         raise ConfigError(
             f"{key}={shown_value(value)} is invalid: it must be {need}" + (" (or null)" if optional else "")
@@ -79,7 +94,7 @@ def number_in(
     """`value` finite and within [low, high] (ends open where asked); None allowed when optional."""
     if value is None and optional:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_numeric(value) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         if high == math.inf:
@@ -110,7 +125,7 @@ def device_name(key: str, value: str) -> None:
 
 
 def seed(key: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+    if not is_whole(value) or value > MAX_SEED:
         raise ConfigError(f"{key}={shown_value(value)} is invalid: it must be an integer in [0, 2**63 - 1]")
 
 

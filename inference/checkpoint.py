@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from common.atomic_files import Writer, atomic_write
+from common.config_checks import is_numeric, is_positive, is_whole
 from common.errors import UserError
 from inference.weight_checks import checked_weights, meta_model
 from model.config import ModelConfig
@@ -61,28 +62,16 @@ class TrainingState:
 _TRAINING_KEYS = tuple(f.name for f in fields(TrainingState))
 
 
-def _whole(value: object, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _positive(value: object) -> bool:
-    return _number(value) and math.isfinite(value) and value > 0
-
-
 # What each entry of a training state must be, by its type in TrainingState, and the words a refusal says it in;
 # the seconds trained and the world size have ranges of their own.
 SHAPES = {
-    "int": (_whole, "a whole number"),
-    "float": (_number, "a number"),
+    "int": (is_whole, "a whole number"),
+    "float": (is_numeric, "a number"),
     "dict": (lambda v: isinstance(v, dict), "a mapping"),
 }
 TRAINING_SHAPES = {f.name: SHAPES[f.type] for f in fields(TrainingState)}
-TRAINING_SHAPES["elapsed_seconds"] = (lambda v: _number(v) and 0 <= v < math.inf, "a number of seconds")
-TRAINING_SHAPES["world_size"] = (lambda v: _whole(v, 1), "a whole number from 1")
+TRAINING_SHAPES["elapsed_seconds"] = (lambda v: is_numeric(v) and 0 <= v < math.inf, "a number of seconds")
+TRAINING_SHAPES["world_size"] = (lambda v: is_whole(v, 1), "a whole number from 1")
 
 
 @dataclass
@@ -155,7 +144,7 @@ class Checkpoint:
         tokens_per_char, config = payload.get("tokens_per_char", 1.0), payload.get("config") or {}
         for key, value, usable_, need in (
             ("tokenizer", payload["tokenizer"], isinstance(payload["tokenizer"], dict), "a mapping"),
-            ("tokens_per_char", tokens_per_char, _positive(tokens_per_char), "a positive number"),
+            ("tokens_per_char", tokens_per_char, is_positive(tokens_per_char), "a positive number"),
             ("config", config, isinstance(config, dict), "a mapping of the run's settings"),
         ):
             if not usable_:
@@ -215,9 +204,9 @@ def _records_checked(config: dict) -> tuple[dict, tuple[str, ...]]:
     step_ms = precision.get("step_ms") if isinstance(precision, dict) else None
     checks = {
         "measured": isinstance(step_ms, dict)
-        and all(_positive(ms) for ms in step_ms.values())
+        and all(is_positive(ms) for ms in step_ms.values())
         and precision.get("chosen") in step_ms
-        and _positive(precision.get("tokens_per_sec")),
+        and is_positive(precision.get("tokens_per_sec")),
         "init_from": isinstance(config.get("init_from"), dict)
         and all(isinstance(v, str | int | float | None) for v in config["init_from"].values()),
     }

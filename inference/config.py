@@ -30,10 +30,7 @@ class GenerateConfig:
 
     def __post_init__(self) -> None:
         checks.one_of("weights", self.weights, WEIGHTS, optional=True)
-        try:
-            check_sampling_args(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_sampling_args(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
         checks.positive_int("num_samples", self.num_samples)
         checks.seed("seed", self.seed)
         checks.device_name("device", self.device)

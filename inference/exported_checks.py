@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from common.config_checks import is_positive, is_whole
 from common.errors import UserError
 from hf_format import FORMAT, LAYOUTS, VERSION
 from inference.config import WEIGHTS
@@ -28,21 +29,13 @@ TORCH_DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", to
 _FIRST_INDEX = re.compile(r"\.(\d+)\.")
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def checked_record(rec: object, path: Path) -> ModelConfig:
     """The record's model settings, once every field has the type and range it must have."""
     again = "; export the run again"
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise UserError(f"{path} is not a kochar-gpt export record{again}")
     version = rec.get("version")
-    if not _whole(version) or version < 1:
+    if not is_whole(version, 1):
         raise UserError(f"{path} has no valid format version ({version!r}){again}")
     if version > VERSION:
         raise UserError(f"{path} has format version {version}; this kochar-gpt reads version {VERSION} (update it)")
@@ -74,9 +67,9 @@ def checked_record(rec: object, path: Path) -> ModelConfig:
             f"{path}: weights must be one of {', '.join(WEIGHTS)}, unknown, found {str(rec['weights'])[:40]!r}{again}"
         )
     scalars = (
-        ("average_updates", None, lambda v: v is None or _whole(v), "a whole number >= 0 or null"),
-        ("tokens_per_char", 1.0, lambda v: _number(v) and v > 0, "a positive number"),
-        ("step", 0, _whole, "a whole number >= 0"),
+        ("average_updates", None, lambda v: v is None or is_whole(v), "a whole number >= 0 or null"),
+        ("tokens_per_char", 1.0, is_positive, "a positive number"),
+        ("step", 0, is_whole, "a whole number >= 0"),
     )
     for key, default, fits, need in scalars:
         if not fits(rec.get(key, default)):
@@ -111,16 +104,13 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     header.pop("__metadata__", None)
     data, spans, found = size - 8 - length, [], {}
     for name, entry in header.items():
-        dtype, shape, offsets = (
-            (entry.get(k) for k in ("dtype", "shape", "data_offsets"))
-            if isinstance(entry, dict)
-            else (None, None, None)
-        )
+        entry = entry if isinstance(entry, dict) else {}  # any other JSON value: every field missing
+        dtype, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets"))
         if (
             dtype not in DTYPE_BYTES
             or not isinstance(shape, list)
             or not isinstance(offsets, list)
-            or not all(map(_whole, shape + offsets))
+            or not all(map(is_whole, shape + offsets))
             or len(offsets) != 2
             or not offsets[0] <= offsets[1] <= data
         ):

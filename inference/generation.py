@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 
@@ -13,6 +13,9 @@ from model import AttentionLanguageModel
 from model.sampling import TokenGrammar
 from model.streaming import stream
 from tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from inference.config import GenerateConfig
 
 SEPARATOR = "\n" + "-" * 40 + "\n"  # between samples
 
@@ -45,30 +48,25 @@ BATCH_ROWS = 32  # samples generated together; more only add memory (the cache g
 def stream_samples(
     model: AttentionLanguageModel,
     tokenizer: Tokenizer,
-    prompt: str,
-    max_new_tokens: int,
-    num_samples: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    seed: int,
+    c: GenerateConfig,
     device: torch.device,
-    use_cache: bool = True,
     out: TextIO = sys.stdout,
 ) -> list[str]:
-    """Write each sample to `out` (a batch's first row as it streams); the same seed gives the same text. Batches
-    of BATCH_ROWS rows share one generator: row n is reproducible, not the n-th of separate generations."""
-    ids = prompt_ids(tokenizer, prompt)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    """Write the samples generate.py's settings `c` ask for to `out` (a batch's first row as it streams); the same
+    seed gives the same text. Batches of BATCH_ROWS rows share one generator: row n is reproducible, not the n-th of
+    separate generations."""
+    ids = prompt_ids(tokenizer, c.prompt)
+    generator = torch.Generator(device=device).manual_seed(c.seed)
     grammar = token_grammar(tokenizer)
     texts: list[str] = []
-    for first in range(0, num_samples, BATCH_ROWS):
-        rows = min(BATCH_ROWS, num_samples - first)
+    for first in range(0, c.num_samples, BATCH_ROWS):
+        rows = min(BATCH_ROWS, c.num_samples - first)
         idx = torch.tensor([ids] * rows, dtype=torch.long, device=device)
-        steps = stream(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, grammar=grammar)
-        texts += _write_batch(
-            _finished_rows(steps, grammar, max_new_tokens), tokenizer, prompt, rows, out, separate_first=first > 0
+        steps = stream(
+            model, idx, c.max_new_tokens, c.temperature, c.top_k, c.top_p, c.use_cache, generator, grammar=grammar
         )
+        rows_done = _finished_rows(steps, grammar, c.max_new_tokens)
+        texts += _write_batch(rows_done, tokenizer, c.prompt, rows, out, separate_first=first > 0)
     return texts
 
 

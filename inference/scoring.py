@@ -45,7 +45,6 @@ class Score:
     nats: float  # total loss over the scored tokens
     tokens: int
     unseen_nats: float = 0.0  # the part of `nats` on tokens marked unseen
-    unseen_tokens: int = 0
 
     @property
     def loss(self) -> float:
@@ -81,16 +80,14 @@ def encode_for_scoring(tokenizer: Tokenizer, chunks: Iterable[str]) -> EncodedTe
         if trained is not None:  # one token per character here (hangul), so tokens are characters
             unseen.append(~np.isin(chunk_ids, trained) & scored[-1])
             num_unseen += int(unseen[-1].sum())
-    none = None if trained is None else np.zeros(0, bool)
-    if not ids:
-        return EncodedText(np.zeros(0, np.int32), np.zeros(0, bool), 0, 0, unknown, none)
+    empty = [np.zeros(0, bool)]  # a text with no character to score
     return EncodedText(
-        np.concatenate(ids),
-        np.concatenate(scored),
+        np.concatenate(ids or [np.zeros(0, np.int32)]),
+        np.concatenate(scored or empty),
         num_chars,
         sum(unknown.values()),
         unknown,
-        None if trained is None else np.concatenate(unseen),
+        None if trained is None else np.concatenate(unseen or empty),
         num_unseen,
     )
 
@@ -138,7 +135,7 @@ def score_tokens(
     mask_all = torch.from_numpy(scored)
     unseen_all = None if unseen is None else torch.from_numpy(unseen)
     model.eval()
-    nats, count, unseen_nats, unseen_count = 0.0, 0, 0.0, 0
+    nats, count, unseen_nats = 0.0, 0, 0.0
     bar = tqdm(
         total=len(starts),
         desc="evaluate",
@@ -165,10 +162,9 @@ def score_tokens(
         if unseen_all is not None:
             marked = mask & unseen_all[index[:, 1:]].to(device)
             unseen_nats += float(losses[marked].double().sum())
-            unseen_count += int(marked.sum())
         bar.update(len(b))
     bar.close()
-    return Score(nats, count, unseen_nats, unseen_count)
+    return Score(nats, count, unseen_nats)
 
 
 def evaluate_file(

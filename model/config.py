@@ -36,16 +36,6 @@ CHOICES = {
     "jamo_initials": JAMO_INITIALS,
 }
 SWITCHES = ("tie_weights", "qk_norm", "zero_init_proj", "attention_gate", "value_embedding", "unet_skips")  # true/false
-NUMBERS = (
-    "vocab_size",
-    "context_length",
-    "embedding_size",
-    "head_size",
-    "num_heads",
-    "num_blocks",
-    "dropout",
-    "logit_softcap",
-)
 
 
 def levers(c: ModelConfig) -> list[str]:

@@ -19,7 +19,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TextIO
 
 import torch
 
@@ -36,6 +35,7 @@ class CudaGraph:
     def __init__(self, device: torch.device | None = None):
         self.stream = torch.cuda.Stream(device)
         self.graph = torch.cuda.CUDAGraph()
+        self.replay = self.graph.replay
 
     @contextlib.contextmanager
     def side(self) -> Iterator[None]:
@@ -66,9 +66,6 @@ class CudaGraph:
                 _recover(caller)
                 raise
 
-    def replay(self) -> None:
-        self.graph.replay()
-
 
 def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
     """`fn` warmed up on a side stream, then captured; returns the graph's replay. `generator`: the one
@@ -80,12 +77,9 @@ def capture_cuda_graph(fn: Step, generator: torch.Generator | None) -> Step:
     return graph.replay  # the bound method keeps the graph alive
 
 
-def captured(
-    fn: Step, what: str, generator: torch.Generator | None, capture: Capture | None = None, out: TextIO | None = None
-) -> Step | None:
-    """`capture(fn, generator)`'s replay, its cost said in one line on `out` (stderr); where capture fails, None
-    after one line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
-    out = out or sys.stderr
+def captured(fn: Step, what: str, generator: torch.Generator | None, capture: Capture | None = None) -> Step | None:
+    """`capture(fn, generator)`'s replay, its cost said in one line on stderr; where capture fails, None after one
+    line that says why. `capture` defaults to `capture_cuda_graph` (tests pass a stand-in)."""
     start = time.perf_counter()
     try:
         replay = (capture or capture_cuda_graph)(fn, generator)
@@ -93,13 +87,13 @@ def captured(
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         print(
             f"{what}: not captured as a CUDA graph ({type(e).__name__}: {reason}); running it eagerly",
-            file=out,
+            file=sys.stderr,
             flush=True,
         )
         return None
     print(
         f"{what}: captured as a CUDA graph in {1000 * (time.perf_counter() - start):.0f} ms, replayed for each token",
-        file=out,
+        file=sys.stderr,
         flush=True,
     )
     return replay

@@ -49,19 +49,15 @@ class SoftmaxHead(nn.Linear):
 
 
 def build_token_embedding(c: ModelConfig) -> nn.Embedding:
-    return (
-        JamoEmbedding(c.vocab_size, c.embedding_size)
-        if c.embedding == "jamo"
-        else nn.Embedding(c.vocab_size, c.embedding_size)
-    )
+    if c.embedding == "jamo":
+        return JamoEmbedding(c.vocab_size, c.embedding_size)
+    return nn.Embedding(c.vocab_size, c.embedding_size)
 
 
 def build_lm_head(c: ModelConfig) -> nn.Module:
-    return (
-        JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials)
-        if c.head == "jamo"
-        else SoftmaxHead(c.embedding_size, c.vocab_size, c.logit_softcap)
-    )
+    if c.head == "jamo":
+        return JamoHead(c.vocab_size, c.embedding_size, c.jamo_initials)
+    return SoftmaxHead(c.embedding_size, c.vocab_size, c.logit_softcap)
 
 
 def upgrade_state_names(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 @dataclass
@@ -28,21 +28,11 @@ class LayerKV:
 class KVCache:
     """Keys and values of every block for the positions of the current window (see the module docstring)."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        batch_size: int,
-        num_heads: int,
-        context_length: int,
-        head_dim: int,
-        device: torch.device,
-        dtype: torch.dtype,
-    ):
-        shape = (batch_size, 2, num_heads, context_length, head_dim)
-        self.buffers = [torch.empty(shape, device=device, dtype=dtype) for _ in range(num_blocks)]
-        self.keys = [b[:, 0] for b in self.buffers]  # (B, num_heads, context_length, head_dim) each
-        self.values = [b[:, 1] for b in self.buffers]
-        self.context_length = context_length
+    def __init__(self, model: nn.Module, batch_size: int, device: torch.device, dtype: torch.dtype):
+        attn = model.blocks[0].attn
+        shape = (batch_size, 2, attn.num_heads, model.context_length, attn.head_dim)
+        self.buffers = [torch.empty(shape, device=device, dtype=dtype) for _ in model.blocks]
+        self.context_length = model.context_length
         self.position = 0  # positions written since the last (re)fill; the next one goes to slot position % C
         self.window_start = 0  # absolute index, in the whole sequence, of position 0
 
@@ -59,7 +49,7 @@ class KVCache:
         self.position += n
 
     def layer(self, i: int) -> LayerKV:
-        return LayerKV(self.keys[i], self.values[i])
+        return LayerKV(self.buffers[i][:, 0], self.buffers[i][:, 1])  # views: (B, num_heads, context_length, head_dim)
 
 
 class TokenWindow:

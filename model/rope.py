@@ -17,13 +17,12 @@ from torch import Tensor
 ROPE_BASE = 10000.0
 
 
-def rope_tables(head_dim: int, context_length: int, base: float = ROPE_BASE, start: int = 0) -> tuple[Tensor, Tensor]:
-    """(cos, sin), each (context_length, head_dim // 2), in float32, for positions start..start+context_length-1
-    (`start` serves the sliding KV cache, whose absolute positions grow without bound)."""
+def rope_tables(head_dim: int, context_length: int, base: float = ROPE_BASE) -> tuple[Tensor, Tensor]:
+    """(cos, sin), each (context_length, head_dim // 2), in float32, for positions 0..context_length-1."""
     if head_dim % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {head_dim}")
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
-    angles = torch.arange(start, start + context_length, dtype=torch.float64)[:, None] * inv_freq[None]  # (C, D/2)
+    angles = torch.arange(context_length, dtype=torch.float64)[:, None] * inv_freq[None]  # (C, D/2)
     return angles.cos().float(), angles.sin().float()
 
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from common.config_checks import is_numeric, is_whole
+from common.errors import ConfigError
+
 _FLOAT32_MAX = torch.finfo(torch.float32).max  # the Sampler's tensors are float32 on every device
 
 
@@ -26,27 +29,17 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: int | No
     temperature turns every logit into NaN; an infinite one samples uniformly), in Python or in the float32 that
     `Sampler` computes in (a temperature past its largest value, 1e39, overflows it; a tiny one is greedy,
     top_k is capped to the vocabulary and every top_p in (0, 1] is held)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not math.isfinite(temperature)
-        or not 0 <= temperature <= _FLOAT32_MAX
-    ):
-        raise ValueError(
+    if not is_whole(max_new_tokens):
+        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+    if not (is_numeric(temperature) and math.isfinite(temperature) and 0 <= temperature <= _FLOAT32_MAX):
+        raise ConfigError(
             f"temperature must be a finite number >= 0 (0 = greedy) that float32 holds (at most "
             f"{_FLOAT32_MAX:g}), got {temperature}"
         )
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an integer >= 1 (or null), got {top_k}")
-    if top_p is not None and (
-        isinstance(top_p, bool)
-        or not isinstance(top_p, (int, float))
-        or not math.isfinite(top_p)
-        or not 0.0 < top_p <= 1.0
-    ):
-        raise ValueError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
+    if top_k is not None and not is_whole(top_k, 1):
+        raise ConfigError(f"top_k must be an integer >= 1 (or null), got {top_k}")
+    if top_p is not None and not (is_numeric(top_p) and math.isfinite(top_p) and 0.0 < top_p <= 1.0):
+        raise ConfigError(f"top_p must be a finite number in (0, 1] (or null), got {top_p}")
 
 
 def sample_from(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -107,12 +100,8 @@ class Sampler:
         self.top_p.fill_(1.0 if top_p is None else top_p)
         if grammar is None:
             return False
-        fits = (
-            self.state is not None
-            and self.state.shape == grammar.state.shape
-            and self.allowed.shape == grammar.allowed.shape
-        )
-        if fits:  # in place: graphs read these very tensors
+        same = self.state is not None and self.state.shape == grammar.state.shape
+        if same and self.allowed.shape == grammar.allowed.shape:  # in place: graphs read these very tensors
             self.state.copy_(grammar.state)
             self.allowed.copy_(grammar.allowed)
             return False

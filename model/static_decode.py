@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from model.cuda_graph import Capture, Step, captured
 from model.decode import DecodeStep, Rotations, _BlockWeights, _Norm
 from model.kv_cache import KVCache
-from model.sampling import Sampler, TokenGrammar
+from model.sampling import Sampler
 
 
 class DevicePosition:
@@ -60,16 +60,14 @@ class StaticDecode:
     """A cached generation's buffers and its one-token step (`run`), replayed as a CUDA graph where asked."""
 
     def __init__(self, model: nn.Module, batch_size: int, device: torch.device, dtype: torch.dtype):
-        attn = model.blocks[0].attn
-        C = model.context_length
-        self.cache = KVCache(len(model.blocks), batch_size, attn.num_heads, C, attn.head_dim, device, dtype)
+        self.cache = KVCache(model, batch_size, device, dtype)
         for b in self.cache.buffers:
             b.zero_()
         self.step = DecodeStep(model, self.cache)
         self.vocab_size = model.config.vocab_size
         self.ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
-        self.slots = torch.arange(C, device=device)
+        self.slots = torch.arange(model.context_length, device=device)
         self.logits = torch.zeros(batch_size, self.vocab_size, device=device)
         self.sampler = Sampler(self.vocab_size, device)
         self.generator = torch.Generator(device=device)
@@ -80,16 +78,9 @@ class StaticDecode:
         self.forward = self.step.forward_at  # compiled by `compile_forward`
         self.uncapturable = False  # a capture failed: every function of this decoder runs eagerly
 
-    def begin(
-        self,
-        model: nn.Module,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        grammar: TokenGrammar | None,
-        generator: torch.Generator | None,
-    ) -> None:
-        """Ready for a new generation: the model's current weights, these settings, the caller's random state."""
+    def begin(self, model: nn.Module, sampling: tuple, generator: torch.Generator | None) -> None:
+        """Ready for a new generation: the model's current weights, the settings `Sampler.set` takes (`sampling`), the
+        caller's random state."""
         fresh = DecodeStep(model, self.cache)
         olds, news = _tensors(self.step), _tensors(fresh)
         if [(t.shape, t.dtype) for t in olds] != [(t.shape, t.dtype) for t in news]:
@@ -100,7 +91,7 @@ class StaticDecode:
                 if old.data_ptr() != new.data_ptr():
                     old.copy_(new)  # into the tensors the graphs read
         self.cache.reset(0)
-        if self.sampler.set(temperature, top_k, top_p, grammar):
+        if self.sampler.set(*sampling):
             self.graphs = {key: g for key, g in self.graphs.items() if not key[1].grammar}
         self.source = generator if generator is not None else _default_generator(self.ids.device)
         self.generator.set_state(self.source.get_state())

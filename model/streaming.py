@@ -46,16 +46,7 @@ DECODERS = ("eager", "static", "graph", "compiled", "auto")
 
 def new_cache(model: nn.Module, batch_size: int, device: torch.device) -> KVCache:
     """An empty KV cache for generating `batch_size` sequences, in the dtype the forward will produce."""
-    attn = model.blocks[0].attn
-    return KVCache(
-        len(model.blocks),
-        batch_size,
-        attn.num_heads,
-        model.context_length,
-        attn.head_dim,
-        device,
-        cache_dtype(model, device),
-    )
+    return KVCache(model, batch_size, device, cache_dtype(model, device))
 
 
 def cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype:
@@ -91,6 +82,8 @@ def stream(
     if idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError("idx must be (batch, length) with length >= 1")
     shift = window_shift or default_window_shift(model)
+    if decoder == "auto":
+        decoder = "graph" if idx.device.type == "cuda" else "eager"
     was_training = model.training
     model.eval()
     draw = None
@@ -99,7 +92,11 @@ def stream(
         one_thread = OneThread(use_cache and idx.device.type == "cpu")
         grammar = grammar.to(idx.device) if grammar is not None else None
         states = grammar.after(idx) if grammar is not None else None
-        draw = _token_source(model, idx, use_cache, shift, decoder, (temperature, top_k, top_p), generator, grammar)
+        sampling = (temperature, top_k, top_p, grammar)  # the settings `Sampler.set` takes
+        if use_cache and decoder != "eager":
+            draw = _StaticSource(model, idx, shift, sampling, generator, decoder)
+        else:
+            draw = _EagerSource(model, idx, use_cache, shift, sampling, generator)
         done = None  # past max_new_tokens: the rows that were between characters once (they stop there)
         length, end = idx.shape[1], idx.shape[1] + max_new_tokens
         while length < end or states is not None:
@@ -118,24 +115,6 @@ def stream(
         if draw is not None:
             draw.close()
         model.train(was_training)
-
-
-def _token_source(
-    model: nn.Module,
-    idx: Tensor,
-    use_cache: bool,
-    shift: int,
-    decoder: str,
-    sampling: tuple,
-    generator: torch.Generator | None,
-    grammar: TokenGrammar | None,
-):
-    """A function (tokens, length) -> (next ids (B, 1), their logits (B, V)), with `close()`."""
-    if decoder == "auto":
-        decoder = "graph" if idx.device.type == "cuda" else "eager"
-    if use_cache and decoder != "eager":
-        return _StaticSource(model, idx, shift, sampling, generator, grammar, decoder)
-    return _EagerSource(model, idx, use_cache, shift, sampling, generator, grammar)
 
 
 def _refilled(model: nn.Module, cache: KVCache, tokens: TokenWindow, length: int, shift: int) -> Tensor | None:
@@ -163,11 +142,10 @@ class _EagerSource:
         shift: int,
         sampling: tuple,
         generator: torch.Generator | None,
-        grammar: TokenGrammar | None,
     ):
         self.model, self.shift, self.generator = model, shift, generator
         self.sampler = Sampler(model.config.vocab_size, idx.device)
-        self.sampler.set(*sampling, grammar)
+        self.sampler.set(*sampling)
         self.cache = new_cache(model, idx.shape[0], idx.device) if use_cache else None
         self.step = DecodeStep(model, self.cache) if use_cache else None
 
@@ -198,13 +176,12 @@ class _StaticSource:
         shift: int,
         sampling: tuple,
         generator: torch.Generator | None,
-        grammar: TokenGrammar | None,
         decoder: str,
     ):
         self.model, self.shift, self.graph = model, shift, decoder != "static"
         self.decoder = acquire(model, idx.shape[0], idx.device, cache_dtype(model, idx.device))
         try:
-            self.decoder.begin(model, *sampling, grammar, generator)
+            self.decoder.begin(model, sampling, generator)
             if decoder == "compiled":
                 self.decoder.compile_forward()
         except BaseException:

@@ -91,7 +91,7 @@ def graph_run(tmp_path, monkeypatch, name, way, *overrides, steps=16):
     from training.runner import steps as step_runner
 
     if way is not None:
-        monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (way, "test"))
+        monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: (way, "test"))
     job = train_job(
         tmp_path,
         "device=cuda",

@@ -55,11 +55,6 @@ def init_distributed(device_name: str) -> DistInfo:
     return info
 
 
-def barrier(info: DistInfo) -> None:
-    if info.enabled:
-        dist.barrier()
-
-
 def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:
     """The largest of every rank's `value`, on every rank (so all ranks resolve the same setting)."""
     if not info.enabled:
@@ -71,11 +66,7 @@ def agreed_max(value: float, info: DistInfo, device: torch.device) -> float:
 
 def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
     """True on every rank when it is true on one (used to stop all ranks together)."""
-    if not info.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
+    return agreed_max(float(flag), info, device) > 0
 
 
 def agreed_signal(received: str | None, info: DistInfo, device: torch.device) -> str | None:
@@ -83,10 +74,8 @@ def agreed_signal(received: str | None, info: DistInfo, device: torch.device) ->
     the ranks at slightly different moments, and they must all take the same branch of the loop."""
     if not info.enabled:
         return received
-    codes = {"SIGINT": 2.0, "SIGTERM": 15.0}
-    t = torch.tensor([codes.get(received or "", 0.0)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return {2: "SIGINT", 15: "SIGTERM"}.get(int(t.item()))
+    code = agreed_max({"SIGINT": 2.0, "SIGTERM": 15.0}.get(received or "", 0.0), info, device)
+    return {2: "SIGINT", 15: "SIGTERM"}.get(int(code))
 
 
 def cleanup(info: DistInfo) -> None:

@@ -17,7 +17,7 @@ Design choices (docs/en/training.md, "Best weights and early stopping"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.errors import ConfigError
@@ -100,13 +100,9 @@ class EarlyStop:
     said: bool = False  # the start said the run stopped early and trains nothing (not saved)
 
     def record(self) -> dict:
-        """What the checkpoint keeps (plain data: checkpoints load with weights_only=True)."""
-        return {
-            "best_step": self.best_step,
-            "stale": self.stale,
-            "stopped_at": self.stopped_at,
-            "limits": dict(self.limits),
-        }
+        """What the checkpoint keeps (plain data: checkpoints load with weights_only=True): the fields but the
+        patience (the config holds it) and `said`."""
+        return {k: v for k, v in asdict(self).items() if k not in ("patience", "said")}
 
     @classmethod
     def restored(cls, record: object) -> EarlyStop:

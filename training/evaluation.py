@@ -62,9 +62,8 @@ def estimate(s: Session, model: nn.Module, split: str) -> float:
     """Mean loss of `model` on the same fixed batches of the `train` or `val` split at every evaluation."""
     t = s.job.train
     tokens, seed = (s.train_tokens, s.job.seed + 1) if split == "train" else (s.val_tokens, s.job.seed + 2)
-    return estimate_loss(
-        model, tokens, s.raw_model.context_length, t.batch_size, eval_batches(s), s.device, s.autocast, seed=seed
-    )
+    batches = min(t.eval_steps, eval_cap(s))  # train.eval_steps, at most what the smaller split holds
+    return estimate_loss(model, tokens, s.raw_model.context_length, t.batch_size, batches, s.device, s.autocast, seed)
 
 
 def evaluate(s: Session) -> tuple[float, float]:
@@ -80,11 +79,6 @@ def _distinct_windows(s: Session) -> int:
 def eval_cap(s: Session) -> int:
     """The batches that draw as many windows as the smaller split holds distinct ones."""
     return max(1, math.ceil(_distinct_windows(s) / s.job.train.batch_size))
-
-
-def eval_batches(s: Session) -> int:
-    """The batches each evaluation scores per split: `train.eval_steps`, at most `eval_cap`."""
-    return min(s.job.train.eval_steps, eval_cap(s))
 
 
 def eval_note(s: Session) -> str | None:

@@ -13,7 +13,7 @@ Design choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -35,20 +35,17 @@ GROWN = {"token_embedding.weight": 0, "lm_head.weight": 0, "lm_head.stage1.weigh
 @dataclass
 class InitSource:
     checkpoint: Checkpoint
-    added: list[str]  # tokens of the new text the source never saw
     used: WeightsUsed  # which of the source's weights start the run (train.init_weights, as the readers choose)
-    file: RunFile | None = None  # which file of the source run, and why (inference/run_files.py)
-
-    def state(self) -> dict[str, torch.Tensor]:
-        return self.checkpoint.weights(self.used.kind)
+    file: RunFile  # which file of the source run, and why (inference/run_files.py)
+    added: list[str] = field(default_factory=list)  # tokens of the new text the source never saw (load_init_data)
 
     def record(self) -> dict:
-        chosen = {"chosen": self.file.chosen, "val_loss": self.file.fields()["val_loss"]} if self.file else {}
         return {
             "from": str(self.checkpoint.path),
             "step": self.checkpoint.step,
             "added_tokens": len(self.added),
-            **chosen,
+            "chosen": self.file.chosen,
+            "val_loss": self.file.fields()["val_loss"],
             **self.used.fields(),
         }
 
@@ -59,30 +56,29 @@ class InitSource:
             if self.added
             else "; the new text holds no character it had not seen"
         )
-        source = self.file.words() if self.file else f"{self.checkpoint.path} (step {self.checkpoint.step})"
-        return f"init_from {source}: a new run from its weights: {self.used.words()}{added}"
+        return f"init_from {self.file.words()}: a new run from its weights: {self.used.words()}{added}"
 
 
-def load_source(job: TrainJob) -> Checkpoint | None:
-    """The checkpoint `train.init_from` names (a run folder: its best validated weights), with the architecture it
-    fixes applied to `job`; None without."""
+def load_source(job: TrainJob) -> InitSource | None:
+    """The checkpoint `train.init_from` names (a run folder: its best validated weights) and the weights it starts
+    the run from, with the architecture it fixes applied to `job`; None without."""
     if not job.train.init_from:
         return None
     if job.train.resume:
         raise UserError("train.init_from starts a new run and train.resume continues one: pass only one of them")
-    source = load_checkpoint(run_file(job.train.init_from, key="train.init_from").path)
+    chosen = run_file(job.train.init_from, key="train.init_from")
+    source = load_checkpoint(chosen.path)
     used = choose_weights(source, job.train.init_weights, "train.init_weights")  # a set it lacks: refused at once
     usable(source, used.kind)  # finite weights that compute finite logits (inference/weight_checks.py)
     adopt_architecture(job, source)
-    return source
+    return InitSource(source, used, chosen)
 
 
 def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
     """Give `job` the source's model settings and tokenizer kind; a typed contradiction is one UserError."""
     typed = typed_command_line()
-    wanted = dict(source.model_config.to_dict(), vocab_size=None)
     conflicts = []
-    for key, value in wanted.items():
+    for key, value in source.model_config.to_dict().items():
         dotted = f"model.{key}"
         if dotted in MODEL_CHANGEABLE or key == "vocab_size":
             continue
@@ -101,18 +97,16 @@ def adopt_architecture(job: TrainJob, source: Checkpoint) -> None:
     job.data.tokenizer = kind
 
 
-def load_init_data(job: TrainJob, source: Checkpoint) -> tuple[Corpus, InitSource]:
-    """The new corpus under the source's tokenizer, extended by whatever the new text holds that it lacks."""
-    used = choose_weights(source, job.train.init_weights, "train.init_weights")
-    tokenizer = tokenizer_from_dict(source.tokenizer)
+def load_init_data(job: TrainJob, init: InitSource) -> Corpus:
+    """The new corpus under the source's tokenizer, extended by whatever the new text holds that it lacks (those
+    characters recorded in `init.added`)."""
+    tokenizer = tokenizer_from_dict(init.checkpoint.tokenizer)
     corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir)
-    added: list[str] = []
     if corpus.num_unknown:
         bigger = tokenizer.extended(corpus_files(corpus.path).chunks())
-        added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])) :]
+        init.added = list(bigger.to_dict().get("added", []))[len(tokenizer.to_dict().get("added", [])) :]
         corpus = load_corpus(job.data.path, bigger, job.data.cache_dir)
-    chosen = run_file(job.train.init_from) if job.train.init_from else None  # its headers are read once: cached
-    return corpus, InitSource(source, added, used, chosen if chosen and chosen.path == source.path else None)
+    return corpus
 
 
 def grown_state(weights: dict[str, torch.Tensor], vocab_size: int, tied: bool) -> dict[str, torch.Tensor]:

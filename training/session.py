@@ -38,7 +38,7 @@ from training.guards.memory import building_fits
 from training.init_from import InitSource, grown_state, load_init_data, load_source
 from training.optim.averaging import refuse_empty_average, weight_average
 from training.optim.factory import make_optimizer
-from training.reporting.summary import commit_run_dir, open_logger
+from training.reporting.summary import open_run_dir
 from training.settings import settle
 from training.settings.auto import apply_auto_dropout
 from training.settings.config import DEFAULT_EPOCHS, TrainConfig, TrainJob
@@ -56,12 +56,12 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     enable_fast_matmul(device)
     if device.type == "cpu":
         keep_freed_memory()  # common/malloc_tuning.py: no page faults for the buffers every step frees
-    resumed, source = open_resume(job, run_dir, dist.is_main), load_source(job)
+    resumed, init = open_resume(job, run_dir, dist.is_main), load_source(job)
     changed, dtype, precision = settle(job, resumed, device)  # the precision line: once every check has passed
     t = job.train
     refuse_empty_average(t, resumed, t.max_steps, t.lr_decay_steps or t.max_steps)  # again once epochs are steps
     seed_everything(job.seed)
-    corpus, init = load_data(job, resumed, source)
+    corpus = load_data(job, resumed, init)
     train_tokens, val_tokens = corpus.split(job.data.val_fraction, job.data.val_files)
     raw_model = build_model(job, corpus.tokenizer.vocab_size, resumed, init, device, dtype, train_tokens)
     measured = {}
@@ -77,8 +77,8 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
     scaler, sampler, state = training_state(job, raw_model, optimizer, resumed, device, dtype, dist, train_tokens)
     refuse_idle_patience(t, state.early, state.step, state.best_val_loss, max_steps, resumed and typed_command_line())
     model = distribute(raw_model, sampler, dist, job.seed, device)
-    auto_line = auto.line(len(train_tokens)) if auto else None
-    commit_run_dir(job, run_dir, resumed, changed, dist, (precision, auto_line, init.line() if init else None))
+    lines = (precision, auto.line(len(train_tokens)) if auto else None, init.line() if init else None)
+    logger = open_run_dir(job, run_dir, resumed, changed, dist, lines, corpus.tokenizer, raw_model, val_tokens)
     session = Session(
         job=job,
         run_dir=run_dir,
@@ -102,9 +102,7 @@ def setup(job: TrainJob, run_dir: Path) -> tuple[Session, LoopState]:
         init_record=init.record() if init else (resumed.config.get("init_from") if resumed else None),
         average=average,
         measured=measured or (resumed.config.get("measured", {}) if resumed else {}),
-        logger=open_logger(
-            run_dir, dist, state.step + 1 if resumed else None, corpus.tokenizer, raw_model, val_tokens, job
-        ),
+        logger=logger,
     )
     return session, state
 
@@ -153,11 +151,10 @@ def step_limit(t: TrainConfig, train_tokens: int, tokens_per_step: int) -> tuple
     return epochs_to_steps(t.max_epochs or DEFAULT_EPOCHS, train_tokens, tokens_per_step), "max_epochs"
 
 
-def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | None) -> tuple[Corpus, InitSource | None]:
-    """The corpus (and, with train.init_from, how the source's vocabulary grew to read it)."""
-    init = None
-    if source is not None:
-        corpus, init = load_init_data(job, source)
+def load_data(job: TrainJob, resumed: Checkpoint | None, init: InitSource | None) -> Corpus:
+    """The corpus (with train.init_from, under the source's vocabulary, grown to read it: `init.added`)."""
+    if init is not None:
+        corpus = load_init_data(job, init)
     else:
         tokenizer = tokenizer_from_dict(resumed.tokenizer) if resumed else None
         corpus = load_corpus(job.data.path, tokenizer, job.data.cache_dir, job.data.tokenizer)
@@ -175,7 +172,7 @@ def load_data(job: TrainJob, resumed: Checkpoint | None, source: Checkpoint | No
             f"model.context_length={C} with data.val_fraction={vf} needs at least "
             f"{math.ceil(min_corpus_tokens(C, vf) / per_char)} characters"
         )
-    return corpus, init
+    return corpus
 
 
 def build_model(
@@ -188,7 +185,9 @@ def build_model(
     train_tokens: np.ndarray,
 ) -> AttentionLanguageModel:
     """The run's model on its device: a resumed run's weights, a fine-tune's grown source, else fresh; one that
-    cannot fit is one line, not an allocator's error (guards/memory.py)."""
+    cannot fit is one line, not an allocator's error (guards/memory.py). With train.syllable_rows=seen (a resume keeps
+    its checkpoint's: `all` before the key existed) the per-syllable tables hold only the rows the training split
+    reaches (model/hangul/held_rows.py)."""
     config = job.model.with_vocab(vocab_size)
     if resumed is not None:  # the checkpoint decides the shapes; these two leave the parameters as they are
         config = replace(resumed.model_config, attention=job.model.attention, dropout=job.model.dropout)
@@ -199,17 +198,11 @@ def build_model(
         if resumed is not None:
             model.load_state_dict(resumed.model)
         elif init is not None:
-            model.load_state_dict(grown_state(init.state(), vocab_size, config.tie_weights))
+            model.load_state_dict(grown_state(init.checkpoint.weights(init.used.kind), vocab_size, config.tie_weights))
         model = model.to(device)
-    hold_syllable_rows(job, model, train_tokens)
-    return model
-
-
-def hold_syllable_rows(job: TrainJob, model: AttentionLanguageModel, train_tokens: np.ndarray) -> None:
-    """train.syllable_rows=seen: the per-syllable tables hold only the rows the training split reaches (held_rows.py);
-    a resume keeps its checkpoint's setting (resume_settings.py: `all` for one written before the key existed)."""
     if job.train.syllable_rows == "seen":
         compact_syllable_rows(model, torch.from_numpy(np.unique(train_tokens).astype(np.int64)))
+    return model
 
 
 def distribute(

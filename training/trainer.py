@@ -32,7 +32,7 @@ from training.early_stop import EARLY
 from training.evaluation import bits_per_char, estimate, evaluate, reader_model
 from training.guards.memory import fit_memory
 from training.guards.signals import SIGNALS, StopSignals, stop_at_once, stop_signals
-from training.reporting.progress import progress_bar
+from training.reporting.progress import RunBar
 from training.reporting.sample import sample_chars
 from training.reporting.summary import closing_lines, log_summary, start_notes
 from training.runner.steps import StepRunner
@@ -69,7 +69,7 @@ def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
         start_notes(s, state, early_lines)
         if state.stopped is None:
             # Counts steps, or seconds when train.max_seconds will stop the run first (reporting/progress.py).
-            bar = progress_bar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, not s.dist.is_main)
+            bar = RunBar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, not s.dist.is_main)
             try:
                 with fit_memory(s.raw_model, job.train, s.device, s.dtype, bool(s.optimizer.state)):  # not an OOM
                     state.stopped = run_steps(s, state, signals, bar)

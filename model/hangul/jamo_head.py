@@ -61,11 +61,6 @@ class JamoHead(nn.Module):
         """The training step's mean loss; the whole distribution is never built when the targets are known."""
         return None, self.token_losses(h, targets).mean()
 
-    @staticmethod
-    def other_index(ids: Tensor) -> Tensor:
-        """Row of stage 1 for ids that are not syllables: <unk> (0) is row 0, id i > LAST_ID is row i - 11172."""
-        return torch.where(ids > LAST_ID, ids - NUM_SYLLABLES, ids)
-
     def token_losses(self, h: Tensor, targets: Tensor) -> Tensor:
         """h: (..., E), targets: (...) ids -> their negative log-likelihoods in nats (...), in float32."""
         shape = targets.shape
@@ -74,7 +69,8 @@ class JamoHead(nn.Module):
         s = (targets - FIRST_ID).clamp(0, NUM_SYLLABLES - 1)  # other ids stand in as syllable 0, masked below
         pair = s // NUM_FINALS  # (initial, medial) pair; the parts below all derive from it
         ini, med, fin = s // PER_INITIAL, pair % NUM_MEDIALS, s % NUM_FINALS
-        first = torch.where(syl, ini, NUM_INITIALS + self.other_index(targets))
+        # stage 1's row: a syllable's initial; after the 19 initials, <unk> (0) then id i > LAST_ID at i - 11172
+        first = torch.where(syl, ini, NUM_INITIALS + torch.where(targets > LAST_ID, targets - NUM_SYLLABLES, targets))
         logits1, pair_scores = self._stage1(h)
         loss = F.cross_entropy(logits1, first, reduction="none")
         # Stages 2 and 3 run at every position, the mask dropping the other ids' terms: a boolean selection would give

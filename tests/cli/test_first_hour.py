@@ -158,10 +158,10 @@ class Clock:
 
 @pytest.mark.parametrize("budget,binds", [(10.0, "max_seconds"), (1000.0, "max_steps")])
 def test_the_bar_counts_toward_the_limit_that_will_stop_the_run(budget, binds):
-    from training.reporting.progress import progress_bar
+    from training.reporting.progress import RunBar
 
     clock = Clock()
-    bar = progress_bar(1000, 0, budget, clock, file=io.StringIO())
+    bar = RunBar(1000, 0, budget, clock, file=io.StringIO())
     for _ in range(20):  # 0.1 s per step: 1000 steps take 100 s
         clock.now += 0.1
         bar.update(1)
@@ -172,7 +172,7 @@ def test_the_bar_counts_toward_the_limit_that_will_stop_the_run(budget, binds):
         assert bar.format_dict["rate"] == 1.0 and "until=10s" in bar.postfix and "step=20" in bar.postfix
     else:
         assert bar.total == 1000 and bar.n == 20 and "until=step 1000" in bar.postfix
-    plain = progress_bar(50, 0, None, clock, file=io.StringIO())
+    plain = RunBar(50, 0, None, clock, file=io.StringIO())
     plain.update(1)
     assert plain.total == 50 and plain.limit == "max_steps"
 

@@ -202,12 +202,12 @@ def test_a_signal_during_a_compile_warm_up_ends_the_run_at_once_keeping_the_step
             return self.inner(*args, **kwargs)
 
     monkeypatch.setattr(step_runner.torch, "compile", SlowCompile)
-    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: None)  # auto: eager steps first, then the compile
-    monkeypatch.setattr(step_runner, "measured_way", lambda *a: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: None)  # auto: eager steps first, then the compile
+    monkeypatch.setattr(step_runner.plan, "measured_way", lambda *a: (Way(inductor=True), "test"))
     result = trainer.train(_job(tmp_path, corpus, "train.max_steps=20", "train.compile=auto"), tmp_path / "run")
     assert not waited and result.stopped == sig.name
     reached = result.step
-    assert reached == step_runner.PROBE_STEPS + 1  # the timed eager steps, then the compile
+    assert reached == step_runner.plan.PROBE_STEPS + 1  # the timed eager steps, then the compile
     out = capsys.readouterr().out
     assert out.count(f"stopped by {sig.name} at step {reached}; checkpoint saved") == 1
     assert load_checkpoint(tmp_path / "run" / "ckpt.pt").step == reached

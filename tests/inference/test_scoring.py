@@ -195,6 +195,7 @@ def test_evaluate_interrupted_while_scoring_says_so_on_a_line_of_its_own_after_t
 
 @pytest.mark.slow
 def test_jamo_model_trains_and_generate_streams_whole_syllables(runs):
+    from inference.config import GenerateConfig
     from inference.generation import stream_samples
     from inference.loading import load_run
 
@@ -215,7 +216,8 @@ def test_jamo_model_trains_and_generate_streams_whole_syllables(runs):
     run = load_run(str(runs["jamo"]), torch.device("cpu"))
     model, tokenizer = run.model, run.tokenizer
     out = Recorder()
-    stream_samples(model, tokenizer, "옛날에", 60, 1, 0.8, None, None, 3, torch.device("cpu"), out=out)
+    settings = GenerateConfig(prompt="옛날에", max_new_tokens=60, seed=3)
+    stream_samples(model, tokenizer, settings, torch.device("cpu"), out=out)
     assert out.getvalue() == g.stdout  # the same text, written piece by piece
     for piece in out.pieces[1:]:
         assert not re.search("[\u1100-\u11ff]", piece)

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from inference.config import GenerateConfig
 from inference.generation import stream_samples
 from model import AttentionLanguageModel, streaming
 from model.attention import shape_qk
@@ -183,14 +184,18 @@ def test_num_samples_run_as_one_batch_and_one_sample_keeps_its_text(monkeypatch)
     )
     cpu = torch.device("cpu")
     out = io.StringIO()
-    texts = stream_samples(m, _Chars(), "abc", 20, 4, 1.0, None, None, 7, cpu, out=out)
+
+    def settings(**kw) -> GenerateConfig:  # generate.py prompt=abc max_new_tokens=20 seed=7 ...
+        return GenerateConfig(prompt="abc", max_new_tokens=20, seed=7, **kw)
+
+    texts = stream_samples(m, _Chars(), settings(num_samples=4, temperature=1.0), cpu, out=out)
     assert calls == [(4, 3)] and len(texts) == 4 and len(set(texts)) > 1
     assert out.getvalue() == ("\n" + "\n" + "-" * 40 + "\n").join(texts) + "\n"  # as sample after sample
-    one = stream_samples(m, _Chars(), "abc", 20, 1, 1.0, None, None, 7, cpu, out=io.StringIO())[0]
+    one = stream_samples(m, _Chars(), settings(temperature=1.0), cpu, out=io.StringIO())[0]
     ids = stream(m, torch.tensor([[0, 1, 2]]), 20, 1.0, None, None, True, torch.Generator().manual_seed(7))
     assert one == "abc" + "".join(chr(97 + int(t)) for t, _ in ids)
-    greedy = stream_samples(m, _Chars(), "abc", 20, 3, 0.0, None, None, 7, cpu, out=io.StringIO())
-    assert greedy == [stream_samples(m, _Chars(), "abc", 20, 1, 0.0, None, None, 7, cpu, out=io.StringIO())[0]] * 3
+    greedy = stream_samples(m, _Chars(), settings(num_samples=3, temperature=0.0), cpu, out=io.StringIO())
+    assert greedy == [stream_samples(m, _Chars(), settings(temperature=0.0), cpu, out=io.StringIO())[0]] * 3
 
 
 def test_bench_generation_only_reports_both_position_kinds():

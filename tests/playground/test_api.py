@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from common.errors import ConfigError
 from inference.checkpoint import Checkpoint, TrainingState, save_checkpoint
+from inference.config import GenerateConfig
 from inference.generation import stream_samples
 from model import AttentionLanguageModel
 from model import sampling as sampler
@@ -75,7 +76,8 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
 
 def expected(model, tok, prompt, n, seed, temperature=0.8, top_k=None, top_p=None) -> str:
     """What generate.py prints for these settings (without its final line break)."""
-    return stream_samples(model, tok, prompt, n, 1, temperature, top_k, top_p, seed, CPU, out=io.StringIO())[0]
+    c = GenerateConfig(prompt=prompt, max_new_tokens=n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    return stream_samples(model, tok, c, CPU, out=io.StringIO())[0]
 
 
 def test_runs_are_listed_with_their_summary(client):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from inference.checkpoint import Checkpoint, save_checkpoint
+from inference.config import GenerateConfig
 from inference.generation import stream_samples, token_grammar
 from model import AttentionLanguageModel
 from model.streaming import stream
@@ -118,7 +119,8 @@ def test_generate_py_samples_are_valid_too(jamo):
     _, models = jamo
     for name in ("trained", "untrained"):
         model, tok = models[name]
-        texts = stream_samples(model, tok, "옛날", 400, 5, 1.4, None, None, 5, CPU, out=io.StringIO())
+        c = GenerateConfig(prompt="옛날", max_new_tokens=400, num_samples=5, temperature=1.4, seed=5)
+        texts = stream_samples(model, tok, c, CPU, out=io.StringIO())
         assert len(texts) == 5
         for text in texts:
             assert not [ch for ch in text if ord(ch) in COMPATIBILITY_JAMO]

@@ -198,7 +198,7 @@ def _compiled_run(tmp_path, monkeypatch, compiled_faster: bool):
     clock = Clock(0.02)
     monkeypatch.setenv("KOCHAR_CPU_BF16", "1")
     monkeypatch.setattr(step_runner.torch, "compile", StandIn)
-    monkeypatch.setattr(step_runner, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "measured_way", lambda *a, **k: (Way(inductor=True), "test"))
     monkeypatch.setattr(step_runner.StepRunner, "_now", lambda self: clock())
     job = train_job(
         tmp_path,
@@ -249,7 +249,7 @@ def test_what_a_run_recorded_is_what_the_next_run_expects(tmp_path, monkeypatch)
 def test_a_fresh_machine_gets_its_records_folder_made():
     assert not compile_plan.records_path().parent.exists()  # this test's user cache is empty (tests/conftest.py)
     assert compile_plan.write_record("k", warmup_s=12.0) is None
-    assert compile_plan.read_record("k") == {"warmup_s": 12.0}
+    assert compile_plan.read_all().get("k", {}) == {"warmup_s": 12.0}
 
 
 def test_records_that_cannot_be_written_are_said_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
@@ -285,10 +285,10 @@ def test_a_records_file_of_any_shape_reads_as_empty_and_is_written_over(text):
     path = compile_plan.records_path()
     path.parent.mkdir(parents=True)
     path.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
-    assert compile_plan.read_record("k") == {}
+    assert compile_plan.read_all().get("k", {}) == {}
     assert compile_plan.measured_costs("k", CPU, torch.float32, "/c") == compile_plan.prior_costs(CPU, torch.float32)
     assert compile_plan.write_record("k", warmup_s=3.0, speedup=1.2) is None
-    assert compile_plan.read_record("k") == {"warmup_s": 3.0, "speedup": 1.2}
+    assert compile_plan.read_all().get("k", {}) == {"warmup_s": 3.0, "speedup": 1.2}
 
 
 def test_a_run_goes_on_over_records_of_the_wrong_shape(tmp_path, monkeypatch, capsys):
@@ -302,7 +302,7 @@ def test_a_run_goes_on_over_records_of_the_wrong_shape(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize("counts,warm", [([(5, 3), (7, 3)], True), ([(5, 3), (6, 4)], False), ([(0, 0)] * 2, False)])
 def test_a_warm_up_is_recorded_warm_only_where_inductors_cache_served_every_graph(tmp_path, monkeypatch, counts, warm):
     readings = iter(counts)
-    monkeypatch.setattr(step_runner, "inductor_cache_counts", lambda: next(readings))
+    monkeypatch.setattr(step_runner.plan, "inductor_cache_counts", lambda: next(readings))
     _, records = _compiled_run(tmp_path, monkeypatch, compiled_faster=True)
     ((_, record),) = records.items()
     assert record["warm"] is warm
@@ -373,7 +373,7 @@ class EagerReplay:
 def graphed(monkeypatch, backend=None):
     """Make the loop run the graph path on the CPU, with `backend(session)` (the stand-in by default)."""
     backend = backend or (lambda s: EagerReplay(list(s.raw_model.parameters())))
-    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (Way(graph=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: (Way(graph=True), "test"))
     monkeypatch.setattr(trainer, "StepRunner", lambda s: step_runner.StepRunner(s, graph_backend=backend))
 
 
@@ -463,7 +463,7 @@ def test_an_inductor_failure_on_its_first_step_leaves_the_run_eager(tmp_path, mo
             raise RuntimeError("inductor could not build a kernel")
 
     monkeypatch.setattr(step_runner.torch, "compile", Broken)
-    monkeypatch.setattr(step_runner, "fixed_way", lambda *a: (Way(inductor=True), "test"))
+    monkeypatch.setattr(step_runner.plan, "fixed_way", lambda *a: (Way(inductor=True), "test"))
     result, _, _ = run(tmp_path, "broken", "train.compile=true")
     out = capsys.readouterr().out
     assert (

@@ -22,10 +22,23 @@ from model import AttentionLanguageModel
 from model.attention_maps import attention_maps
 from model.counts import num_parameters, parameter_counts
 from tests.helpers import ROOT, cli, compose_config, tiny_model
-from training.reporting.tensorboard import HPARAM_METRICS, TAGS, attention_image, flatten_hparams, parameter_table
+from training.reporting.tensorboard import attention_image, flatten_hparams, parameter_table
 
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+# The scalar tags every run writes (the README and docs/en/sweeps.md name them), and the final metrics beside each
+# run's hyperparameters in the HParams tab.
+TAGS = (
+    "train/loss",
+    "train/lr",
+    "train/grad_norm",
+    "train/tokens_per_sec",
+    "train/eval_loss",
+    "val/loss",
+    "val/bpc",
+    "val/best_loss",
+)
+HPARAM_METRICS = ("hparam/val_loss", "hparam/val_bpc", "hparam/best_val_loss", "hparam/tokens_per_sec", "hparam/params")
 
 
 # -- experiment presets ---------------------------------------------------------------------------------

@@ -33,11 +33,10 @@ class WeightAverage:
     def __init__(self, model: nn.Module, t: TrainConfig):
         self.kind, self.every, self.start = t.average, t.average_every, t.swa_start
         self.final = False  # whether the one update it holds was the end of a run that stopped before any was due
-        fn = (
-            get_ema_multi_avg_fn(0.5 ** (t.average_every / t.ema_half_life))
-            if t.average == "ema"
-            else get_swa_multi_avg_fn()
-        )
+        if t.average == "ema":
+            fn = get_ema_multi_avg_fn(0.5 ** (t.average_every / t.ema_half_life))
+        else:
+            fn = get_swa_multi_avg_fn()
         # AveragedModel deep-copies the model; the copy is the average (held rows and all), always in eval mode
         self.averaged = AveragedModel(model, multi_avg_fn=fn, use_buffers=False)
         self.averaged.eval()
@@ -116,12 +115,8 @@ def refuse_empty_average(
     Updates come at multiples of average_every; swa's only once the schedule's progress (the step before, over
     decay_steps, as training/step.py measures it) reaches swa_start; under train.max_seconds the clock may bring
     that progress forward, so there only the first check applies."""
-    held = (
-        resumed is not None
-        and resumed.averaged is not None
-        and resumed.training is not None
-        and resumed.training.average_updates > 0
-    )
+    updates = resumed.training.average_updates if resumed is not None and resumed.training is not None else 0
+    held = updates > 0 and resumed.averaged is not None
     if t.average == "none" or held or max_steps is None:
         return  # max_steps None: the clock decides, and an average still empty at the end takes the final weights
     first = resumed.step if resumed is not None else 0

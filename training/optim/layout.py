@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model.qkv_layout import PARTS, QKV, head_key, other_layout_names, qkv_prefix, split_head_key
+from model.qkv_layout import PARTS, QKV, head_key, num_heads_at, other_layout_names, qkv_prefix, split_head_key
 
 
 def match_optimizer_layout(saved: dict, optimizer: torch.optim.Optimizer, model: nn.Module) -> dict:
@@ -52,9 +52,8 @@ def _regrouped(by_name: dict[str, dict], name: str) -> dict | None:
     if name in by_name:
         return by_name[name]
     if (prefix := qkv_prefix(name)) is not None:  # the heads' states, stacked as the fused tensor
-        heads = []
-        while head_key(prefix, len(heads), PARTS[0]) in by_name:
-            heads.append([by_name.get(head_key(prefix, len(heads), part)) for part in PARTS])
+        num_heads = num_heads_at(by_name, prefix)  # heads whose query's state was saved
+        heads = [[by_name.get(head_key(prefix, h, part)) for part in PARTS] for h in range(num_heads)]
         if not heads or any(s is None for parts in heads for s in parts):
             return None
         first = heads[0][0]

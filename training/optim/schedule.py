@@ -14,14 +14,9 @@ def lr_at(
 
     `progress_step` may be fractional (a time budget converts elapsed seconds into steps).
     """
-    if schedule == "constant":
-        return lr
-    if warmup_steps > 0 and progress_step < warmup_steps:
-        return lr * (progress_step + 1) / (warmup_steps + 1)
-    if progress_step >= total_steps:
-        return min_lr
-    ratio = (progress_step - warmup_steps) / max(1e-9, total_steps - warmup_steps)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+    decayed = (progress_step - warmup_steps) / max(1e-9, total_steps - warmup_steps)
+    fraction = decayed if progress_step < total_steps else 1.0
+    return lr_at_fraction(progress_step, fraction, lr, min_lr, warmup_steps, schedule)
 
 
 def lr_at_fraction(

@@ -9,7 +9,6 @@ Design choices:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from tqdm import tqdm
@@ -18,7 +17,8 @@ _SECONDS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s [{elap
 
 
 class RunBar(tqdm):
-    """`tqdm` over steps, or over seconds while a time budget is the limit that will stop the run."""
+    """`tqdm` over steps, or over seconds while a time budget is the limit that will stop the run; `elapsed` is the
+    run's clock (seconds, resumed time included)."""
 
     def __init__(
         self,
@@ -87,15 +87,3 @@ class RunBar(tqdm):
         if self.limit == "max_seconds":
             d["rate"] = 1.0  # a second of budget per second of wall-clock: the ETA is the time left
         return d
-
-
-def progress_bar(
-    max_steps: int | None,
-    step: int,
-    max_seconds: float | None,
-    elapsed: Callable[[], float] | None = None,
-    disable: bool = False,
-    file=None,
-) -> RunBar:
-    """The bar of a run at `step` of `max_steps`; `elapsed` is the run's clock (seconds, resumed time included)."""
-    return RunBar(max_steps, step, max_seconds, elapsed or time.perf_counter, disable, file)

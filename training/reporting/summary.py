@@ -43,41 +43,32 @@ LIMIT_WORDS = {
 }
 
 
-def commit_run_dir(
+def open_run_dir(
     job: TrainJob,
     run_dir: Path,
     resumed: Checkpoint | None,
     changed: list[str],
     dist: DistInfo,
-    lines: tuple[str | None, ...] = (),
-) -> None:
-    """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed."""
-    if not dist.is_main:
-        return
-    for line in filter(None, lines):  # precision, auto settings: a refused start prints its error line alone
-        print(line, flush=True)
-    if job.train.overwrite and resumed is None:  # the old curves go only now
-        for old_events in run_dir.glob("events.out.tfevents.*"):
-            old_events.unlink()
-    if resumed is not None:
-        note = keep_newer_checkpoint(run_dir, resumed)
-        print(summary(resumed, changed) + (f"\n{note}" if note else ""), flush=True)
-
-
-def open_logger(
-    run_dir: Path,
-    dist: DistInfo,
-    purge_step: int | None,
+    lines: tuple[str | None, ...],
     tokenizer: Tokenizer,
     model: AttentionLanguageModel,
     val_tokens: np.ndarray,
-    job: TrainJob,
 ) -> RunLogger:
-    """The run's TensorBoard writer (rank 0's; a resumed run's curves cut at `purge_step`), what its snapshots show,
-    and `vocab.json` beside the checkpoints."""
+    """Every check has passed: only now may run-folder files be removed or renamed, and start-up `lines` printed;
+    then the run's TensorBoard writer (rank 0's; a resumed run's curves cut after its step), `vocab.json` beside the
+    checkpoints, and what the snapshots show."""
     t = job.train
-    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=purge_step)
     if dist.is_main:
+        for line in filter(None, lines):  # precision, auto settings: a refused start prints its error line alone
+            print(line, flush=True)
+        if t.overwrite and resumed is None:  # the old curves go only now
+            for old_events in run_dir.glob("events.out.tfevents.*"):
+                old_events.unlink()
+        if resumed is not None:
+            note = keep_newer_checkpoint(run_dir, resumed)
+            print(summary(resumed, changed) + (f"\n{note}" if note else ""), flush=True)
+    logger = RunLogger(run_dir, enabled=dist.is_main, purge_step=resumed.step + 1 if resumed else None)
+    if dist.is_main:  # the writer has made the folder where a Python caller named a new one
         tokenizer.save(run_dir / "vocab.json")
     attention_ids = val_tokens[: min(t.attention_tokens, model.context_length)].tolist()
     logger.watch(model, tokenizer, list(t.sample_prompts), t.sample_tokens, attention_ids, job.seed)

@@ -20,19 +20,6 @@ from model import AttentionLanguageModel
 from model.attention_maps import attention_maps
 from model.counts import num_parameters, parameter_counts
 
-# The scalar tags every run writes (README and tests rely on these names).
-TAGS = (
-    "train/loss",
-    "train/lr",
-    "train/grad_norm",
-    "train/tokens_per_sec",
-    "train/eval_loss",
-    "val/loss",
-    "val/bpc",
-    "val/best_loss",
-)
-# The final metrics beside each run's hyperparameters in the HParams tab.
-HPARAM_METRICS = ("hparam/val_loss", "hparam/val_bpc", "hparam/best_val_loss", "hparam/tokens_per_sec", "hparam/params")
 # Evaluation samples are drawn a little cooler than 1.0 so that what changes over steps is the model, not noise.
 SAMPLE_TEMPERATURE = 0.8
 

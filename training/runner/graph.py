@@ -34,11 +34,6 @@ class GraphUnavailable(RuntimeError):
     """The step could not be captured; the run goes on without a graph."""
 
 
-def optimizer_in_graph(s: Session) -> bool:
-    """Whether the optimizer's step can be replayed: PyTorch's fused AdamW, with no loss scaler."""
-    return type(s.optimizer) is torch.optim.AdamW and not s.scaler.is_enabled()
-
-
 class GraphStep:
     """Steps of a `Session` run as one captured graph (see the module docstring): `train_step` calls it as its run."""
 
@@ -50,7 +45,8 @@ class GraphStep:
         self.y = torch.zeros(shape, dtype=torch.long, device=s.device)
         self.loss = torch.zeros((), device=s.device)
         self.grad_norm = torch.zeros((), device=s.device)
-        self.optimizer_inside = optimizer_in_graph(s)
+        # the optimizer's step can be replayed where it is PyTorch's fused AdamW, with no loss scaler
+        self.optimizer_inside = type(s.optimizer) is torch.optim.AdamW and not s.scaler.is_enabled()
         self.warmed, self.captured = 0, False
         self.capture_seconds = 0.0
 

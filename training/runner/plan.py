@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -27,11 +26,10 @@ from pathlib import Path
 import torch
 
 from common.atomic_files import atomic_write, user_cache_dir
-from common.config_checks import refusal
+from common.config_checks import is_positive, refusal
 from common.device import has_native_bf16
 from common.errors import os_error_cause
 
-COMPILE_VALUES = ("false", "true", "auto")
 SPELLINGS = {**dict.fromkeys(("true", "yes", "on"), "true"), **dict.fromkeys(("false", "no", "off"), "false")}
 SPELLINGS["auto"] = "auto"
 PROBE_STEPS = 8  # eager steps timed before auto decides (the first, which allocates, is not timed)
@@ -47,7 +45,7 @@ CPU_OTHER_INDUCTOR_SPEEDUP = 1.05  # float32, emulated bf16: under KEEP, so only
 
 
 def compile_setting(value: object) -> str:
-    """train.compile as one of COMPILE_VALUES: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
+    """train.compile as false, true or auto: YAML's booleans (OmegaConf hands a str field "True"), checkpoints
     written when the key was a boolean, and the words for them."""
     word = str(value).lower()
     if word not in SPELLINGS:
@@ -213,17 +211,13 @@ def record_key(device: torch.device, dtype: torch.dtype, way: Way, model_config,
     return f"{device_name(device)}|torch {torch.__version__}|{dtype}|{way.name}|{model}|batch {batch}"
 
 
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
 # What a record may hold, each field with its test: anything else in the file (another shape, another type, a
 # negative or non-finite number) is ignored, so a hand-edited file can mislead no choice and end no run.
 RECORD_FIELDS = {
-    "warmup_s": _positive,
-    "speedup": _positive,
-    "eager_ms": _positive,
-    "compiled_ms": _positive,
+    "warmup_s": is_positive,
+    "speedup": is_positive,
+    "eager_ms": is_positive,
+    "compiled_ms": is_positive,
     "warm": lambda v: isinstance(v, bool),
     "cache": lambda v: isinstance(v, str),
 }
@@ -245,10 +239,6 @@ def read_all() -> dict[str, dict]:
     if not isinstance(stored, dict):
         return {}
     return {key: record for key, value in stored.items() if (record := usable_record(value))}
-
-
-def read_record(key: str) -> dict:
-    return read_all().get(key, {})
 
 
 def write_record(key: str, **values: float | bool | str) -> str | None:
@@ -277,7 +267,7 @@ def inductor_cache_counts() -> tuple[int, int]:
 def measured_costs(key: str, device: torch.device, dtype: torch.dtype, cache_folder: str | None) -> Costs:
     """Inductor's expected speedup and warm-up for the run of `key`: this machine's, where a run measured them (the
     warm-up a share of a cold one while inductor's cache folder is still there), else the priors."""
-    prior, record = prior_costs(device, dtype), read_record(key)
+    prior, record = prior_costs(device, dtype), read_all().get(key, {})
     if not record.keys() & {"speedup", "warmup_s"}:
         return prior
     speedup = float(record.get("speedup", prior.speedup))

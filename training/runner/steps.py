@@ -23,26 +23,8 @@ from common.device import has_native_bf16
 from model.cuda_graph import CudaGraph
 from training import distributed
 from training.guards.signals import stop_at_once
+from training.runner import plan
 from training.runner.graph import GraphStep, GraphUnavailable, release
-from training.runner.plan import (
-    COMPARE_STEPS,
-    EAGER,
-    KEEP,
-    PROBE_STEPS,
-    Way,
-    compile_setting,
-    fixed_way,
-    graph_blocker,
-    inductor_cache_counts,
-    measured_costs,
-    measured_way,
-    prior_costs,
-    read_record,
-    record_key,
-    records_path,
-    worth_a_line,
-    write_record,
-)
 from training.settings import inductor_cache_folder
 from training.state import LoopState, Session
 from training.step import StepRun, eager_update, forward_backward
@@ -51,14 +33,14 @@ from training.step import StepRun, eager_update, forward_backward
 class StepRunner:
     """Chooses, for each step of the loop, how `train_step` runs it (`step_fn`): eager, compiled, or the CUDA graph."""
 
-    def __init__(self, s: Session, graph_backend=None, way: Way | None = None):
+    def __init__(self, s: Session, graph_backend=None, way: plan.Way | None = None):
         """`way`: a way chosen by the caller (the benchmarks), instead of train.compile's."""
         t = s.job.train
         self.s = s
         self.model = s.model  # what the steps run: the session's model, compiled here where the way says
-        self.blocker = graph_blocker(s.device, s.dist.enabled, bool(t.mtp_weights))
+        self.blocker = plan.graph_blocker(s.device, s.dist.enabled, bool(t.mtp_weights))
         self.graph_backend = graph_backend  # session -> backend; None: a real CUDA graph (tests pass a stand-in)
-        self.way: Way | None = None
+        self.way: plan.Way | None = None
         self.graph: GraphStep | None = None
         self.probed = 0  # auto's eager steps so far
         self.eager_times: list[float] = []  # seconds of auto's timed eager steps
@@ -68,9 +50,11 @@ class StepRunner:
         self.record: dict = {}  # the chosen way's key and warm-up, recorded for the next run
         self.cache_counts = (0, 0)  # inductor's cache (hits, misses) when the warm-up began
         self.unrecorded = False  # the records file could not be written (said once)
-        self.setting = compile_setting(t.compile)
-        measured = bool(read_record(self._key(Way(inductor=True, graph=self.blocker is None))).keys() - {"cache"})
-        fixed = (way, "chosen by caller") if way else fixed_way(self.setting, s.device, s.dtype, self.blocker, measured)
+        self.setting = plan.compile_setting(t.compile)
+        key = self._key(plan.Way(inductor=True, graph=self.blocker is None))
+        measured = bool(plan.read_all().get(key, {}).keys() - {"cache"})  # this machine's record of this run's compile
+        decided = plan.fixed_way(self.setting, s.device, s.dtype, self.blocker, measured)
+        fixed = (way, "chosen by caller") if way else decided
         if fixed is not None:
             self._adopt(*fixed, said=self.setting == "false")  # a typed false needs no line
 
@@ -89,7 +73,7 @@ class StepRunner:
         out = self._compiled(state, mtp) if self.graph is None else self._graphed(state, mtp)
         if timed and self.compiled_times is not None:
             self.compiled_times.append(self._now() - started)
-            if len(self.compiled_times) >= COMPARE_STEPS:
+            if len(self.compiled_times) >= plan.COMPARE_STEPS:
                 self._compare()
         return out
 
@@ -101,7 +85,7 @@ class StepRunner:
         if self.probed:
             self.eager_times.append(self._now() - started)
         self.probed += 1
-        if len(self.eager_times) >= PROBE_STEPS:
+        if len(self.eager_times) >= plan.PROBE_STEPS:
             self._decide(state, statistics.median(self.eager_times))
         return out
 
@@ -127,12 +111,12 @@ class StepRunner:
         if state.early.acts(state.step, state.best_val_loss, s.max_steps, s.job.train.eval_interval):
             left /= 2  # early stopping may end the run sooner than its limit
         inductor_ok = not (s.device.type == "cuda" and s.dtype == torch.bfloat16 and not has_native_bf16(s.device))
-        key = self._key(Way(inductor=True, graph=self.blocker is None))
-        costs = measured_costs(key, s.device, s.dtype, inductor_cache_folder())
-        way, why = measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
+        key = self._key(plan.Way(inductor=True, graph=self.blocker is None))
+        costs = plan.measured_costs(key, s.device, s.dtype, inductor_cache_folder())
+        way, why = plan.measured_way(s.device, left, left / per_step, self.blocker, costs, inductor_ok)
         if s.dist.enabled:  # every rank compiles, or none
-            way = Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
-        self._adopt(way, why, measured=costs.source != prior_costs(s.device, s.dtype).source)
+            way = plan.Way(inductor=distributed.any_rank(way.inductor, s.dist, s.device))
+        self._adopt(way, why, measured=costs.source != plan.prior_costs(s.device, s.dtype).source)
 
     def _left_seconds(self, state: LoopState, per_step: float) -> float:
         s = self.s
@@ -140,19 +124,20 @@ class StepRunner:
         by_clock = s.job.train.max_seconds - state.elapsed() if s.job.train.max_seconds else math.inf
         return max(0.0, min(by_steps, by_clock))
 
-    def _key(self, way: Way) -> str:
-        return record_key(self.s.device, self.s.dtype, way, self.s.raw_model.config, self.s.job.train.batch_size)
+    def _key(self, way: plan.Way) -> str:
+        return plan.record_key(self.s.device, self.s.dtype, way, self.s.raw_model.config, self.s.job.train.batch_size)
 
-    def _adopt(self, way: Way, why: str, said: bool = False, measured: bool = False) -> None:
+    def _adopt(self, way: plan.Way, why: str, said: bool = False, measured: bool = False) -> None:
         s = self.s
         self.way = way
-        if not said and worth_a_line(s.device, s.dtype, way, measured):
+        if not said and plan.worth_a_line(s.device, s.dtype, way, measured):
             self.s.say(f"compile: {way.name} ({why})")
-        if way == EAGER:
+        if way == plan.EAGER:
             return
         self.warming = time.perf_counter()
         self.record = {"key": self._key(way), "cache": inductor_cache_folder()}
-        self.cache_counts = inductor_cache_counts()  # the warm-up is warm where inductor's cache serves every graph
+        # the warm-up is warm where inductor's cache serves every graph
+        self.cache_counts = plan.inductor_cache_counts()
         if way.inductor:
             self.model = torch.compile(s.model)
         if way.graph:
@@ -196,7 +181,7 @@ class StepRunner:
         if self.graph is not None:
             self.graph.model = self.model
         self.s.optimizer.zero_grad(set_to_none=True)
-        self.way = Way(graph=self.way.graph)
+        self.way = plan.Way(graph=self.way.graph)
         self.s.say(
             f"compile: inductor failed ({type(e).__name__}: {' '.join(str(e).split())[:160]}); the steps go "
             "on without it"
@@ -208,7 +193,7 @@ class StepRunner:
         self.s.say(f"compile: warm-up took {seconds:.1f} s, ready at step {state.step + 1} ({detail})")
         self.warming = None
         if self.way.inductor:
-            (hits, misses), (hits_before, misses_before) = inductor_cache_counts(), self.cache_counts
+            (hits, misses), (hits_before, misses_before) = plan.inductor_cache_counts(), self.cache_counts
             warm = hits > hits_before and misses == misses_before
             self.record.update(warmup_s=round(seconds, 2), warm=warm)
             self.compiled_times = [] if self.eager_times else None  # compared where auto timed eager steps
@@ -229,25 +214,25 @@ class StepRunner:
         )
         recorded = self._write_record()
         both = f"a compiled step takes {1000 * compiled:.1f} ms against {1000 * eager:.1f} ms eager ({speedup:.2f}x)"
-        if speedup >= KEEP:
+        if speedup >= plan.KEEP:
             self.s.say(f"compile: kept: {both}")
             return
         noted = "; recorded for the next run on this machine" if recorded else ""
-        self.s.say(f"compile: back to eager: {both}, under the {KEEP:g}x that pays for compiling{noted}")
+        self.s.say(f"compile: back to eager: {both}, under the {plan.KEEP:g}x that pays for compiling{noted}")
         if self.graph is not None:
             release(s)
-        self.model, self.graph, self.way = s.model, None, EAGER
+        self.model, self.graph, self.way = s.model, None, plan.EAGER
 
     def _write_record(self) -> bool:
         """Keep the measurements for the next run on this machine; a file that cannot be written is said once, naming
         its folder, and the run goes on. True once written."""
         if not (self.s.dist.is_main and self.record.get("key")):
             return False
-        failed = write_record(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
+        failed = plan.write_record(self.record["key"], **{k: v for k, v in self.record.items() if k != "key"})
         if failed and not self.unrecorded:
             self.unrecorded = True
             self.s.say(
-                f"compile: could not record the measurements in {records_path().parent} ({failed}); the next "
+                f"compile: could not record the measurements in {plan.records_path().parent} ({failed}); the next "
                 "run on this machine measures again"
             )
         return failed is None

@@ -52,14 +52,8 @@ class AutoDropout:
         if not math.isfinite(self.passes):  # a time budget too large to count in passes
             passes = "endless passes"
         else:
-            count = (
-                f"{self.passes:.3g}"
-                if self.passes >= 1e5
-                else f"{self.passes:.1f}"
-                if self.passes >= 1
-                else f"{self.passes:.2f}"
-            )
-            passes = f"about {count} passes"
+            digits = ".3g" if self.passes >= 1e5 else ".1f" if self.passes >= 1 else ".2f"
+            passes = f"about {self.passes:{digits}} passes"
         decays = "".join(f", train.{key}={value:g}" for key, value in self.weight_decays.items())
         return (
             f"auto: model.dropout={self.value:g}{decays} ({passes} over the {train_tokens:,} "

@@ -32,12 +32,12 @@ POSITIVE = ("max_epochs", "max_seconds", "lr", "muon_lr", "embedding_lr", "ema_h
 NON_NEGATIVE = ("auto_dropout_after", "weight_decay", "grad_clip", "muon_weight_decay", "auto_weight_decay")
 NON_NEGATIVE += ("auto_muon_weight_decay", "embedding_weight_decay")  # >= 0
 BELOW_ONE = ("beta1", "beta2", "muon_momentum", "input_noise", "swa_start")  # in [0, 1)
-# train.<key>: (low, high, low end open, high end open)
+# train.<key>: its bounds, as checks.number_in takes them
 RANGES = {
-    **dict.fromkeys(POSITIVE, (0, INF, True, False)),
-    **dict.fromkeys(NON_NEGATIVE, (0, INF, False, False)),
-    **dict.fromkeys(BELOW_ONE, (0, 1, False, True)),
-    "mtp_fade": (0, 1, True, False),
+    **dict.fromkeys(POSITIVE, dict(low=0, high=INF, low_open=True)),
+    **dict.fromkeys(NON_NEGATIVE, dict(low=0, high=INF)),
+    **dict.fromkeys(BELOW_ONE, dict(low=0, high=1, high_open=True)),
+    "mtp_fade": dict(low=0, high=1, low_open=True),
 }
 WORDS = {
     "lr_schedule": SCHEDULES,
@@ -113,16 +113,8 @@ class TrainConfig:
                 "to read; give 1 or more (0 is only for train.resume=..., to evaluate a run again)"
             )
         checks.positive_int("train.lr_decay_steps", self.lr_decay_steps, optional=True)
-        for key, (low, high, low_open, high_open) in RANGES.items():
-            checks.number_in(
-                f"train.{key}",
-                getattr(self, key),
-                low,
-                high,
-                low_open=low_open,
-                high_open=high_open,
-                optional=key in NULLABLE,
-            )
+        for key, bounds in RANGES.items():
+            checks.number_in(f"train.{key}", getattr(self, key), **bounds, optional=key in NULLABLE)
         checks.number_in("train.min_lr", self.min_lr, 0, self.lr)
         for i, w in enumerate(self.mtp_weights):
             checks.number_in(f"train.mtp_weights[{i}]", w, 0, INF)

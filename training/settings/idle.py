@@ -26,50 +26,29 @@ class Idle:
     acts: Callable[[Any], bool]  # whether the job as configured lets it act
     other: str  # the key that decides whether it acts
     needs: str  # what that key must be for it to act
+    off: tuple = ()  # the key's values that ask for nothing (no warmup, no samples): never idle
 
 
-def _muon(key: str) -> Idle:
-    return Idle(key, lambda j: j.train.optimizer == "muon", "train.optimizer", "train.optimizer=muon")
+def _under(other: str, needs: str, acts: Callable[[Any], bool]) -> Callable[..., Idle]:
+    """The rule of a family of keys that act only where `acts` (the job): `rule(key, *off)`."""
+    return lambda key, *off: Idle(key, acts, other, needs, off)
 
 
-def _scheduled(key: str, off: Any = MISSING) -> Idle:
-    """`key` acts only under a decaying schedule; `off`: its value that asks for nothing (no warmup), never idle."""
-    return Idle(
-        key,
-        lambda j: j.train.lr_schedule != "constant" or value_of(j, key) == off,
-        "train.lr_schedule",
-        "train.lr_schedule=cosine",
-    )
-
-
-def _snapshot(key: str, off: Any) -> Idle:
-    """A TensorBoard snapshot's setting: idle with snapshots off, unless it asks for nothing itself (`off`)."""
-    return Idle(
-        key,
-        lambda j: j.train.snapshot_interval > 0 or value_of(j, key) == off,
-        "train.snapshot_interval",
-        "train.snapshot_interval above 0",
-    )
-
-
+_muon = _under("train.optimizer", "train.optimizer=muon", lambda j: j.train.optimizer == "muon")
+_scheduled = _under("train.lr_schedule", "train.lr_schedule=cosine", lambda j: j.train.lr_schedule != "constant")
+_snapshot = _under(
+    "train.snapshot_interval", "train.snapshot_interval above 0", lambda j: j.train.snapshot_interval > 0
+)
+MUON_KEYS = ("muon_lr", "muon_momentum", "muon_weight_decay", "muon_weight_decay_schedule", "auto_muon_weight_decay")
 RULES = (
-    *(
-        _muon(f"train.{k}")
-        for k in (
-            "muon_lr",
-            "muon_momentum",
-            "muon_weight_decay",
-            "muon_weight_decay_schedule",
-            "auto_muon_weight_decay",
-        )
-    ),
+    *(_muon(f"train.{k}") for k in MUON_KEYS),
     Idle("train.ema_half_life", lambda j: j.train.average == "ema", "train.average", "train.average=ema"),
     Idle("train.swa_start", lambda j: j.train.average == "swa", "train.average", "train.average=swa"),
     Idle("train.average_every", lambda j: j.train.average != "none", "train.average", "train.average=ema or swa"),
     Idle("train.mtp_fade", lambda j: bool(j.train.mtp_weights), "train.mtp_weights", "train.mtp_weights=[...]"),
     _scheduled("train.min_lr"),
     _scheduled("train.lr_decay_steps"),
-    _scheduled("train.warmup_steps", off=0),
+    _scheduled("train.warmup_steps", 0),
     _snapshot("train.sample_prompts", []),
     _snapshot("train.sample_tokens", 0),
     _snapshot("train.attention_tokens", 0),
@@ -111,7 +90,7 @@ def refuse_idle_settings(job: Any, only: Iterable[str] | None = None, context: b
         if keys is not None and rule.key not in keys and rule.key.split(".")[0] not in keys:
             continue
         value, other = shown_value(value_of(job, rule.key)), shown_value(value_of(job, rule.other))
-        if _chosen(job, rule.key) and not rule.acts(job):
+        if _chosen(job, rule.key) and not rule.acts(job) and value_of(job, rule.key) not in rule.off:
             raise ConfigError(
                 f"{rule.key}={value} cannot act in this run: it acts only with {rule.needs}, and this "
                 f"run has {rule.other}={other}; drop {rule.key}, or set {rule.needs}"
