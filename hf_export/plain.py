@@ -18,32 +18,19 @@ from hf_format import custom
 from inference.checkpoint import strip_compile_prefix
 from model.config import ModelConfig
 
-HANDLED = {
+HANDLED = {  # every ModelConfig field, and how an export deals with it
     # the shapes: every layout takes them as they are
-    "vocab_size": "shape",
-    "context_length": "shape",
-    "embedding_size": "shape",
-    "head_size": "shape",
-    "num_heads": "shape",
-    "num_blocks": "shape",
+    **dict.fromkeys(
+        ("vocab_size", "context_length", "embedding_size", "head_size", "num_heads", "num_blocks"), "shape"
+    ),
     # how the network trains or runs, not what it computes
-    "dropout": "training only",
-    "init": "training only",
-    "zero_init_proj": "training only",
+    **dict.fromkeys(("dropout", "init", "zero_init_proj"), "training only"),
     "attention": "the same weights either way",
     # the architecture: the layout follows them (hf_export/writer.py choose_layout)
-    "position": "layout",
-    "norm": "layout",
-    "mlp": "layout",
-    "qk_norm": "layout",
-    "tie_weights": "layout",
-    "head": "layout",
+    **dict.fromkeys(("position", "norm", "mlp", "qk_norm", "tie_weights", "head"), "layout"),
     "embedding": "layout (folded into the token embedding where that earns a stock class)",
     "jamo_initials": "the staged head's stage 1 (custom layout only; written to config.json)",
-    "attention_gate": "layout (custom)",
-    "value_embedding": "layout (custom)",
-    "unet_skips": "layout (custom)",
-    "logit_softcap": "layout (custom)",
+    **dict.fromkeys(("attention_gate", "value_embedding", "unet_skips", "logit_softcap"), "layout (custom)"),
 }
 
 

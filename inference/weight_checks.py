@@ -27,22 +27,11 @@ from model.qkv_layout import PARTS, QKV, head_key, match_layout, qkv_prefix, spl
 _FACTORIES = frozenset(
     {torch.ones, torch.zeros, torch.full, torch.empty, torch.arange, torch.linspace, torch.eye, torch.tensor}
 )
+# in-place methods that change a tensor's shape, storage or flags, not only its values
 _RESHAPING = frozenset(
-    {
-        "resize_",
-        "resize_as_",
-        "set_",
-        "as_strided_",
-        "squeeze_",
-        "unsqueeze_",
-        "t_",
-        "transpose_",
-        "swapdims_",
-        "swapaxes_",
-        "requires_grad_",
-        "share_memory_",
-    }
+    "resize_ resize_as_ set_ as_strided_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_".split()
 )
+_RESHAPING |= {"requires_grad_", "share_memory_"}
 
 
 def _in_place(name: str) -> bool:

@@ -31,20 +31,8 @@ NAMES = (
     "05_beyond_the_lecture",
 )
 # What a copy of the project leaves out: what git ignores, and what no notebook reads.
-NOT_COPIED = (
-    ".git",
-    ".venv",
-    "runs",
-    "outputs",
-    "multirun",
-    ".cache",
-    "__pycache__",
-    ".pytest_cache",
-    ".ruff_cache",
-    "tests",
-    "docs",
-    ".whl",
-    ".gl",
+NOT_COPIED = tuple(
+    ".git .venv runs outputs multirun .cache __pycache__ .pytest_cache .ruff_cache tests docs .whl .gl".split()
 )
 CODE_HASH_KEY = "code_sha256"  # under the notebook's metadata["kochar"]
 PICTURE_BYTES = 100_000  # each stored picture (a PNG) under this
