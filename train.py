@@ -35,6 +35,7 @@ def _value(x: float) -> str:
 def _run(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     record_command_line(HydraConfig.get().overrides.task)  # a resumed run keeps every setting not typed here
+    before = set(os.listdir(run_dir)) if os.path.isdir(run_dir) else set()
     try:
         with RunLock(run_dir):  # re-entrant: already held when the command line named the folder
             job = config_object(cfg, TrainJob)
@@ -43,8 +44,8 @@ def _run(cfg: DictConfig) -> None:
 
             with peer_loss_is_one_line(run_dir):  # under torchrun: a dead peer is one line, not a traceback
                 result = train(job, run_dir)
-    except BaseException:
-        remove_unused_run_dir(run_dir)  # a start that failed leaves no empty run behind
+    except BaseException as e:  # a start that failed leaves no empty run behind; one interrupted, no new curves
+        remove_unused_run_dir(run_dir, before if isinstance(e, KeyboardInterrupt) else None)
         raise
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports the run
         sys.exit(130 if result.stopped == "SIGINT" else 143 if result.stopped == "SIGTERM" else 0)

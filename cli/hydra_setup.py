@@ -106,12 +106,14 @@ def legacy_experiment_override(argv: list[str]) -> list[str]:
 HYDRA_ARTEFACTS = (".hydra", "train.log", "vocab.json")
 
 
-def remove_unused_run_dir(run_dir: str | Path) -> None:
-    """Remove a run folder a failed start left with only Hydra's files: `runs/` and TensorBoard list no empty run."""
+def remove_unused_run_dir(run_dir: str | Path, before: set[str] | None = None) -> None:
+    """Remove a run folder a failed start left with only Hydra's files: `runs/` and TensorBoard list no empty run.
+    An interrupted start (no step trained) takes back its TensorBoard file too: one not among the names `before`."""
     import shutil
 
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or any(p.name not in HYDRA_ARTEFACTS for p in run_dir.iterdir()):
+    curves = {p.name for p in run_dir.glob("events.out.tfevents.*")} - before if before is not None else set()
+    if not run_dir.is_dir() or any(p.name not in {*HYDRA_ARTEFACTS, *curves} for p in run_dir.iterdir()):
         return
     for p in run_dir.iterdir():
         shutil.rmtree(p) if p.is_dir() else p.unlink()

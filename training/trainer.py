@@ -61,12 +61,12 @@ class TrainResult:
 def train(job: TrainJob, run_dir: str | Path) -> TrainResult:
     """Set up, train until `stop_cause` ends the run, then finish (the closing sample, the summary)."""
     with stop_signals() as signals:  # one set of handlers from the setup to the closing sample (guards/signals.py)
-        with stop_at_once():  # the setup's waits (the first token-cache build) end at a signal, nothing half-written
+        with stop_at_once():  # a signal before the first step ends the start (`Interrupted`): no step, no run kept
             s, state = setup(job, Path(run_dir))
+            early = early_stop.start(state.early, job.train, s.max_steps, state.step, state.best_val_loss, s.run_dir)
+            state.stopped = stop_cause(s, state, signals)  # a resumed run may have nothing left to train
+            start_notes(s, state, early)
         started = time.perf_counter()
-        early_lines = early_stop.start(state.early, job.train, s.max_steps, state.step, state.best_val_loss, s.run_dir)
-        state.stopped = stop_cause(s, state, signals)  # a resumed run may have nothing left to train
-        start_notes(s, state, early_lines)
         if state.stopped is None:
             # Counts steps, or seconds when train.max_seconds will stop the run first (reporting/progress.py).
             bar = RunBar(s.max_steps, state.step, job.train.max_seconds, state.elapsed, not s.dist.is_main)

@@ -3,9 +3,10 @@ start of the job) until the script does its own work ends the command in one lin
 training runs, its own `stopped by SIGINT` line), exit 130, no traceback and no abort, nothing half-written.
 
 Each script is interrupted as numpy's import begins (tests/e2e/interrupt_at_import.py: inside torch's, a moment a
-guessed delay rarely hits), at its own work (a training's first step, or the FIFO given as the checkpoint opened for
-reading; that start measures how long after the ready file it comes), at the ready file (cli.entry's first import
-has installed the handler), and at a random moment within each of MOMENTS equal slices of the time between.
+guessed delay rarely hits; train.py also once its run folder is made, before its first step), at its own work (a
+training's first step, or the FIFO given as the checkpoint opened for reading; that start measures how long after
+the ready file it comes), at the ready file (cli.entry's first import has installed the handler), and at a random
+moment within each of MOMENTS equal slices of the time between.
 No command can end on its own first: train.py trains without end; generate, evaluate and export wait on the FIFO.
 """
 
@@ -108,6 +109,8 @@ def _interrupt(script: str, folder: Path, corpus: Path, when: float | str) -> fl
 @pytest.mark.parametrize("script", ["train.py", "generate.py", "evaluate.py", "export.py"])
 def test_ctrl_c_at_any_moment_of_the_start_up_ends_the_command_in_one_line(tmp_path, corpus, script):
     _interrupt(script, tmp_path / "at numpy", corpus, "import numpy")
+    if script == "train.py":  # the run folder and its TensorBoard file are made; no step yet: nothing is kept
+        _interrupt(script, tmp_path / "at the run folder", corpus, "import inference.generation")
     window = _interrupt(script, tmp_path / "at work", corpus, "work")
     _interrupt(script, tmp_path / "at ready", corpus, 0.0)
     for i in range(MOMENTS):
