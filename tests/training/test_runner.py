@@ -110,6 +110,8 @@ def test_what_this_machine_measured_before_replaces_the_priors():
     slow = compile_plan.Costs(1.03, 10.0, "measured here before")  # inductor gained 3% here: never again
     assert measured_way(CPU, 30000, 600000, "x", slow)[0] == EAGER
     assert "measured here before" in measured_way(CPU, 600, 12000, "x", slow)[1]
+    near = measured_way(CPU, 600, 12000, "x", compile_plan.Costs(1.08, 4.0, "measured here before"))[1]
+    assert "not 1.1x faster on this CPU (steps about 1.08x faster compiled" in near  # never rounded to the bar
     warm = compile_plan.Costs(1.6, 7.5, "measured here before")  # a warm cache: a 120-s run pays back
     assert measured_way(CPU, 120, 2400, "x", warm)[0] == Way(inductor=True)
     assert measured_way(CPU, 120, 2400, "x", PRIOR_CPU)[0] == EAGER  # cold, it would not

@@ -160,7 +160,7 @@ def measured_way(
     reason. `inductor_ok`: False where inductor cannot build the run's kernels (bfloat16 on a card that emulates it)."""
     left = f"about {left_seconds:,.0f} s of eager steps left to pay it back"
     expected = (
-        f"steps about {costs.speedup:.2g}x faster compiled, a warm-up of about {costs.warmup:.0f} s ({costs.source})"
+        f"steps about {costs.speedup:.2f}x faster compiled, a warm-up of about {costs.warmup:.0f} s ({costs.source})"
     )
     if device.type == "cpu":
         if inductor_pays(left_seconds, steps_left, costs):
