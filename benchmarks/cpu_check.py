@@ -3,7 +3,7 @@
     python -m benchmarks.cpu_check                                   # the built-in corpus, 60-s runs
     python -m benchmarks.cpu_check --corpus ../shared/corpora/nsmc_dev.txt --seconds 180
 
-It first says about how long it will take here (with the defaults, about five minutes on a 2-core CPU), then each part
+It first says about how long it will take here (with the defaults, a few minutes: docs/en/speed.md), then each part
 as it ends; stopped early (Ctrl-C, or a time limit's SIGTERM), it still prints the JSON of what it measured.
 
 Design choices:
@@ -39,8 +39,9 @@ WAYS = {
     "bfloat16_compiled": ("bfloat16", True),
 }
 TIMED_S = 6.0  # seconds of timed steps a way, over all its rounds
-# What a part costs on a slow 2-core CPU, for the estimate said first (it errs high): a way's set-up and untimed
-# steps, inductor's compile of the default step in each precision, and a train.py run's start and end beyond its budget.
+# What a part costs on the slowest CPU it was tried on, for the estimate said first (it errs high): a way's set-up
+# and untimed steps, inductor's compile of the default step in each precision, and a run's start and end beyond its
+# budget.
 SETUP_S, RUN_EXTRA_S = 5.0, 20.0
 COMPILE_S = {"float32": 40.0, "bfloat16": 55.0}
 

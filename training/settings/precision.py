@@ -28,7 +28,7 @@ from training.settings.config import TrainJob
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
 ROUNDS = 7  # paired rounds, one step in each precision a round: with a warm-up step in each, 16 steps
 # bf16 rounds every matmul's inputs to 8 bits of mantissa: a smaller gain does not pay for the precision it costs, and
-# a busy 2-core machine's timings differ between runs by about as much, so under it float32 stays.
+# a busy machine's timings differ between runs by about as much, so under it float32 stays.
 BF16_MARGIN = 1.15
 SIDES = ("bfloat16", "float32")
 
