@@ -14,6 +14,7 @@ from cli.help_text import register_help
 from cli.hydra_setup import legacy_experiment_override, register_resolvers, remove_unused_run_dir
 from cli.run_lock import RunLock, folder_named
 from cli.run_record import RecordedSettings
+from common.errors import Interrupted
 from training.settings.config import TrainJob, register_configs
 from training.settings.resume import record_command_line
 
@@ -45,7 +46,7 @@ def _run(cfg: DictConfig) -> None:
             with peer_loss_is_one_line(run_dir):  # under torchrun: a dead peer is one line, not a traceback
                 result = train(job, run_dir)
     except BaseException as e:  # a start that failed leaves no empty run behind; one interrupted, no new curves
-        remove_unused_run_dir(run_dir, before if isinstance(e, KeyboardInterrupt) else None)
+        remove_unused_run_dir(run_dir, before if isinstance(e, Interrupted) else None)  # not a 2nd Ctrl-C's abort
         raise
     if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 alone reports the run
         sys.exit(130 if result.stopped == "SIGINT" else 143 if result.stopped == "SIGTERM" else 0)

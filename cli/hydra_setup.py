@@ -108,7 +108,7 @@ HYDRA_ARTEFACTS = (".hydra", "train.log", "vocab.json")
 
 def remove_unused_run_dir(run_dir: str | Path, before: set[str] | None = None) -> None:
     """Remove a run folder a failed start left with only Hydra's files: `runs/` and TensorBoard list no empty run.
-    An interrupted start (no step trained) takes back its TensorBoard file too: one not among the names `before`."""
+    A start interrupted before its first step takes back its TensorBoard file too: one not among the names `before`."""
     import shutil
 
     run_dir = Path(run_dir)
